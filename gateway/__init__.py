@@ -1,0 +1,1 @@
+"""The service proxy and its request statistics (filled by a later issue)."""

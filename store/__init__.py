@@ -1,0 +1,1 @@
+"""sqlmodel tables, engine and migrations (filled by the lifecycle issue)."""

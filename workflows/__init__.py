@@ -1,0 +1,1 @@
+"""Temporal workflows: RunWorkflow, JobWorkflow and the fleet scheduler (filled by the lifecycle issue)."""
