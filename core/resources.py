@@ -1,0 +1,580 @@
+"""Resources as configurations write them, and whether an instance's resources satisfy them.
+
+`cpu: 2..8`, `memory: 8GB..`, `disk: 100GB..`, `shm_size: 1GB`, `gpu: A100:40GB:2` and dstack's other
+spellings become inclusive ranges (None for an open end). Sizes are kept in GB, with 1024 between MB, GB
+and TB as dstack counts them. A single value is an exact range (`cpu: 4` is 4..4), as in dstack.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Annotated, Any, Generic, NamedTuple, Self, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from core.gpus import GPU, common_vendor, gpu_names, gpu_vendor, normalise_vendor, split_gpu_spec
+
+T = TypeVar("T", int, float)
+
+_FACTORS = {"mb": 1 / 1024, "mib": 1 / 1024, "gb": 1.0, "gib": 1.0, "tb": 1024.0, "tib": 1024.0}
+_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+_SIZE = re.compile(rf"^({_NUMBER})\s*([A-Za-z]*)$")
+_WHOLE = re.compile(r"^[0-9]+$")
+_ARCHES = {
+    **{spelling: "x86" for spelling in ("x86", "x86_64", "amd64", "x64")},
+    **{spelling: "arm" for spelling in ("arm", "arm64", "aarch64")},
+}
+
+
+def _number(value: float) -> str:
+    """The shortest spelling that reads back as the same float: 8.0 -> `8`, 0.5 -> `0.5`."""
+    if float(value).is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(float(value))
+
+
+def _check_bounds(low: float | None, high: float | None, fmt: Callable[[Any], str] = _number) -> None:
+    for bound in (low, high):
+        if bound is not None and not math.isfinite(bound):
+            raise ValueError(f"{bound} is not a finite number")
+        if bound is not None and bound < 0:
+            raise ValueError(f"{fmt(bound)} is negative")
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"the lower bound {fmt(low)} is above the upper bound {fmt(high)}")
+
+
+class Range(BaseModel, Generic[T]):
+    """An inclusive range; None is an open end. Also validates from `2`, `"2..8"`, `"4.."` and `"..8"`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min: T | None = None
+    max: T | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_shorthand(cls, data: Any) -> Any:
+        if isinstance(data, bool):
+            raise ValueError(f"expected a number or a range such as 2..8, got {data!r}")
+        if isinstance(data, int | float):
+            return {"min": data, "max": data}
+        if isinstance(data, str):
+            low, high = _split_range(data)
+            return {"min": low, "max": high}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        _check_bounds(self.min, self.max)
+        return self
+
+    def contains(self, value: T) -> bool:
+        return (self.min is None or value >= self.min) and (self.max is None or value <= self.max)
+
+    def format(self, formatter: Callable[[T], str]) -> str:
+        """`2..8`, `2..`, `..8`, `..` (no bounds), or `2` when both bounds are equal."""
+        if self.min is not None and self.min == self.max:
+            return formatter(self.min)
+        low = "" if self.min is None else formatter(self.min)
+        high = "" if self.max is None else formatter(self.max)
+        return f"{low}..{high}"
+
+    def __str__(self) -> str:
+        return self.format(_number)
+
+
+def _split_range(text: str) -> tuple[str | None, str | None]:
+    text = text.strip()
+    if not text:
+        raise ValueError("the value is empty")
+    if ".." not in text:
+        return text, text
+    parts = text.split("..")
+    if len(parts) != 2:
+        raise ValueError(f"{text!r} is not a range such as 2..8, 2.. or ..8")
+    return parts[0].strip() or None, parts[1].strip() or None
+
+
+# --- sizes ---------------------------------------------------------------------------------------------
+
+
+def _size_gb(value: Any) -> float:
+    """GB in a size, or ValueError with a reason that names the part at fault (for use inside ranges)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"expected a size such as 512MB, 8GB or 1TB, got {value!r}")
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            raise ValueError("the value is empty")
+        if text.startswith("-"):
+            raise ValueError(f"{text!r} is negative")
+        match = _SIZE.match(text)
+        if match is None:
+            raise ValueError(f"{text!r} is not a size such as 512MB, 8GB or 1TB")
+        unit = match.group(2)
+        if unit.lower() not in _FACTORS and unit:
+            raise ValueError(f"unknown unit {unit!r} in {text!r}: use MB, GB or TB")
+        gb = float(match.group(1)) * _FACTORS[unit.lower() or "gb"]
+    else:
+        gb = float(value)
+    if not math.isfinite(gb):
+        raise ValueError(f"{value!r} is not a finite size")
+    if gb < 0:
+        raise ValueError(f"{value!r} is negative")
+    return gb
+
+
+def parse_memory(value: str | int | float) -> float:
+    """GB in a size: `512MB` -> 0.5, `1TB` -> 1024.0, 16 or `16` -> 16.0 (a bare number is GB)."""
+    try:
+        return _size_gb(value)
+    except ValueError as error:
+        raise ValueError(f"invalid memory size {value!r}: {error}") from None
+
+
+def format_memory(gb: float) -> str:
+    """The short spelling parse_memory reads back exactly: 0.5 -> `512MB`, 8 -> `8GB`, 1024 -> `1TB`."""
+    # Scaling by 1024 is exact in binary floating point, so the round trip loses nothing.
+    if gb >= 1024 and (gb / 1024).is_integer():
+        return f"{_number(gb / 1024)}TB"
+    if gb >= 1 or gb == 0:
+        return f"{_number(gb)}GB"
+    return f"{_number(gb * 1024)}MB"
+
+
+def _whole(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"{value!r} is not a whole number")
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("-") and _WHOLE.match(text[1:]):
+            raise ValueError(f"{text!r} is negative")
+        if not _WHOLE.match(text):
+            raise ValueError(f"{text!r} is not a whole number")
+        value = int(text)
+    if value < 0:
+        raise ValueError(f"{value} is negative")
+    return value
+
+
+def _bounds(value: Any, parse: Callable[[Any], T], fmt: Callable[[T], str]) -> tuple[T | None, T | None]:
+    """The bounds of a number, a `low..high` string, a {"min", "max"} mapping or a Range."""
+    if value is None:
+        raise ValueError("the value is empty")
+    if isinstance(value, Range):
+        raw_low, raw_high = value.min, value.max
+    elif isinstance(value, dict):
+        unknown = sorted(str(key) for key in set(value) - {"min", "max"})
+        if unknown:
+            raise ValueError(f"unknown key {unknown[0]!r}: a range has only min and max")
+        raw_low, raw_high = value.get("min"), value.get("max")
+    elif isinstance(value, str):
+        raw_low, raw_high = _split_range(value)
+    else:
+        raw_low = raw_high = value
+    low = None if raw_low is None else parse(raw_low)
+    high = None if raw_high is None else parse(raw_high)
+    _check_bounds(low, high, fmt)
+    return low, high
+
+
+def parse_memory_range(value: Any, what: str = "memory size") -> Range[float]:
+    """`8GB..`, `..64GB`, `8GB..64GB`, `16GB` (exactly), 16 (GB), {"min": "8GB"} -> a range in GB."""
+    try:
+        low, high = _bounds(value, _size_gb, format_memory)
+    except ValueError as error:
+        raise ValueError(f"invalid {what} {value!r}: {error}") from None
+    return Range[float](min=low, max=high)
+
+
+def parse_count_range(value: Any, what: str = "count") -> Range[int]:
+    """`4`, `"2..8"`, `"4.."`, `"..8"`, {"min": 2, "max": 8} -> a range of whole numbers."""
+    try:
+        low, high = _bounds(value, _whole, str)
+    except ValueError as error:
+        raise ValueError(f"invalid {what} {value!r}: {error}") from None
+    return Range[int](min=low, max=high)
+
+
+def _optional_memory(value: Any) -> float | None:
+    return None if value is None else parse_memory(value)
+
+
+# Field types for other configuration models (volume sizes, ...): any spelling in, GB kept.
+MemorySize = Annotated[float, BeforeValidator(parse_memory)]
+MemoryRange = Annotated[Range[float], BeforeValidator(parse_memory_range)]
+
+
+# --- CPU -----------------------------------------------------------------------------------------------
+
+
+def normalise_arch(value: str) -> str:
+    """`x86` or `arm` from any usual spelling (`x86_64`, `amd64`, `arm64`, `aarch64`)."""
+    arch = _ARCHES.get(value.strip().lower()) if isinstance(value, str) else None
+    if arch is None:
+        raise ValueError(f"unknown CPU architecture {value!r}: use x86 or arm")
+    return arch
+
+
+DEFAULT_CPU = Range[int](min=2)
+
+
+def parse_cpu(value: Any) -> tuple[str | None, Range[int]]:
+    """(architecture or None, count) from `4`, `"2..8"`, `"x86:4.."`, `"arm"`, {"min": 2},
+    {"arch": "arm", "count": "2.."}. A spec with an architecture but no count asks for dstack's 2.."""
+    if isinstance(value, str) and ":" in value:
+        parts = [part.strip() for part in value.split(":")]
+        if len(parts) != 2 or not all(parts):
+            raise ValueError(
+                f"invalid CPU spec {value!r}: expected an architecture and a count, as in x86:4.."
+            )
+        arch_part, count_part = parts if parts[0].lower() in _ARCHES else parts[::-1]
+        if arch_part.lower() not in _ARCHES:
+            raise ValueError(f"invalid CPU spec {value!r}: neither part is an architecture (x86 or arm)")
+        return normalise_arch(arch_part), parse_count_range(count_part, "CPU count")
+    if isinstance(value, str) and value.strip().lower() in _ARCHES:
+        return normalise_arch(value), DEFAULT_CPU
+    if isinstance(value, dict) and ({"arch", "count"} & set(value)):
+        unknown = sorted(str(key) for key in set(value) - {"arch", "count"})
+        if unknown:
+            raise ValueError(f"invalid CPU spec {value!r}: unknown key {unknown[0]!r} (use arch and count)")
+        arch = value.get("arch")
+        count = value.get("count")
+        return (
+            None if arch is None else normalise_arch(arch),
+            DEFAULT_CPU if count is None else parse_count_range(count, "CPU count"),
+        )
+    return None, parse_count_range(value, "CPU count")
+
+
+# --- GPU -----------------------------------------------------------------------------------------------
+
+_ONE = Range[int](min=1, max=1)
+
+
+def _parse_gpu_string(text: str) -> dict[str, Any]:
+    """GPUSpec fields from the shorthand; split_gpu_spec does the words, this the numbers."""
+
+    def fail(reason: str) -> ValueError:
+        return ValueError(f"invalid GPU spec {text!r}: {reason}")
+
+    fields: dict[str, Any] = split_gpu_spec(text)
+    try:
+        if "count" in fields:
+            low, high = _bounds(fields["count"], _whole, str)
+            fields["count"] = Range[int](min=low, max=high)
+        if "memory" in fields:
+            low_gb, high_gb = _bounds(fields["memory"], _size_gb, format_memory)
+            fields["memory"] = Range[float](min=low_gb, max=high_gb)
+    except ValueError as error:
+        raise fail(str(error)) from None
+    if "count" in fields and fields["count"].max == 0 and len(fields) > 1:
+        raise fail("a count of 0 means no GPU, so it cannot go with a name, a vendor or a memory size")
+    return fields
+
+
+class GPUSpec(BaseModel):
+    """The GPUs a job asks for. Validates from dstack's shorthand (`A100:40GB:2`, `24GB..:1..2`,
+    `nvidia:H100:8`, `A100,H100:2`, `2..4`), an int count, or a mapping of these fields.
+
+    `vendor` is inferred when every name is a known model of one vendor; an unbounded memory range is kept
+    as None, so each spec has one form and `str()` reads back to an equal spec (total_memory aside, which
+    the shorthand cannot express)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vendor: str | None = None
+    name: list[str] | None = None
+    memory: Range[float] | None = None  # per GPU, GB
+    total_memory: Range[float] | None = None  # over the GPUs counted, GB
+    count: Range[int] = _ONE
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_shorthand(cls, data: Any) -> Any:
+        if isinstance(data, bool):
+            raise ValueError(f"expected a GPU spec such as A100:2 or a count, got {data!r}")
+        if isinstance(data, int):
+            data = {"count": data}
+        elif isinstance(data, str):
+            data = _parse_gpu_string(data)
+        if isinstance(data, dict) and data.get("vendor") is None and data.get("name") is not None:
+            try:
+                vendor = common_vendor(gpu_names(data["name"]))
+            except ValueError:
+                return data  # the name field reports it, with its location
+            return {**data, "vendor": vendor}
+        return data
+
+    @field_validator("vendor", mode="before")
+    @classmethod
+    def _vendor(cls, value: Any) -> Any:
+        return normalise_vendor(value) if isinstance(value, str) else value
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        return None if value is None else gpu_names(value)
+
+    @field_validator("memory", "total_memory", mode="before")
+    @classmethod
+    def _memory(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        parsed = parse_memory_range(value, "GPU memory")
+        return None if parsed.min is None and parsed.max is None else parsed
+
+    @field_validator("count", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        return parse_count_range(value, "GPU count")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.count.max == 0:
+            raise ValueError("a GPU spec asks for at least one GPU; for none, leave gpu out or write gpu: 0")
+        for name in self.name or []:
+            known = gpu_vendor(name)
+            if self.vendor is not None and known is not None and known != self.vendor:
+                raise ValueError(f"{name} is a GPU from {known}, not from {self.vendor}")
+        return self
+
+    def kind(self) -> str:
+        """The shorthand without the count (`A100:40GB`, `nvidia`), `` for any GPU."""
+        parts: list[str] = []
+        if self.vendor is not None and (not self.name or common_vendor(self.name) != self.vendor):
+            parts.append(self.vendor)  # written only when the names do not imply it
+        if self.name:
+            parts.append(",".join(self.name))
+        if self.memory is not None:
+            parts.append(self.memory.format(format_memory))
+        return ":".join(parts)
+
+    def __str__(self) -> str:
+        kind = self.kind()
+        if not kind:
+            return str(self.count)
+        return kind if self.count == _ONE else f"{kind}:{self.count}"
+
+    def pretty(self) -> str:
+        """The shorthand, plus the total memory when one is asked for."""
+        if self.total_memory is None:
+            return str(self)
+        return f"{self} gpu_total={self.total_memory.format(format_memory)}"
+
+
+def _means_no_gpu(value: Any) -> bool:
+    """`gpu: 0`, `"0"`, `"..0"` or {"count": 0}: the job asks for no GPU at all."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value == 0
+    try:
+        if isinstance(value, str):
+            fields = _parse_gpu_string(value)
+            return set(fields) == {"count"} and fields["count"].max == 0
+        if isinstance(value, dict) and all(value.get(key) is None for key in set(value) - {"count"}):
+            return "count" in value and parse_count_range(value["count"]).max == 0
+    except ValueError:
+        return False  # GPUSpec validation reports it
+    return False
+
+
+def parse_gpu(value: Any) -> GPUSpec | None:
+    """A GPU spec from any spelling; None when it asks for no GPU (None, 0, `"0"`)."""
+    if value is None or _means_no_gpu(value):
+        return None
+    return GPUSpec.model_validate(value)
+
+
+# --- a job's resources ----------------------------------------------------------------------------------
+
+DEFAULT_MEMORY = Range[float](min=8.0)
+DEFAULT_DISK = Range[float](min=100.0)
+
+
+class ResourcesSpec(BaseModel):
+    """`resources:` in a configuration, with dstack's defaults (2.. CPUs, 8GB.. memory, 100GB.. disk).
+
+    The CPU architecture of `cpu: arm:4` or `cpu: {arch: arm, count: 4}` is kept apart in `cpu_arch`
+    (`x86` or `arm`, None for any), so `cpu` is always a plain range. Sizes are GB."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpu: Range[int] = DEFAULT_CPU
+    cpu_arch: str | None = None
+    memory: Range[float] = DEFAULT_MEMORY
+    shm_size: float | None = None
+    disk: Range[float] = DEFAULT_DISK
+    gpu: GPUSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_cpu_arch(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "cpu" not in data:
+            return data
+        try:
+            arch, count = parse_cpu(data["cpu"])
+        except ValueError:
+            return data  # the cpu field reports it, with its location
+        if arch is None:
+            return data
+        given = data.get("cpu_arch")
+        if given is not None and _ARCHES.get(str(given).strip().lower()) != arch:
+            raise ValueError(f"cpu asks for {arch} but cpu_arch says {given!r}")
+        return {**data, "cpu": count, "cpu_arch": arch}
+
+    @field_validator("cpu", mode="before")
+    @classmethod
+    def _cpu(cls, value: Any) -> Any:
+        return parse_cpu(value)[1]
+
+    @field_validator("cpu_arch", mode="before")
+    @classmethod
+    def _cpu_arch(cls, value: Any) -> Any:
+        return None if value is None else normalise_arch(value)
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, value: Any) -> Any:
+        return parse_memory_range(value, "memory size")
+
+    @field_validator("shm_size", mode="before")
+    @classmethod
+    def _shm_size(cls, value: Any) -> Any:
+        return _optional_memory(value)
+
+    @field_validator("disk", mode="before")
+    @classmethod
+    def _disk(cls, value: Any) -> Any:
+        if isinstance(value, dict) and "size" in value:
+            if set(value) != {"size"}:
+                raise ValueError(f"invalid disk {value!r}: a disk mapping has only size")
+            value = value["size"]
+        return parse_memory_range(value, "disk size")
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _gpu(cls, value: Any) -> Any:
+        return None if _means_no_gpu(value) else value
+
+    def pretty(self) -> str:
+        """One short line: `cpu=2.. mem=8GB.. disk=100GB.. gpu=A100:40GB:2`."""
+        cpu = f"{self.cpu_arch}:{self.cpu}" if self.cpu_arch else str(self.cpu)
+        words = [f"cpu={cpu}", f"mem={self.memory.format(format_memory)}"]
+        if self.shm_size is not None:
+            words.append(f"shm={format_memory(self.shm_size)}")
+        words.append(f"disk={self.disk.format(format_memory)}")
+        if self.gpu is not None:
+            words.append(f"gpu={self.gpu.pretty()}")
+        return " ".join(words)
+
+
+class Allocation(NamedTuple):
+    """What a job reserves on an instance: the lower bound of each range, 0 when it has none."""
+
+    cpu: float
+    memory_gb: float
+    gpu_count: int
+
+
+def allocation(spec: ResourcesSpec) -> Allocation:
+    gpus = 0 if spec.gpu is None else spec.gpu.count.min or 0
+    return Allocation(cpu=float(spec.cpu.min or 0), memory_gb=spec.memory.min or 0.0, gpu_count=gpus)
+
+
+# --- an instance's resources ----------------------------------------------------------------------------
+
+
+class InstanceResources(BaseModel):
+    """What an instance has. `cpu_arch` (`x86`/`arm`) is checked only when both sides state one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpus: float = Field(ge=0)
+    memory_gb: float = Field(ge=0)
+    disk_gb: float = Field(ge=0)
+    gpus: list[GPU] = Field(default_factory=list)
+    cpu_arch: str | None = None
+
+    @field_validator("cpu_arch", mode="before")
+    @classmethod
+    def _cpu_arch(cls, value: Any) -> Any:
+        return None if value is None else normalise_arch(value)
+
+    def gpu_summary(self) -> str:
+        """`8xH100:80GB`, `1xA100:80GB+1xT4:16GB`, or `` without GPUs."""
+        groups: dict[tuple[str, float], int] = {}
+        for gpu in self.gpus:
+            groups[gpu.name, gpu.memory_gb] = groups.get((gpu.name, gpu.memory_gb), 0) + 1
+        return "+".join(f"{n}x{name}:{format_memory(memory)}" for (name, memory), n in groups.items())
+
+    def pretty(self) -> str:
+        """One short line: `cpu=8 mem=32GB disk=500GB gpu=8xH100:80GB` (no gpu word without GPUs)."""
+        cpu = f"{self.cpu_arch}:{_number(self.cpus)}" if self.cpu_arch else _number(self.cpus)
+        words = [f"cpu={cpu}", f"mem={format_memory(self.memory_gb)}", f"disk={format_memory(self.disk_gb)}"]
+        if self.gpus:
+            words.append(f"gpu={self.gpu_summary()}")
+        return " ".join(words)
+
+
+# --- matching -------------------------------------------------------------------------------------------
+
+
+def _within(value: float, wanted: Range[Any], check_max: bool) -> bool:
+    return (wanted.min is None or value >= wanted.min) and (
+        not check_max or wanted.max is None or value <= wanted.max
+    )
+
+
+def matching_gpus(instance: InstanceResources, spec: GPUSpec) -> list[GPU]:
+    """The instance's GPUs of the spec's vendor, names (any case) and per-GPU memory."""
+    names = {name.lower() for name in spec.name or []}
+    return [
+        gpu
+        for gpu in instance.gpus
+        if (spec.vendor is None or gpu.vendor == spec.vendor)
+        and (not names or gpu.name.lower() in names)
+        and (spec.memory is None or spec.memory.contains(gpu.memory_gb))
+    ]
+
+
+def unsatisfied(instance: InstanceResources, spec: ResourcesSpec, *, check_max: bool = True) -> list[str]:
+    """Why `instance` does not fit `spec`, one reason per resource; [] when it fits.
+
+    As dstack matches offers, an instance fits a range when its amount is at least the lower bound and,
+    with `check_max` (the default), at most the upper bound: `cpu: 4` wants a 4-CPU instance, `cpu: 4..`
+    any with 4 or more. `check_max=False` checks lower bounds only (an instance shared between jobs).
+    GPUs: with no `gpu` spec any instance fits, GPUs or not; otherwise the number of the instance's GPUs
+    that match the spec must be within its count range, and their memory within `total_memory`."""
+    reasons: list[str] = []
+    if not _within(instance.cpus, spec.cpu, check_max):
+        reasons.append(f"needs {spec.cpu} CPUs, instance has {_number(instance.cpus)}")
+    if spec.cpu_arch is not None and instance.cpu_arch is not None and spec.cpu_arch != instance.cpu_arch:
+        reasons.append(f"needs {spec.cpu_arch} CPUs, instance has {instance.cpu_arch}")
+    if not _within(instance.memory_gb, spec.memory, check_max):
+        wanted = spec.memory.format(format_memory)
+        reasons.append(f"needs {wanted} memory, instance has {format_memory(instance.memory_gb)}")
+    if not _within(instance.disk_gb, spec.disk, check_max):
+        wanted = spec.disk.format(format_memory)
+        reasons.append(f"needs {wanted} disk, instance has {format_memory(instance.disk_gb)}")
+    if spec.gpu is not None:
+        matching = matching_gpus(instance, spec.gpu)
+        if not _within(len(matching), spec.gpu.count, check_max):
+            kind = spec.gpu.kind()
+            what = f"{spec.gpu.count} GPUs" + (f" {kind}" if kind else "")
+            have = f"{len(matching)} matching ({instance.gpu_summary()})" if instance.gpus else "no GPUs"
+            reasons.append(f"needs {what}, instance has {have}")
+        total = sum(gpu.memory_gb for gpu in matching)
+        if spec.gpu.total_memory is not None and not _within(total, spec.gpu.total_memory, check_max):
+            wanted = spec.gpu.total_memory.format(format_memory)
+            reasons.append(
+                f"needs {wanted} of GPU memory in total, matching GPUs have {format_memory(total)}"
+            )
+    return reasons
+
+
+def satisfies(instance: InstanceResources, spec: ResourcesSpec, *, check_max: bool = True) -> bool:
+    return not unsatisfied(instance, spec, check_max=check_max)
