@@ -1,0 +1,316 @@
+"""A run's eventlog and its replay: the run's status, its jobs' latest submissions, its retries.
+
+`RunWorkflow` logs one event per change it decides or hears of; `replay_run` (the fold of
+`apply_run_event`) rebuilds the same state, and `RunState.job_views()` feeds `derive_run_status` again.
+The job machine and the event format are in `core.eventlog`.
+
+Run events (status after; '=' unchanged):
+
+| event                                   | legal in                          | status after              |
+|-----------------------------------------|-----------------------------------|---------------------------|
+| submit {run_name, project, user, type}  | first event only                  | SUBMITTED                 |
+| status {status, reason?}                | any active but TERMINATING        | status (not finished)     |
+| status {TERMINATING, reason}            | any active                        | TERMINATING, latest reason|
+| status {PENDING}                        | TERMINATING: all jobs finished,   | PENDING (scheduled runs,  |
+|                                         | not stopped/aborted by the user   | STEP 5)                   |
+| job-submit {replica, job, submission}   | any active but TERMINATING        | =                         |
+| job-status {replica, job, submission,   | any active                        | =                         |
+|   status, reason?}                      |                                   |                           |
+| job-finish {replica, job, submission,   | any active                        | =                         |
+|   status, reason, exit_status?,         |                                   |                           |
+|   provisioned?}                         |                                   |                           |
+| retry {replicas, attempt, backoff}      | any active but TERMINATING        | =                         |
+| exception {type, severity, note?}       | any active                        | = (recorded only)         |
+| priority {priority}, memo, debug.*      | any active                        | =                         |
+| clean {status, reason}                  | TERMINATING, all jobs finished    | reason.to_status()        |
+
+A TERMINATING status needs a reason and no other status takes one. Job submissions of one (replica,
+job) are numbered 0, 1, 2...; job-status and job-finish about an older submission (a sibling stopped
+after its replica was resubmitted) are accepted and change nothing. For the latest one, statuses only
+move forward (SUBMITTED, PROVISIONING, PULLING, RUNNING, TERMINATING, then finished), a finished
+status is the one its reason leads to, and a TERMINATING reason is kept by job-finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.eventlog import (
+    Event,
+    EventlogError,
+    ExceptionRecord,
+    check_event,
+    check_final,
+    exception_record,
+    fold,
+    maybe,
+    memo_update,
+    need,
+    need_index,
+)
+from core.rules import JobView
+from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+
+_ACTIVE_RUN = frozenset(s for s in RunStatus if s.is_active())
+_NOT_TERMINATING = _ACTIVE_RUN - {RunStatus.TERMINATING}
+
+RUN_EVENTS_FROM: dict[str, frozenset[RunStatus]] = {
+    "submit": frozenset(),
+    "status": _ACTIVE_RUN,
+    "job-submit": _NOT_TERMINATING,
+    "job-status": _ACTIVE_RUN,
+    "job-finish": _ACTIVE_RUN,
+    "retry": _NOT_TERMINATING,
+    "exception": _ACTIVE_RUN,
+    "priority": _ACTIVE_RUN,
+    "memo": _ACTIVE_RUN,
+    "clean": frozenset({RunStatus.TERMINATING}),
+}
+
+# The order a job submission's statuses may move in, as the run hears of them.
+JOB_STATUS_RANK = {
+    s: n
+    for n, s in enumerate(
+        [
+            JobStatus.SUBMITTED,
+            JobStatus.PROVISIONING,
+            JobStatus.PULLING,
+            JobStatus.RUNNING,
+            JobStatus.TERMINATING,
+        ]
+    )
+}
+_HOLDING_INSTANCE = frozenset({JobStatus.PROVISIONING, JobStatus.PULLING, JobStatus.RUNNING})
+_USER_ENDED = frozenset({RunTerminationReason.STOPPED_BY_USER, RunTerminationReason.ABORTED_BY_USER})
+
+
+class RunJob(BaseModel):
+    """The latest submission of one (replica, job) of a run, as the run's log tells it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    replica_num: int
+    job_num: int
+    submission_num: int
+    status: JobStatus = JobStatus.SUBMITTED
+    termination_reason: JobTerminationReason | None = None
+    exit_status: int | None = None
+    first_submitted_at: float  # of submission 0
+    submitted_at: float  # of this submission
+    provisioned: bool = False  # this submission has held an instance
+    last_provisioned_at: float | None = None  # last event while any submission held one; see JobView
+
+    def view(self) -> JobView:
+        return JobView(
+            replica_num=self.replica_num,
+            job_num=self.job_num,
+            submission_num=self.submission_num,
+            status=self.status,
+            termination_reason=self.termination_reason,
+            exit_status=self.exit_status,
+            first_submitted_at=self.first_submitted_at,
+            last_provisioned_at=self.last_provisioned_at,
+        )
+
+
+class RunState(BaseModel):
+    """What a run's eventlog says about it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_name: str
+    project: str
+    user: str
+    run_type: str
+    status: RunStatus
+    termination_reason: RunTerminationReason | None = None
+    times: dict[RunStatus, float] = Field(default_factory=dict)  # first time each status was entered
+    status_since: float  # when the current status was entered this time
+    jobs: tuple[RunJob, ...] = ()  # sorted by (replica, job)
+    submissions: int = 0  # job-submit events, first submissions included
+    retries: int = 0  # retry events
+    retry_attempt: int | None = None  # `attempt` of the latest retry
+    exceptions: tuple[ExceptionRecord, ...] = ()
+    priority: int | None = None
+    memo: dict[str, Any] = Field(default_factory=dict)
+
+    def job(self, replica_num: int, job_num: int) -> RunJob | None:
+        return next((j for j in self.jobs if (j.replica_num, j.job_num) == (replica_num, job_num)), None)
+
+    def job_views(self) -> list[JobView]:
+        """The input `derive_run_status` needs: the latest submission of every job."""
+        return [j.view() for j in self.jobs]
+
+
+def _with_job(state: RunState, job: RunJob) -> RunState:
+    others = [j for j in state.jobs if (j.replica_num, j.job_num) != (job.replica_num, job.job_num)]
+    return state.model_copy(
+        update={"jobs": tuple(sorted([*others, job], key=lambda j: (j.replica_num, j.job_num)))}
+    )
+
+
+def _all_jobs_finished(state: RunState) -> bool:
+    return all(j.status.is_finished() for j in state.jobs)
+
+
+def _run_status(state: RunState, event: Event) -> RunState:
+    status = need(event, "status", RunStatus)
+    reason = maybe(event, "reason", RunTerminationReason)
+    if status.is_finished():
+        raise EventlogError(f"a run becomes {status} only by clean")
+    if (status == RunStatus.TERMINATING) != (reason is not None):
+        raise EventlogError("a TERMINATING status needs a reason, and no other status takes one")
+    rearm = (
+        status == RunStatus.PENDING
+        and _all_jobs_finished(state)
+        and state.termination_reason not in _USER_ENDED
+    )
+    if state.status == RunStatus.TERMINATING and status != RunStatus.TERMINATING and not rearm:
+        raise EventlogError(f"a terminating run goes only back to PENDING (a scheduled run), not to {status}")
+    times = state.times if status in state.times else {**state.times, status: event.timestamp}
+    since = state.status_since if status == state.status else event.timestamp
+    update = {"status": status, "termination_reason": reason, "times": times, "status_since": since}
+    return state.model_copy(update=update)
+
+
+def _job_submit(state: RunState, event: Event) -> RunState:
+    replica, job, submission = (need_index(event, k) for k in ("replica", "job", "submission"))
+    current = state.job(replica, job)
+    expected = 0 if current is None else current.submission_num + 1
+    if submission != expected:
+        raise EventlogError(f"replica {replica} job {job}: submission {submission}, expected {expected}")
+    first = event.timestamp if current is None else current.first_submitted_at
+    last = None if current is None else current.last_provisioned_at
+    new = RunJob(
+        replica_num=replica,
+        job_num=job,
+        submission_num=submission,
+        first_submitted_at=first,
+        submitted_at=event.timestamp,
+        last_provisioned_at=last,
+    )
+    return _with_job(state, new).model_copy(update={"submissions": state.submissions + 1})
+
+
+def _latest(state: RunState, event: Event) -> RunJob | None:
+    """The job an event is about if it is about its latest submission; None for an older one."""
+    replica, job, submission = (need_index(event, k) for k in ("replica", "job", "submission"))
+    current = state.job(replica, job)
+    if current is None or submission > current.submission_num:
+        raise EventlogError(f"replica {replica} job {job} submission {submission} was never submitted")
+    if submission < current.submission_num:
+        return None
+    if current.status.is_finished():
+        raise EventlogError(f"replica {replica} job {job} submission {submission} has already finished")
+    return current
+
+
+def _name(job: RunJob) -> str:
+    return f"replica {job.replica_num} job {job.job_num} submission {job.submission_num}"
+
+
+def _said(status: JobStatus, reason: JobTerminationReason | None) -> str:
+    return f"{status} ({reason})" if reason else str(status)
+
+
+def _job_status(state: RunState, event: Event) -> RunState:
+    status = need(event, "status", JobStatus)
+    reason = maybe(event, "reason", JobTerminationReason)
+    if status not in JOB_STATUS_RANK:
+        raise EventlogError(f"job-status cannot be {status}: a job finishes by job-finish")
+    if (status == JobStatus.TERMINATING) != (reason is not None):
+        raise EventlogError("a TERMINATING job needs a reason, and no other status takes one")
+    job = _latest(state, event)
+    if job is None:
+        return state
+    if JOB_STATUS_RANK[status] < JOB_STATUS_RANK[job.status] or (
+        status == job.status and reason != job.termination_reason
+    ):
+        raise EventlogError(
+            f"{_name(job)} goes from {_said(job.status, job.termination_reason)} to {_said(status, reason)}"
+        )
+    provisioned = job.provisioned or status in _HOLDING_INSTANCE
+    update: dict[str, Any] = {"status": status, "termination_reason": reason, "provisioned": provisioned}
+    if provisioned:
+        update["last_provisioned_at"] = event.timestamp
+    return _with_job(state, job.model_copy(update=update))
+
+
+def _job_finish(state: RunState, event: Event) -> RunState:
+    status = need(event, "status", JobStatus)
+    reason = need(event, "reason", JobTerminationReason)
+    exit_status = maybe(event, "exit_status", int)
+    job = _latest(state, event)
+    if job is None:
+        check_final(status, reason, reason)
+        return state
+    check_final(status, reason, job.termination_reason or reason)
+    provisioned = job.provisioned or bool(maybe(event, "provisioned", bool))
+    update: dict[str, Any] = {"status": status, "termination_reason": reason, "exit_status": exit_status}
+    if provisioned:
+        update |= {"provisioned": True, "last_provisioned_at": event.timestamp}
+    return _with_job(state, job.model_copy(update=update))
+
+
+def _retry(state: RunState, event: Event) -> RunState:
+    replicas = need(event, "replicas", list)
+    known = {j.replica_num for j in state.jobs}
+    # An empty list is allowed: a pending run may come back with nothing to resubmit (scaled to zero).
+    if not all(isinstance(r, int) and not isinstance(r, bool) and r in known for r in replicas):
+        raise EventlogError(f"retry needs a list of the run's replicas, got {replicas!r}")
+    attempt = need_index(event, "attempt")
+    need_index(event, "backoff")
+    return state.model_copy(update={"retries": state.retries + 1, "retry_attempt": attempt})
+
+
+def _clean(state: RunState, event: Event) -> RunState:
+    status = need(event, "status", RunStatus)
+    check_final(status, need(event, "reason", RunTerminationReason), state.termination_reason)
+    if not _all_jobs_finished(state):
+        raise EventlogError("clean while some jobs are still active")
+    times = {**state.times, status: event.timestamp}
+    return state.model_copy(update={"status": status, "times": times, "status_since": event.timestamp})
+
+
+def _exception(state: RunState, event: Event) -> RunState:
+    # A run's exceptions are recorded only: its status changes by `status` events, decided by the workflow.
+    return state.model_copy(update={"exceptions": (*state.exceptions, exception_record(event))})
+
+
+_RUN_HANDLERS: dict[str, Callable[[RunState, Event], RunState]] = {
+    "status": _run_status,
+    "job-submit": _job_submit,
+    "job-status": _job_status,
+    "job-finish": _job_finish,
+    "retry": _retry,
+    "exception": _exception,
+    "priority": lambda state, event: state.model_copy(update={"priority": need_index(event, "priority")}),
+    "memo": lambda state, event: state.model_copy(update={"memo": memo_update(state.memo, event)}),
+    "clean": _clean,
+}
+
+
+def apply_run_event(state: RunState | None, event: Event) -> RunState:
+    """The run state after `event` (`state` None: the log so far is empty). Never mutates `state`."""
+    if state is None:
+        check_event(None, event, RUN_EVENTS_FROM, False)
+        return RunState(
+            run_name=need(event, "run_name", str),
+            project=need(event, "project", str),
+            user=need(event, "user", str),
+            run_type=need(event, "type", str),
+            status=RunStatus.SUBMITTED,
+            times={RunStatus.SUBMITTED: event.timestamp},
+            status_since=event.timestamp,
+        )
+    if not check_event(state.status, event, RUN_EVENTS_FROM, state.status.is_finished()):
+        return state
+    return _RUN_HANDLERS[event.name](state, event)
+
+
+def replay_run(events: Iterable[Event]) -> RunState:
+    """The state a run's eventlog leads to."""
+    return fold(apply_run_event, events)
