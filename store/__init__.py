@@ -1,1 +1,28 @@
 """sqlmodel tables, engine and migrations (filled by the lifecycle issue)."""
+
+from store.engine import for_writes, make_engine, migrate, open_store
+from store.models import (
+    RUN_EVENTLOG,
+    CodeArchiveRecord,
+    EventRecord,
+    JobSubmissionRecord,
+    LogChunkRecord,
+    RunRecord,
+)
+from store.repository import LogGapError, RecordNotFoundError, Store
+
+__all__ = [
+    "RUN_EVENTLOG",
+    "CodeArchiveRecord",
+    "EventRecord",
+    "JobSubmissionRecord",
+    "LogChunkRecord",
+    "LogGapError",
+    "RecordNotFoundError",
+    "RunRecord",
+    "Store",
+    "for_writes",
+    "make_engine",
+    "migrate",
+    "open_store",
+]

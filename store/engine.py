@@ -1,0 +1,146 @@
+"""Engines, migrations and the per-process store cache.
+
+SQLite is tuned for several writer processes at once: WAL (readers never wait on the writer), a
+10 s busy timeout (writers queue instead of failing with "database is locked"), and write
+transactions that take the write lock at BEGIN (see `for_writes`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, create_engine, event, func, select
+from sqlalchemy.engine import make_url
+
+from core.settings import Settings
+
+if TYPE_CHECKING:
+    from store.repository import Store
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+# The execution option that makes a SQLite transaction BEGIN IMMEDIATE (see `for_writes`).
+_WRITE_OPTION = "ferry_write"
+# The PostgreSQL advisory lock that serialises concurrent `migrate` calls (any fixed number).
+_MIGRATION_LOCK_KEY = 0x66657272
+
+
+def make_engine(url: str | None = None) -> Engine:
+    """An engine for `url` (default: Settings.from_env().database_url), tuned for concurrent writers."""
+    parsed = make_url(url or Settings.from_env().database_url)
+    if parsed.get_backend_name() != "sqlite":
+        # Workers live long and hold pooled connections across server restarts.
+        return create_engine(parsed, pool_pre_ping=True)
+    database = parsed.database
+    if database and database != ":memory:" and not database.startswith("file:"):
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    # Activities call the store from several threads; the pool hands each one its own connection.
+    engine = create_engine(parsed, connect_args={"check_same_thread": False})
+    event.listen(engine, "connect", _on_sqlite_connect)
+    event.listen(engine, "begin", _on_sqlite_begin)
+    return engine
+
+
+def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    # We emit BEGIN ourselves (_on_sqlite_begin): the driver's own transaction handling would
+    # autocommit reads and DDL, and cannot begin IMMEDIATE transactions.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        # The busy timeout first, so that switching a new database to WAL waits for other processes.
+        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()
+
+
+def _on_sqlite_begin(connection: Connection) -> None:
+    write = connection.get_execution_options().get(_WRITE_OPTION, False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def for_writes(engine: Engine) -> Engine:
+    """The same engine (and pool), whose SQLite transactions take the write lock at BEGIN.
+
+    A deferred SQLite transaction that reads and then writes fails at once with SQLITE_BUSY, without
+    waiting out the busy timeout, when another connection wrote in between; a transaction that
+    begins IMMEDIATE waits for the lock up front and then cannot be refused. Other databases ignore it.
+    """
+    return engine.execution_options(**{_WRITE_OPTION: True})
+
+
+def alembic_config(url: str | None = None) -> Config:
+    """An Alembic configuration for the store's migrations, with no alembic.ini.
+
+    For a new revision: `command.revision(alembic_config(url), message=..., autogenerate=True)`.
+    """
+    config = Config()
+    # ConfigParser interpolates "%"; paths and URLs are taken literally.
+    config.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
+    config.set_main_option("path_separator", "os")
+    if url is not None:
+        config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def migrate(engine_or_url: Engine | str | None = None) -> None:
+    """Upgrades the database to the newest revision; a no-op when it is there already.
+
+    Safe to call from several processes at once: the upgrade runs in one transaction that holds
+    SQLite's write lock (or a PostgreSQL advisory lock) and re-reads the version inside it.
+    """
+    engine = engine_or_url if isinstance(engine_or_url, Engine) else make_engine(engine_or_url)
+    owned = engine is not engine_or_url
+    try:
+        config = alembic_config()
+        heads = set(ScriptDirectory.from_config(config).get_heads())
+        # Most calls find the database up to date; checking takes no write lock.
+        with engine.connect() as connection:
+            if set(MigrationContext.configure(connection).get_current_heads()) == heads:
+                return
+        with for_writes(engine).begin() as connection:
+            if connection.dialect.name == "postgresql":
+                connection.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK_KEY)))
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+    finally:
+        if owned:
+            engine.dispose()
+
+
+_stores: dict[str, Store] = {}
+_stores_lock = threading.Lock()
+
+
+def open_store(url: str | None = None) -> Store:
+    """The process's store for `url` (default: Settings.from_env().database_url), migrated on first use."""
+    from store.repository import Store
+
+    url = url or Settings.from_env().database_url
+    with _stores_lock:
+        store = _stores.get(url)
+        if store is None:
+            engine = make_engine(url)
+            migrate(engine)
+            store = _stores[url] = Store(engine)
+        return store
+
+
+def _after_fork_in_child() -> None:
+    # A forked child must not share its parent's pooled connections (SQLAlchemy's advice), nor a
+    # lock some other parent thread may have held at the fork.
+    global _stores_lock
+    _stores_lock = threading.Lock()
+    for store in _stores.values():
+        store.engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

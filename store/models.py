@@ -1,0 +1,117 @@
+"""The store's tables: runs, job submissions, eventlogs, log chunks and code archives.
+
+Every table has a migration in `store/migrations/versions`; a test checks that the two agree.
+There are no foreign keys on purpose: workers write records in whatever order their activities
+(and the retries of those activities) happen to run, so a job's events or logs may land before its
+submission record does.
+"""
+
+import json
+import time
+from typing import Any
+
+from sqlalchemy import BigInteger, Index, Integer, LargeBinary, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+# SQLite only autoincrements an INTEGER PRIMARY KEY (the rowid); elsewhere the append-only tables
+# get 64-bit ids, as they may well outgrow 2**31 rows over a long-lived server's life.
+_BIG_ID = BigInteger().with_variant(Integer(), "sqlite")
+
+# The job_submission_id of a run's own eventlog. NULL would not do: NULLs never conflict in a
+# UNIQUE constraint (SQLite, PostgreSQL), so a retried append could store the run's events twice.
+RUN_EVENTLOG = ""
+
+
+class RunRecord(SQLModel, table=True):
+    """One applied configuration: what `ferry ps` lists."""
+
+    __tablename__ = "runs"
+    __table_args__ = (Index("ix_runs_project_run_name", "project", "run_name"),)
+
+    id: str = Field(primary_key=True)  # the run id, given by the caller; a run name may be reused
+    project: str
+    run_name: str
+    user: str
+    type: str  # task, service or dev-environment
+    status: str = Field(index=True)  # a core.status.RunStatus value
+    termination_reason: str | None = None  # a core.status.RunTerminationReason value
+    status_message: str | None = Field(default=None, sa_type=Text)
+    configuration: str = Field(default="{}", sa_type=Text)  # JSON of the normalised configuration
+    code_hash: str | None = None  # a CodeArchiveRecord.hash
+    submitted_at: float = Field(default_factory=time.time)
+    finished_at: float | None = None
+    updated_at: float = Field(default_factory=time.time)
+    priority: int = 0
+    workflow_id: str  # the RunWorkflow's id, ferry/<project>/<run-name>
+
+    def configuration_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.configuration)
+        return data
+
+
+class JobSubmissionRecord(SQLModel, table=True):
+    """One attempt at one job (one node of one replica): a JobWorkflow."""
+
+    __tablename__ = "job_submissions"
+
+    id: str = Field(primary_key=True)  # the JobWorkflow's id, <run-id>/r<replica>/j<job>/s<submission>
+    run_id: str = Field(index=True)
+    replica_num: int = 0
+    job_num: int = 0
+    submission_num: int = 0
+    status: str  # a core.status.JobStatus value
+    termination_reason: str | None = None  # a core.status.JobTerminationReason value
+    termination_message: str | None = Field(default=None, sa_type=Text)
+    exit_status: int | None = None
+    instance_name: str | None = None
+    submitted_at: float = Field(default_factory=time.time)
+    provisioned_at: float | None = None
+    finished_at: float | None = None
+    # Bytes of log stored so far. The store keeps it in step with the log chunks: Store.append_log
+    # raises it, and Store.put_job_submission ignores whatever value the caller's record carries.
+    log_size: int = Field(default=0, sa_type=BigInteger)
+
+
+class EventRecord(SQLModel, table=True):
+    """One event of an eventlog: a job submission's, or the run's own (job_submission_id == "")."""
+
+    __tablename__ = "events"
+    # The unique index also serves every lookup by run_id, so run_id needs no index of its own.
+    __table_args__ = (UniqueConstraint("run_id", "job_submission_id", "seq", name="uq_events_run_job_seq"),)
+
+    id: int | None = Field(default=None, primary_key=True, sa_type=_BIG_ID)
+    run_id: str
+    job_submission_id: str = RUN_EVENTLOG
+    seq: int  # the event's index within its eventlog
+    timestamp: float
+    name: str
+    context: str = Field(default="{}", sa_type=Text)  # JSON object
+
+    def context_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.context)
+        return data
+
+
+class LogChunkRecord(SQLModel, table=True):
+    """A piece of a job submission's log; the chunks of one log tile it from byte 0 without gaps."""
+
+    __tablename__ = "log_chunks"
+    # The unique index also serves every lookup by job_submission_id.
+    __table_args__ = (UniqueConstraint("job_submission_id", "offset", name="uq_log_chunks_job_offset"),)
+
+    id: int | None = Field(default=None, primary_key=True, sa_type=_BIG_ID)
+    job_submission_id: str
+    offset: int = Field(sa_type=BigInteger)  # the byte offset of the chunk's first byte in the log
+    data: bytes = Field(sa_type=LargeBinary)
+    timestamp: float
+
+
+class CodeArchiveRecord(SQLModel, table=True):
+    """A run's code, content-addressed: the same archive is stored once, whoever submits it."""
+
+    __tablename__ = "code_archives"
+
+    hash: str = Field(primary_key=True)  # "sha256:<hex>" of data
+    data: bytes = Field(sa_type=LargeBinary)
+    size: int = Field(sa_type=BigInteger)
+    created_at: float = Field(default_factory=time.time)

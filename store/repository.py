@@ -1,0 +1,368 @@
+"""The Store: short, idempotent transactions over the tables, safe under concurrent writers.
+
+Workers (activities, possibly several processes, possibly a timed-out attempt overlapping its retry)
+write; the CLI reads. Every write may therefore be repeated, or run alongside a copy of itself,
+without failing or storing anything twice. The methods are synchronous: activities call them from
+threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, Engine, Table, func, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlmodel import Session, SQLModel, col, select
+
+from core.status import RunStatus
+from store.engine import for_writes
+from store.models import (
+    RUN_EVENTLOG,
+    CodeArchiveRecord,
+    EventRecord,
+    JobSubmissionRecord,
+    LogChunkRecord,
+    RunRecord,
+)
+
+_RUNS: Table = RunRecord.__table__  # type: ignore[attr-defined]
+_JOBS: Table = JobSubmissionRecord.__table__  # type: ignore[attr-defined]
+_EVENTS: Table = EventRecord.__table__  # type: ignore[attr-defined]
+_CHUNKS: Table = LogChunkRecord.__table__  # type: ignore[attr-defined]
+_CODE: Table = CodeArchiveRecord.__table__  # type: ignore[attr-defined]
+
+_EVENT_KEY = ("run_id", "job_submission_id", "seq")
+_FINISHED_RUN_STATUSES = sorted(status.value for status in RunStatus.finished_statuses())
+
+
+class LogGapError(ValueError):
+    """A log chunk starts past the end of the stored log: the sender must resend from `size`."""
+
+    def __init__(self, job_submission_id: str, offset: int, size: int) -> None:
+        super().__init__(
+            f"log of {job_submission_id}: a chunk at offset {offset} would leave a gap "
+            f"after the {size} bytes stored"
+        )
+        self.job_submission_id = job_submission_id
+        self.offset = offset
+        self.size = size
+
+
+class RecordNotFoundError(LookupError):
+    """An update named a record that is not stored."""
+
+
+class Store:
+    """The store's API over one engine (see store.engine.open_store)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._writer = for_writes(engine)
+
+    # Runs
+
+    def put_run(self, record: RunRecord) -> None:
+        """Inserts the run, or replaces every field of the stored run with the same id."""
+        with self._writer.begin() as connection:
+            _upsert(connection, _RUNS, _row(_RUNS, record), keep=())
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        """Sets these fields of a stored run, and updated_at unless given; RecordNotFoundError if none."""
+        fields.setdefault("updated_at", time.time())
+        self._update(_RUNS, run_id, fields)
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run with this id, if stored."""
+        with self._session() as session:
+            return session.get(RunRecord, run_id)
+
+    def find_run(self, project: str, run_name: str) -> RunRecord | None:
+        """The most recently submitted run of this name in the project."""
+        statement = (
+            select(RunRecord)
+            .where(col(RunRecord.project) == project, col(RunRecord.run_name) == run_name)
+            .order_by(col(RunRecord.submitted_at).desc())
+            .limit(1)
+        )
+        with self._session() as session:
+            return session.exec(statement).first()
+
+    def list_runs(
+        self, project: str | None = None, active_only: bool = False, limit: int = 100
+    ) -> list[RunRecord]:
+        """Runs, newest submitted first: of one project or all, and only unfinished ones if asked."""
+        statement = select(RunRecord)
+        if project is not None:
+            statement = statement.where(col(RunRecord.project) == project)
+        if active_only:
+            statement = statement.where(col(RunRecord.status).not_in(_FINISHED_RUN_STATUSES))
+        statement = statement.order_by(col(RunRecord.submitted_at).desc(), col(RunRecord.id)).limit(limit)
+        with self._session() as session:
+            return list(session.exec(statement).all())
+
+    # Job submissions
+
+    def put_job_submission(self, record: JobSubmissionRecord) -> None:
+        """Inserts the submission, or replaces the stored one's fields; log_size stays the store's own."""
+        with self._writer.begin() as connection:
+            _lock_log(connection, record.id)
+            row = _row(_JOBS, record)
+            # A record written after some of its log (or a stale copy of one) must not reset log_size.
+            row["log_size"] = _stored_log_size(connection, record.id)
+            _upsert(connection, _JOBS, row, keep=("log_size",))
+
+    def update_job_submission(self, job_submission_id: str, **fields: Any) -> None:
+        """Sets these fields of a stored submission (log_size excepted); RecordNotFoundError if none."""
+        if "log_size" in fields:
+            raise TypeError("log_size follows the stored log: write the log with append_log")
+        self._update(_JOBS, job_submission_id, fields)
+
+    def get_job_submission(self, job_submission_id: str) -> JobSubmissionRecord | None:
+        """The submission with this id, if stored."""
+        with self._session() as session:
+            return session.get(JobSubmissionRecord, job_submission_id)
+
+    def list_job_submissions(self, run_id: str) -> list[JobSubmissionRecord]:
+        """The run's submissions, by replica, job and submission number."""
+        statement = (
+            select(JobSubmissionRecord)
+            .where(col(JobSubmissionRecord.run_id) == run_id)
+            .order_by(
+                col(JobSubmissionRecord.replica_num),
+                col(JobSubmissionRecord.job_num),
+                col(JobSubmissionRecord.submission_num),
+            )
+        )
+        with self._session() as session:
+            return list(session.exec(statement).all())
+
+    # Eventlogs
+
+    def append_events(
+        self,
+        run_id: str,
+        job_submission_id: str | None,
+        start_seq: int,
+        events: Sequence[tuple[float, str, Mapping[str, Any]]],
+    ) -> None:
+        """Stores (timestamp, name, context) events as seq start_seq, start_seq+1, ... of the eventlog.
+
+        job_submission_id None names the run's own eventlog. An event whose seq is stored already
+        is skipped (the first write wins), so a retried call may resend any of them.
+        """
+        rows = [
+            {
+                "run_id": run_id,
+                "job_submission_id": job_submission_id or RUN_EVENTLOG,
+                "seq": start_seq + index,
+                "timestamp": timestamp,
+                "name": name,
+                "context": json.dumps(dict(context), separators=(",", ":")),
+            }
+            for index, (timestamp, name, context) in enumerate(events)
+        ]
+        if not rows:
+            return
+        with self._writer.begin() as connection:
+            _insert_ignore(connection, _EVENTS, rows, _EVENT_KEY)
+
+    def read_events(
+        self, run_id: str, job_submission_id: str | None, after_seq: int = -1
+    ) -> list[EventRecord]:
+        """One eventlog's events with seq > after_seq, in order (None: the run's own eventlog)."""
+        statement = (
+            select(EventRecord)
+            .where(
+                col(EventRecord.run_id) == run_id,
+                col(EventRecord.job_submission_id) == (job_submission_id or RUN_EVENTLOG),
+                col(EventRecord.seq) > after_seq,
+            )
+            .order_by(col(EventRecord.seq))
+        )
+        with self._session() as session:
+            return list(session.exec(statement).all())
+
+    def read_all_events(self, run_id: str) -> list[EventRecord]:
+        """The run's events and all its submissions', by timestamp then seq."""
+        statement = (
+            select(EventRecord)
+            .where(col(EventRecord.run_id) == run_id)
+            .order_by(col(EventRecord.timestamp), col(EventRecord.seq), col(EventRecord.job_submission_id))
+        )
+        with self._session() as session:
+            return list(session.exec(statement).all())
+
+    # Logs
+
+    def append_log(self, job_submission_id: str, offset: int, data: bytes, timestamp: float) -> int:
+        """Stores `data` as the log's bytes from `offset` on, and returns the log's new size.
+
+        Bytes below the stored size are stored already and are skipped, so a resent or overlapping
+        chunk is harmless; a chunk starting past the stored size raises LogGapError (resend from its
+        `size`). Raises the submission record's log_size, if the record exists.
+        """
+        if offset < 0:
+            raise ValueError(f"negative log offset {offset}")
+        with self._writer.begin() as connection:
+            _lock_log(connection, job_submission_id)
+            size = _stored_log_size(connection, job_submission_id)
+            if offset > size:
+                raise LogGapError(job_submission_id, offset, size)
+            new = data[size - offset :]
+            if not new:
+                return size
+            connection.execute(
+                sa.insert(_CHUNKS).values(
+                    job_submission_id=job_submission_id, offset=size, data=new, timestamp=timestamp
+                )
+            )
+            size += len(new)
+            connection.execute(
+                update(_JOBS)
+                .where(_JOBS.c.id == job_submission_id, _JOBS.c.log_size < size)
+                .values(log_size=size)
+            )
+            return size
+
+    def read_log(
+        self, job_submission_id: str, offset: int = 0, limit: int | None = None
+    ) -> tuple[bytes, int]:
+        """Up to `limit` bytes of the log from `offset` (all, if None), and the offset that follows them."""
+        if offset < 0 or (limit is not None and limit < 0):
+            raise ValueError(f"bad log range: offset {offset}, limit {limit}")
+        chunks = _CHUNKS.c
+        mine = chunks.job_submission_id == job_submission_id
+        # Both statements in one transaction, so they see one snapshot of the log.
+        with self.engine.connect() as connection:
+            # The chunk holding `offset` starts at the greatest chunk offset not after it.
+            start = connection.execute(
+                sa.select(func.max(chunks.offset)).where(mine, chunks.offset <= offset)
+            ).scalar()
+            if start is None:
+                return b"", offset
+            statement = sa.select(chunks.data).where(mine, chunks.offset >= start).order_by(chunks.offset)
+            if limit is not None:
+                statement = statement.where(chunks.offset < offset + limit)
+            joined = b"".join(connection.execute(statement).scalars())
+        data = joined[offset - start :] if limit is None else joined[offset - start : offset - start + limit]
+        return data, offset + len(data)
+
+    def log_size(self, job_submission_id: str) -> int:
+        """How many bytes of the submission's log are stored."""
+        with self.engine.connect() as connection:
+            return _stored_log_size(connection, job_submission_id)
+
+    # Code archives
+
+    def put_code(self, data: bytes) -> str:
+        """Stores a code archive once, whoever sends it how often, and returns its hash "sha256:<hex>"."""
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        # The archive is usually stored already (a rerun, a retried activity): skip the write lock.
+        with self.engine.connect() as connection:
+            if connection.execute(sa.select(_CODE.c.hash).where(_CODE.c.hash == digest)).first():
+                return digest
+        row = {"hash": digest, "data": data, "size": len(data), "created_at": time.time()}
+        with self._writer.begin() as connection:
+            _insert_ignore(connection, _CODE, [row], ("hash",))
+        return digest
+
+    def get_code(self, code_hash: str) -> bytes | None:
+        """The code archive with this hash, if stored."""
+        with self.engine.connect() as connection:
+            data: bytes | None = connection.execute(
+                sa.select(_CODE.c.data).where(_CODE.c.hash == code_hash)
+            ).scalar()
+        return data
+
+    # Helpers
+
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
+        # Read-only: the session's transaction is rolled back on close; the records it returns
+        # stay loaded (nothing is expired, as nothing is committed).
+        with Session(self.engine) as session:
+            yield session
+
+    def _update(self, table: Table, record_id: str, fields: dict[str, Any]) -> None:
+        updatable = {column.name for column in table.columns if not column.primary_key}
+        unknown = set(fields) - updatable
+        if unknown:
+            raise TypeError(f"not updatable in {table.name}: {', '.join(sorted(unknown))}")
+        if not fields:
+            return
+        with self._writer.begin() as connection:
+            result = connection.execute(update(table).where(table.c.id == record_id).values(**fields))
+            if result.rowcount == 0:
+                raise RecordNotFoundError(f"no {table.name} record {record_id!r}")
+
+
+def _row(table: Table, record: SQLModel) -> dict[str, Any]:
+    return {column.name: getattr(record, column.name) for column in table.columns}
+
+
+def _dialect_insert(connection: Connection, table: Table) -> Any:
+    """The dialect's INSERT that knows ON CONFLICT, or None where the dialect has none we use."""
+    name = connection.dialect.name
+    if name == "sqlite":
+        return sqlite.insert(table)
+    if name == "postgresql":
+        return postgresql.insert(table)
+    return None
+
+
+def _upsert(connection: Connection, table: Table, row: dict[str, Any], keep: tuple[str, ...]) -> None:
+    """Inserts the row, or updates the stored row with its primary key (but for the `keep` columns)."""
+    keys = [column.name for column in table.primary_key.columns]
+    changes = {name: value for name, value in row.items() if name not in keys and name not in keep}
+    statement = _dialect_insert(connection, table)
+    if statement is not None:
+        connection.execute(statement.values(**row).on_conflict_do_update(index_elements=keys, set_=changes))
+        return
+    # Other databases: correct for one writer at a time, as portable SQL allows.
+    where = [table.c[name] == row[name] for name in keys]
+    if connection.execute(update(table).where(*where).values(**changes)).rowcount == 0:
+        connection.execute(sa.insert(table).values(**row))
+
+
+def _insert_ignore(
+    connection: Connection, table: Table, rows: list[dict[str, Any]], key: tuple[str, ...]
+) -> None:
+    """Inserts the rows whose `key` (a unique constraint's columns) is not stored yet."""
+    statement = _dialect_insert(connection, table)
+    if statement is not None:
+        connection.execute(statement.on_conflict_do_nothing(index_elements=list(key)), rows)
+        return
+    # Other databases: correct for one writer at a time, as portable SQL allows.
+    stored = {
+        tuple(found)
+        for found in connection.execute(
+            sa.select(*(table.c[name] for name in key)).where(
+                sa.tuple_(*(table.c[name] for name in key)).in_([tuple(row[n] for n in key) for row in rows])
+            )
+        )
+    }
+    fresh = [row for row in rows if tuple(row[name] for name in key) not in stored]
+    if fresh:
+        connection.execute(sa.insert(table), fresh)
+
+
+def _lock_log(connection: Connection, job_submission_id: str) -> None:
+    """Serialises writers of one log. SQLite needs nothing: write transactions begin IMMEDIATE."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(sa.select(func.pg_advisory_xact_lock(func.hashtext(job_submission_id))))
+
+
+def _stored_log_size(connection: Connection, job_submission_id: str) -> int:
+    last = connection.execute(
+        sa.select(_CHUNKS.c.offset, func.length(_CHUNKS.c.data))
+        .where(_CHUNKS.c.job_submission_id == job_submission_id)
+        .order_by(_CHUNKS.c.offset.desc())
+        .limit(1)
+    ).first()
+    return 0 if last is None else int(last[0]) + int(last[1])

@@ -1,0 +1,299 @@
+"""The Store's reads and writes, and the idempotency of every write."""
+
+import hashlib
+
+import pytest
+
+from core.status import JobStatus, RunStatus
+from store.models import RUN_EVENTLOG, JobSubmissionRecord, RunRecord
+from store.repository import LogGapError, RecordNotFoundError, Store
+
+
+def _run(
+    run_id: str,
+    *,
+    project: str = "main",
+    name: str = "train",
+    status: str = RunStatus.SUBMITTED,
+    submitted_at: float = 100.0,
+) -> RunRecord:
+    return RunRecord(
+        id=run_id,
+        project=project,
+        run_name=name,
+        user="alice",
+        type="task",
+        status=status,
+        configuration='{"type": "task", "commands": ["python train.py"]}',
+        submitted_at=submitted_at,
+        updated_at=submitted_at,
+        workflow_id=f"ferry/{project}/{name}",
+    )
+
+
+def _job(run_id: str, replica: int = 0, job: int = 0, submission: int = 0) -> JobSubmissionRecord:
+    return JobSubmissionRecord(
+        id=f"{run_id}/r{replica}/j{job}/s{submission}",
+        run_id=run_id,
+        replica_num=replica,
+        job_num=job,
+        submission_num=submission,
+        status=JobStatus.SUBMITTED,
+    )
+
+
+def _stored_run(store: Store, run_id: str) -> RunRecord:
+    record = store.get_run(run_id)
+    assert record is not None
+    return record
+
+
+def _stored_job(store: Store, job_submission_id: str) -> JobSubmissionRecord:
+    record = store.get_job_submission(job_submission_id)
+    assert record is not None
+    return record
+
+
+# Runs
+
+
+def test_put_get_and_replace_a_run(store: Store) -> None:
+    store.put_run(_run("r1"))
+    stored = store.get_run("r1")
+    assert stored is not None
+    assert (stored.run_name, stored.status, stored.priority) == ("train", "submitted", 0)
+    assert stored.configuration_data() == {"type": "task", "commands": ["python train.py"]}
+    replaced = _run("r1", status=RunStatus.RUNNING)
+    store.put_run(replaced)
+    store.put_run(replaced)
+    stored = store.get_run("r1")
+    assert stored is not None and stored.status == "running"
+    assert store.get_run("missing") is None
+
+
+def test_update_run(store: Store) -> None:
+    store.put_run(_run("r1"))
+    store.update_run("r1", status=RunStatus.DONE, termination_reason="all_jobs_done", finished_at=150.0)
+    store.update_run("r1", status=RunStatus.DONE, termination_reason="all_jobs_done", finished_at=150.0)
+    stored = _stored_run(store, "r1")
+    assert (stored.status, stored.termination_reason, stored.finished_at) == ("done", "all_jobs_done", 150.0)
+    assert stored.updated_at > 100.0  # set by the update
+    store.update_run("r1", updated_at=120.0)
+    assert _stored_run(store, "r1").updated_at == 120.0
+    with pytest.raises(RecordNotFoundError):
+        store.update_run("missing", status=RunStatus.DONE)
+    with pytest.raises(TypeError):
+        store.update_run("r1", colour="blue")
+    with pytest.raises(TypeError):
+        store.update_run("r1", id="r2")
+
+
+def test_find_run_returns_the_latest_of_a_reused_name(store: Store) -> None:
+    store.put_run(_run("old", status=RunStatus.DONE, submitted_at=100.0))
+    store.put_run(_run("new", submitted_at=200.0))
+    store.put_run(_run("other-project", project="research", submitted_at=300.0))
+    found = store.find_run("main", "train")
+    assert found is not None and found.id == "new"
+    assert store.find_run("main", "nope") is None
+
+
+def test_list_runs_filters(store: Store) -> None:
+    store.put_run(_run("a", name="a", status=RunStatus.DONE, submitted_at=1.0))
+    store.put_run(_run("b", name="b", status=RunStatus.RUNNING, submitted_at=2.0))
+    store.put_run(_run("c", name="c", status=RunStatus.FAILED, submitted_at=3.0))
+    store.put_run(_run("d", name="d", status=RunStatus.PENDING, submitted_at=4.0, project="research"))
+    store.put_run(_run("e", name="e", status=RunStatus.TERMINATED, submitted_at=5.0, project="research"))
+    assert [run.id for run in store.list_runs()] == ["e", "d", "c", "b", "a"]
+    assert [run.id for run in store.list_runs(project="main")] == ["c", "b", "a"]
+    assert [run.id for run in store.list_runs(active_only=True)] == ["d", "b"]
+    assert [run.id for run in store.list_runs(project="research", active_only=True)] == ["d"]
+    assert [run.id for run in store.list_runs(limit=2)] == ["e", "d"]
+    assert store.list_runs(project="nobody") == []
+
+
+# Job submissions
+
+
+def test_job_submissions(store: Store) -> None:
+    for replica, job, submission in [(1, 0, 0), (0, 1, 0), (0, 0, 1), (0, 0, 0)]:
+        store.put_job_submission(_job("r1", replica, job, submission))
+    store.put_job_submission(_job("r1", 0, 0, 0))
+    store.put_job_submission(_job("r2"))
+    assert [job.id for job in store.list_job_submissions("r1")] == [
+        "r1/r0/j0/s0",
+        "r1/r0/j0/s1",
+        "r1/r0/j1/s0",
+        "r1/r1/j0/s0",
+    ]
+    store.update_job_submission("r1/r0/j0/s0", status=JobStatus.DONE, exit_status=0, finished_at=9.0)
+    stored = store.get_job_submission("r1/r0/j0/s0")
+    assert stored is not None and (stored.status, stored.exit_status) == ("done", 0)
+    with pytest.raises(RecordNotFoundError):
+        store.update_job_submission("r9/r0/j0/s0", status=JobStatus.DONE)
+    with pytest.raises(TypeError):
+        store.update_job_submission("r1/r0/j0/s0", log_size=5)
+
+
+def test_log_size_of_a_submission_follows_its_log(store: Store) -> None:
+    job = _job("r1")
+    store.append_log(job.id, 0, b"before the record\n", 1.0)  # the log may arrive first
+    store.put_job_submission(job)
+    assert _stored_job(store, job.id).log_size == 18
+    store.append_log(job.id, 18, b"after\n", 2.0)
+    assert _stored_job(store, job.id).log_size == 24
+    store.put_job_submission(job)  # a stale copy, log_size=0, changes nothing of the log's
+    assert _stored_job(store, job.id).log_size == 24
+
+
+# Eventlogs
+
+
+def test_events_sent_twice_are_stored_once(store: Store) -> None:
+    events: list[tuple[float, str, dict[str, object]]] = [
+        (1.0, "submit", {"priority": 0}),
+        (2.0, "alloc", {"instance": "i-1"}),
+    ]
+    store.append_events("r1", "r1/r0/j0/s0", 0, events)
+    store.append_events("r1", "r1/r0/j0/s0", 0, events)
+    stored = store.read_events("r1", "r1/r0/j0/s0")
+    assert [(e.seq, e.timestamp, e.name, e.context_data()) for e in stored] == [
+        (0, 1.0, "submit", {"priority": 0}),
+        (1, 2.0, "alloc", {"instance": "i-1"}),
+    ]
+
+
+def test_a_retry_overlapping_stored_events_adds_only_the_new_ones(store: Store) -> None:
+    store.append_events("r1", None, 0, [(1.0, "submit", {}), (2.0, "validate", {})])
+    # The retry resends from seq 1, with a differing copy of it: the first write wins.
+    store.append_events("r1", None, 1, [(2.5, "validate", {"late": True}), (3.0, "depend", {})])
+    stored = store.read_events("r1", None)
+    assert [(e.seq, e.name, e.timestamp) for e in stored] == [
+        (0, "submit", 1.0),
+        (1, "validate", 2.0),
+        (2, "depend", 3.0),
+    ]
+    assert [e.seq for e in store.read_events("r1", None, after_seq=0)] == [1, 2]
+    assert store.read_events("r1", None, after_seq=2) == []
+    store.append_events("r1", None, 3, [])
+
+
+def test_run_and_job_eventlogs_are_separate(store: Store) -> None:
+    store.append_events("r1", None, 0, [(1.0, "submit", {}), (4.0, "memo", {"note": "x"})])
+    store.append_events("r1", "r1/r0/j0/s0", 0, [(2.0, "submit", {}), (4.0, "start", {})])
+    store.append_events("r1", "r1/r0/j1/s0", 0, [(3.0, "submit", {})])
+    store.append_events("r2", None, 0, [(0.5, "submit", {})])
+    assert [e.name for e in store.read_events("r1", None)] == ["submit", "memo"]
+    assert [e.id for e in store.read_events("r1", RUN_EVENTLOG)] == [
+        e.id for e in store.read_events("r1", None)
+    ]
+    assert {e.job_submission_id for e in store.read_events("r1", None)} == {RUN_EVENTLOG}
+    assert [e.name for e in store.read_events("r1", "r1/r0/j0/s0")] == ["submit", "start"]
+    assert [(e.timestamp, e.job_submission_id, e.name) for e in store.read_all_events("r1")] == [
+        (1.0, "", "submit"),
+        (2.0, "r1/r0/j0/s0", "submit"),
+        (3.0, "r1/r0/j1/s0", "submit"),
+        (4.0, "", "memo"),  # same time, same seq: the run's own eventlog sorts first
+        (4.0, "r1/r0/j0/s0", "start"),
+    ]
+
+
+# Logs
+
+
+def test_a_resent_chunk_is_ignored(store: Store) -> None:
+    assert store.append_log("j", 0, b"hello ", 1.0) == 6
+    assert store.append_log("j", 6, b"world\n", 2.0) == 12
+    assert store.append_log("j", 0, b"hello ", 1.0) == 12
+    assert store.append_log("j", 6, b"world\n", 2.0) == 12
+    assert store.read_log("j") == (b"hello world\n", 12)
+    assert store.log_size("j") == 12
+
+
+def test_an_overlapping_chunk_adds_only_its_new_bytes(store: Store) -> None:
+    store.append_log("j", 0, b"abcdef", 1.0)
+    # A resend from inside the first chunk that runs past its end (the watcher re-read more).
+    assert store.append_log("j", 3, b"defghi", 2.0) == 9
+    assert store.append_log("j", 0, b"abcdefghijk", 3.0) == 11
+    assert store.read_log("j") == (b"abcdefghijk", 11)
+
+
+def test_a_gap_raises_with_the_stored_size(store: Store) -> None:
+    store.append_log("j", 0, b"0123", 1.0)
+    with pytest.raises(LogGapError) as raised:
+        store.append_log("j", 5, b"56", 2.0)
+    assert raised.value.size == 4 and raised.value.offset == 5
+    with pytest.raises(LogGapError):
+        store.append_log("fresh", 1, b"x", 1.0)
+    assert store.read_log("j") == (b"0123", 4)
+    with pytest.raises(ValueError):
+        store.append_log("j", -1, b"x", 1.0)
+
+
+def test_empty_chunks_and_empty_logs(store: Store) -> None:
+    assert store.append_log("j", 0, b"", 1.0) == 0
+    assert store.read_log("j") == (b"", 0)
+    assert store.read_log("j", 7) == (b"", 7)
+    assert store.log_size("j") == 0
+
+
+def test_read_log_from_any_offset_with_any_limit(store: Store) -> None:
+    pieces = [b"a", b"bcd", b"efghij", b"k", b"lmnopq"]
+    offset = 0
+    for piece in pieces:
+        store.append_log("j", offset, piece, 1.0)
+        offset += len(piece)
+    whole = b"".join(pieces)
+    for start in range(len(whole) + 2):
+        assert store.read_log("j", start) == (whole[start:], start + len(whole[start:]))
+        for limit in range(len(whole) + 2):
+            expected = whole[start : start + limit]
+            assert store.read_log("j", start, limit) == (expected, start + len(expected)), (start, limit)
+    with pytest.raises(ValueError):
+        store.read_log("j", -1)
+    with pytest.raises(ValueError):
+        store.read_log("j", 0, -1)
+
+
+def test_a_thousand_small_chunks_read_back_whole(store: Store) -> None:
+    lines = [f"line {i}\n".encode() for i in range(1000)]
+    size = 0
+    for i, line in enumerate(lines):
+        size = store.append_log("j", size, line, float(i))
+    whole = b"".join(lines)
+    assert size == len(whole) == store.log_size("j")
+    assert store.read_log("j") == (whole, len(whole))
+    # Followed in pages, as `ferry logs -f` would.
+    paged, offset = b"", 0
+    while offset < size:
+        data, offset = store.read_log("j", offset, limit=1000)
+        paged += data
+    assert paged == whole
+
+
+# Code archives
+
+
+def test_code_archives_are_content_addressed(store: Store) -> None:
+    archive = bytes(range(256)) * 1000
+    code_hash = store.put_code(archive)
+    assert code_hash == "sha256:" + hashlib.sha256(archive).hexdigest()
+    assert store.put_code(archive) == code_hash
+    assert store.get_code(code_hash) == archive
+    assert store.put_code(b"") == "sha256:" + hashlib.sha256(b"").hexdigest()
+    assert store.get_code("sha256:" + "0" * 64) is None
+
+
+def test_databases_without_on_conflict_stay_idempotent(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Databases other than SQLite and PostgreSQL take the portable path; run it here on SQLite.
+    monkeypatch.setattr("store.repository._dialect_insert", lambda connection, table: None)
+    store.put_run(_run("r1"))
+    store.put_run(_run("r1", status=RunStatus.RUNNING))
+    assert _stored_run(store, "r1").status == "running"
+    store.put_job_submission(_job("r1"))
+    store.put_job_submission(_job("r1"))
+    assert len(store.list_job_submissions("r1")) == 1
+    store.append_events("r1", None, 0, [(1.0, "submit", {}), (2.0, "validate", {})])
+    store.append_events("r1", None, 1, [(2.0, "validate", {}), (3.0, "depend", {})])
+    assert [e.seq for e in store.read_events("r1", None)] == [0, 1, 2]
+    assert store.put_code(b"code") == store.put_code(b"code")
+    assert store.get_code(store.put_code(b"code")) == b"code"
