@@ -1,0 +1,63 @@
+"""`ferry validate`: check configuration files and summarise the valid ones."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from core.loading import ConfigurationError, LoadedConfiguration, load_configuration
+
+_PIPED_WIDTH = 240
+
+
+def validate_files(files: Sequence[str]) -> int:
+    """Print a summary table of the valid files and every issue of the others, one per line on stderr;
+    return the exit code: 0 only if every file is valid."""
+    valid: list[LoadedConfiguration] = []
+    failed = 0
+    for file in files:
+        try:
+            loaded = load_configuration(file)
+        except ConfigurationError as exc:
+            failed += 1
+            for issue in exc.issues:
+                typer.echo(str(issue), err=True)
+            continue
+        except (
+            Exception
+        ) as exc:  # a bug of ours must still read as one line about the file, never a traceback
+            failed += 1
+            typer.echo(f"{file}: internal error while validating: {type(exc).__name__}: {exc}", err=True)
+            continue
+        valid.append(loaded)
+        warning = loaded.warning()
+        if warning:
+            typer.echo(warning, err=True)
+    if valid:
+        console = Console()
+        if not console.is_terminal:
+            # Piped output is read by scripts and logs, not by a person at an 80-column window: no wrapping.
+            console = Console(width=_PIPED_WIDTH)
+        console.print(summary_table(valid))
+    return 0 if failed == 0 else 1
+
+
+def summary_table(loaded: Sequence[LoadedConfiguration]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("FILE", "TYPE", "NAME", "RESOURCES", "SCALE", "RETRY", "SCHEDULE"):
+        table.add_column(column, overflow="fold", no_wrap=column == "FILE")
+    for item in loaded:
+        summary = item.configuration.summary()
+        table.add_row(
+            item.file,
+            summary.type,
+            summary.name,
+            summary.resources,
+            summary.scale,
+            summary.retry,
+            summary.schedule,
+        )
+    return table

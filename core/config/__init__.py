@@ -1,0 +1,109 @@
+"""Configurations as files write them (dstack's field names): task, service, dev-environment, fleet.
+
+`parse_configuration(data)` validates a parsed YAML mapping into one of the four models; core.loading
+adds files, line numbers and readable errors on top.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field, TypeAdapter
+
+from core.config.base import DEFAULT_STOP_DURATION, BaseRunConfiguration, ConfigSummary, format_retry
+from core.config.dev_environment import DevEnvironmentConfiguration
+from core.config.fields import (
+    InstanceVolume,
+    NetworkVolume,
+    PortMapping,
+    StartupOrder,
+    StopCriteria,
+)
+from core.config.fleet import FleetConfiguration, FleetNodes, ProxyJump, SSHConfig, SSHHost
+from core.config.model import ConfigFieldError, ConfigModel
+from core.config.service import ProbeSpec, ScalingSpec, ServiceConfiguration
+from core.config.specs import ReplicaRange, Schedule
+from core.config.task import TaskConfiguration
+
+RunConfiguration = TaskConfiguration | ServiceConfiguration | DevEnvironmentConfiguration
+
+AnyConfiguration = Annotated[
+    TaskConfiguration | ServiceConfiguration | DevEnvironmentConfiguration | FleetConfiguration,
+    Field(discriminator="type"),
+]
+
+# The `type` of each configuration and its model, in the order errors list them.
+CONFIGURATION_MODELS: dict[str, type[ConfigModel]] = {
+    "task": TaskConfiguration,
+    "service": ServiceConfiguration,
+    "dev-environment": DevEnvironmentConfiguration,
+    "fleet": FleetConfiguration,
+}
+CONFIGURATION_TYPES: tuple[str, ...] = tuple(CONFIGURATION_MODELS)
+
+_ADAPTER: TypeAdapter[AnyConfiguration] = TypeAdapter(AnyConfiguration)
+
+
+def parse_configuration(data: Any) -> AnyConfiguration:
+    """The configuration a parsed YAML document describes; pydantic.ValidationError if it is invalid."""
+    return _ADAPTER.validate_python(data)
+
+
+def known_field_names() -> frozenset[str]:
+    """Every field name any configuration model (nested ones included) accepts, for typo suggestions."""
+    names: set[str] = set()
+    pending: list[type[BaseModel]] = list(CONFIGURATION_MODELS.values())
+    seen: set[type] = set()
+    while pending:
+        model = pending.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, info in model.model_fields.items():
+            names.add(name)
+            pending.extend(_models_in(info.annotation))
+    return frozenset(names)
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in getattr(annotation, "__args__", ()) + getattr(annotation, "__metadata__", ()):
+        found.extend(_models_in(arg))
+    if hasattr(annotation, "__origin__") and annotation.__origin__ is not None:
+        found.extend(_models_in(annotation.__origin__))
+    return found
+
+
+__all__ = [
+    "CONFIGURATION_MODELS",
+    "CONFIGURATION_TYPES",
+    "DEFAULT_STOP_DURATION",
+    "AnyConfiguration",
+    "BaseRunConfiguration",
+    "ConfigFieldError",
+    "ConfigModel",
+    "ConfigSummary",
+    "DevEnvironmentConfiguration",
+    "FleetConfiguration",
+    "FleetNodes",
+    "InstanceVolume",
+    "NetworkVolume",
+    "PortMapping",
+    "ProbeSpec",
+    "ProxyJump",
+    "ReplicaRange",
+    "RunConfiguration",
+    "SSHConfig",
+    "SSHHost",
+    "ScalingSpec",
+    "Schedule",
+    "ServiceConfiguration",
+    "StartupOrder",
+    "StopCriteria",
+    "TaskConfiguration",
+    "format_retry",
+    "known_field_names",
+    "parse_configuration",
+]

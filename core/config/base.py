@@ -1,0 +1,159 @@
+"""The fields every run configuration (task, service, dev environment) shares, with dstack's names."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar, NamedTuple
+
+from pydantic import Field, model_validator
+
+from core.config.fields import (
+    CreationPolicy,
+    Env,
+    Name,
+    SpotPolicy,
+    StartupOrder,
+    StopCriteria,
+    VolumeMount,
+)
+from core.config.model import ConfigFieldError, ConfigModel
+from core.config.specs import (
+    LooseItem,
+    PythonVersion,
+    RegistryAuth,
+    Retry,
+    Schedule,
+    Shell,
+    UtilizationPolicy,
+)
+from core.durations import OptionalDuration, format_duration
+from core.resources import ResourcesSpec
+from core.retry import RetryPolicy
+
+DEFAULT_STOP_DURATION = 300  # dstack: a graceful stop gets 5m before the job is killed
+MAX_PRIORITY = 100
+
+# Fields of every run that Ferry accepts but does not act on yet. `image` and `python` are among them:
+# the process executor runs commands on the host as they are.
+RUN_FIELDS_NOT_ACTED_ON = frozenset(
+    {
+        "image",
+        "python",
+        "nvcc",
+        "user",
+        "privileged",
+        "entrypoint",
+        "registry_auth",
+        "docker",
+        "repos",
+        "files",
+        "single_branch",
+        "backends",
+        "regions",
+        "availability_zones",
+        "instance_types",
+        "reservation",
+        "spot_policy",
+        "max_price",
+        "creation_policy",
+        "idle_duration",
+        "utilization_policy",
+        "tags",
+    }
+)
+
+
+class ConfigSummary(NamedTuple):
+    """What `ferry validate` and `ferry apply` show of a configuration, one string per column."""
+
+    type: str
+    name: str
+    resources: str
+    scale: str  # nodes, replicas or hosts
+    retry: str
+    schedule: str
+
+
+def format_retry(policy: RetryPolicy | None) -> str:
+    if policy is None:
+        return "off"
+    return f"{', '.join(policy.on_events)} for {format_duration(policy.duration)}"
+
+
+class BaseRunConfiguration(ConfigModel):
+    NOT_ACTED_ON: ClassVar[frozenset[str]] = RUN_FIELDS_NOT_ACTED_ON
+
+    name: Name | None = None  # None: a name is generated at apply time
+
+    # What runs and how
+    image: str | None = None
+    python: PythonVersion | None = None
+    nvcc: bool | None = None
+    user: str | None = None
+    privileged: bool = False
+    entrypoint: str | None = None
+    working_dir: str | None = None
+    shell: Shell | None = None  # None: bash if the host has it, else sh
+    env: Env = Field(default_factory=dict)
+    registry_auth: RegistryAuth | None = None
+    docker: bool | None = None
+    repos: list[LooseItem] = Field(default_factory=list)
+    files: list[LooseItem] = Field(default_factory=list)
+    single_branch: bool | None = None
+
+    # Where it runs
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    volumes: list[VolumeMount] = Field(default_factory=list)
+    fleets: list[Name] | None = None
+    backends: list[str] | None = None
+    regions: list[str] | None = None
+    availability_zones: list[str] | None = None
+    instance_types: list[str] | None = None
+    reservation: str | None = None
+    spot_policy: SpotPolicy | None = None
+    max_price: float | None = Field(default=None, gt=0)
+    creation_policy: CreationPolicy | None = None
+    idle_duration: OptionalDuration = None
+    utilization_policy: UtilizationPolicy | None = None
+    tags: dict[str, str] | None = None
+
+    # Its life
+    priority: int = Field(default=0, ge=0, le=MAX_PRIORITY)
+    retry: Retry = None
+    max_duration: OptionalDuration = None  # dstack: off unless set, for every run type
+    stop_duration: OptionalDuration = DEFAULT_STOP_DURATION
+    schedule: Schedule | None = None
+    startup_order: StartupOrder = StartupOrder.ANY
+    stop_criteria: StopCriteria = StopCriteria.ALL_DONE
+
+    @model_validator(mode="after")
+    def _check_image_and_python(self) -> BaseRunConfiguration:
+        if self.image is not None and self.python is not None:
+            raise ConfigFieldError(["python"], "cannot be used with `image`: the image decides the Python")
+        return self
+
+    def unresolved_env(self) -> list[str]:
+        """Variables written as a bare `NAME`: their values come from the environment at apply time."""
+        return [key for key, value in self.env.items() if value is None]
+
+    def resolved_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """`env` with every bare `NAME` taken from `environ`; ValueError naming the ones it lacks."""
+        missing = [key for key in self.unresolved_env() if key not in environ]
+        if missing:
+            raise ValueError(f"env: {', '.join(missing)} not set in the environment")
+        return {key: environ[key] if value is None else value for key, value in self.env.items()}
+
+    def _needs_commands(self, commands: list[str]) -> None:
+        # dstack runs the image's entrypoint when no commands are given; without an image there is nothing.
+        if not commands and self.image is None:
+            raise ConfigFieldError(["commands"], "required: list the commands to run (or set `image`)")
+
+    def _summary(self, kind: str, scale: str) -> ConfigSummary:
+        return ConfigSummary(
+            type=kind,
+            name=self.name or "-",
+            resources=self.resources.pretty(),
+            scale=scale,
+            retry=format_retry(self.retry),
+            schedule=", ".join(self.schedule.cron) if self.schedule else "-",
+        )

@@ -1,0 +1,25 @@
+"""`type: dev-environment`: a machine to attach an IDE to, kept until stopped or inactive."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from core.config.base import RUN_FIELDS_NOT_ACTED_ON, BaseRunConfiguration, ConfigSummary
+from core.config.fields import Commands, Port
+from core.durations import OptionalDuration
+
+
+class DevEnvironmentConfiguration(BaseRunConfiguration):
+    NOT_ACTED_ON: ClassVar[frozenset[str]] = RUN_FIELDS_NOT_ACTED_ON | {"version"}
+
+    type: Literal["dev-environment"] = "dev-environment"
+    ide: Literal["vscode", "cursor", "windsurf"]
+    version: str | None = None  # the IDE server's version
+    init: Commands = Field(default_factory=list)  # run once before the environment is ready
+    ports: list[Port] = Field(default_factory=list)
+    inactivity_duration: OptionalDuration = None  # off: stays up until stopped
+
+    def summary(self) -> ConfigSummary:
+        return self._summary("dev-environment", "nodes 1")

@@ -1,0 +1,200 @@
+"""`type: fleet`: the instances runs are placed on, either SSH hosts (`ssh_config`) or `nodes`."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, Tag, model_validator
+
+from core.config.base import ConfigSummary, format_retry
+from core.config.fields import Env, Name, SpotPolicy
+from core.config.model import ConfigFieldError, ConfigModel, shape_of
+from core.config.specs import Retry, parse_int_range
+from core.durations import OptionalDuration
+from core.resources import ResourcesSpec
+
+_PortNumber = Annotated[int, Field(ge=1, le=65535)]
+
+Blocks = Annotated[
+    Annotated[int, Field(ge=1), Tag("<number>")] | Annotated[Literal["auto"], Tag("<string>")],
+    Discriminator(
+        shape_of, custom_error_type="blocks_shape", custom_error_message="expected a number of blocks or auto"
+    ),
+]
+
+
+def _check_hostname(value: str) -> str:
+    if not value or any(ch.isspace() for ch in value) or "@" in value:
+        raise ValueError(f"expected a hostname or an IP address (the user goes in `user`), got {value!r}")
+    return value
+
+
+Hostname = Annotated[str, AfterValidator(_check_hostname)]
+
+
+class ProxyJump(ConfigModel):
+    """The host SSH connections go through first."""
+
+    hostname: Hostname
+    port: _PortNumber | None = None
+    user: str | None = None
+    identity_file: str | None = None
+
+
+class SSHHost(ConfigModel):
+    """One host of an SSH fleet; unset fields come from `ssh_config`."""
+
+    hostname: Hostname
+    port: _PortNumber | None = None
+    user: str | None = None
+    identity_file: str | None = None
+    proxy_jump: ProxyJump | None = None
+    internal_ip: str | None = None
+    blocks: Blocks | None = None  # None: the fleet's `blocks`
+
+
+def _host(value: Any) -> Any:
+    return {"hostname": value} if isinstance(value, str) else value
+
+
+def _check_network(value: str) -> str:
+    try:
+        ipaddress.ip_network(value)
+    except ValueError as exc:
+        raise ValueError(f"expected a network such as 10.0.0.0/24: {exc}") from None
+    return value
+
+
+class SSHConfig(ConfigModel):
+    user: str | None = None
+    port: _PortNumber | None = None
+    identity_file: str | None = None
+    proxy_jump: ProxyJump | None = None
+    network: Annotated[str, AfterValidator(_check_network)] | None = None
+    hosts: list[Annotated[SSHHost, BeforeValidator(_host)]] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check_hosts(self) -> SSHConfig:
+        seen: set[tuple[str, int | None]] = set()
+        for index, host in enumerate(self.hosts):
+            if host.user is None and self.user is None:
+                raise ConfigFieldError(
+                    ["hosts", index], "no user to log in as: set `user` here or in ssh_config"
+                )
+            address = (host.hostname, host.port or self.port)
+            if address in seen:
+                raise ConfigFieldError(["hosts", index, "hostname"], f"{host.hostname} is listed twice")
+            seen.add(address)
+        return self
+
+
+class FleetNodes(ConfigModel):
+    """How many instances a fleet of `nodes` has: at least `min`, `target` at creation, at most `max`."""
+
+    min: int = Field(ge=0)
+    target: int = Field(ge=0)
+    max: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _check_order(self) -> FleetNodes:
+        if self.target < self.min:
+            raise ConfigFieldError(["target"], f"below the minimum ({self.min})")
+        if self.max is not None and self.max < self.target:
+            raise ConfigFieldError(["max"], f"below the target ({self.target})")
+        return self
+
+    def __str__(self) -> str:
+        if self.min == self.target == self.max:
+            return str(self.min)
+        return f"{self.min}..{'' if self.max is None else self.max}"
+
+
+def _nodes(value: Any) -> Any:
+    parsed = parse_int_range(value, "nodes")
+    if parsed is None:
+        if isinstance(value, dict) and "target" not in value and isinstance(value.get("min"), int):
+            return {**value, "target": value["min"]}
+        if isinstance(value, dict | FleetNodes):
+            return value
+        raise ValueError(f"expected a number of nodes or a range such as 0..2, got {value!r}")
+    low, high = parsed
+    if low is not None and low == high and low < 1:
+        raise ValueError("a fixed number of nodes must be at least 1 (a range such as 0..2 can start empty)")
+    return {"min": low or 0, "target": low or 0, "max": high}
+
+
+class FleetConfiguration(ConfigModel):
+    NOT_ACTED_ON: ClassVar[frozenset[str]] = frozenset(
+        {
+            "env",
+            "backends",
+            "regions",
+            "availability_zones",
+            "instance_types",
+            "reservation",
+            "spot_policy",
+            "retry",
+            "max_price",
+            "idle_duration",
+            "tags",
+            "termination_policy",
+            "termination_idle_time",
+        }
+    )
+
+    type: Literal["fleet"] = "fleet"
+    name: Name | None = None
+    env: Env = Field(default_factory=dict)
+    ssh_config: SSHConfig | None = None
+    nodes: Annotated[FleetNodes, BeforeValidator(_nodes)] | None = None
+    placement: Literal["any", "cluster"] = "any"
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    blocks: Blocks = 1  # how many parts each instance's GPUs, CPUs and memory are split into
+    backends: list[str] | None = None
+    regions: list[str] | None = None
+    availability_zones: list[str] | None = None
+    instance_types: list[str] | None = None
+    reservation: str | None = None
+    spot_policy: SpotPolicy | None = None
+    retry: Retry = None
+    max_price: float | None = Field(default=None, gt=0)
+    idle_duration: OptionalDuration = None
+    tags: dict[str, str] | None = None
+    termination_policy: Literal["dont-destroy", "destroy-after-idle"] | None = None
+    termination_idle_time: OptionalDuration = None
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> FleetConfiguration:
+        if self.ssh_config is None and self.nodes is None:
+            raise ConfigFieldError(["nodes"], "required: a fleet needs `nodes` or `ssh_config.hosts`")
+        if self.ssh_config is not None and self.nodes is not None:
+            raise ConfigFieldError(
+                ["nodes"], "cannot be used with `ssh_config`: an SSH fleet has one instance per host"
+            )
+        return self
+
+    @property
+    def is_ssh(self) -> bool:
+        return self.ssh_config is not None
+
+    def unsupported_fields(self) -> list[str]:
+        fields = super().unsupported_fields()
+        # An SSH fleet's resources are what its hosts have: a request there asks for nothing.
+        if self.is_ssh and "resources" in self.model_fields_set:
+            fields.append("resources")
+        return fields
+
+    def summary(self) -> ConfigSummary:
+        if self.ssh_config is not None:
+            resources, scale = "-", f"hosts {len(self.ssh_config.hosts)}"
+        else:
+            resources, scale = self.resources.pretty(), f"nodes {self.nodes}"
+        return ConfigSummary(
+            type="fleet",
+            name=self.name or "-",
+            resources=resources,
+            scale=scale,
+            retry=format_retry(self.retry),
+            schedule="-",
+        )

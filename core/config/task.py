@@ -1,0 +1,25 @@
+"""`type: task`: commands run to completion, on one node or several."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from core.config.base import BaseRunConfiguration, ConfigSummary
+from core.config.fields import Commands, Port
+
+
+class TaskConfiguration(BaseRunConfiguration):
+    type: Literal["task"] = "task"
+    commands: Commands = Field(default_factory=list)
+    nodes: int = Field(default=1, ge=1)  # one job per node, placed all at once
+    ports: list[Port] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check_commands(self) -> TaskConfiguration:
+        self._needs_commands(self.commands)
+        return self
+
+    def summary(self) -> ConfigSummary:
+        return self._summary("task", f"nodes {self.nodes}")

@@ -1,0 +1,281 @@
+"""Loading configuration files: YAML with line numbers, and errors that name the file, the line, the field
+path and the reason, one per line."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from core.config import (
+    CONFIGURATION_MODELS,
+    CONFIGURATION_TYPES,
+    AnyConfiguration,
+    ConfigFieldError,
+    known_field_names,
+    parse_configuration,
+)
+
+Loc = tuple[str | int, ...]
+# Where each mapping key and sequence item of a document starts: path -> 1-based line.
+LineMap = dict[tuple[str, ...], int]
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    """One thing wrong with a configuration file; str() is one line: `file:line: field.path: reason`."""
+
+    file: str
+    line: int | None
+    field_path: str
+    message: str
+    column: int | None = None
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        return (
+            f"{where}: {self.field_path}: {self.message}" if self.field_path else f"{where}: {self.message}"
+        )
+
+
+class ConfigurationError(Exception):
+    """A configuration file that cannot be used; `issues` says every reason found."""
+
+    def __init__(self, issues: list[ConfigIssue]) -> None:
+        super().__init__("\n".join(str(issue) for issue in issues))
+        self.issues = issues
+
+
+@dataclass(frozen=True)
+class LoadedConfiguration:
+    file: str  # as the user named it
+    configuration: AnyConfiguration
+
+    @property
+    def path(self) -> Path:
+        return Path(self.file)
+
+    def warning(self) -> str | None:
+        """The one warning line about fields Ferry accepts but does not act on yet; None if there are none."""
+        fields = self.configuration.unsupported_fields()
+        if not fields:
+            return None
+        return f"{self.file}: warning: Ferry does not act on yet: {', '.join(fields)}"
+
+
+def load_configuration(path: str | Path) -> LoadedConfiguration:
+    """Read, parse and validate one configuration file; ConfigurationError for anything wrong with it."""
+    file = str(path)
+    target = Path(path)
+    try:
+        text = target.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _single(file, "no such file") from None
+    except IsADirectoryError:
+        raise _single(file, "is a directory, not a configuration file") from None
+    except UnicodeDecodeError as exc:
+        raise _single(file, f"is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise _single(file, f"cannot be read: {exc.strerror or exc}") from None
+    return load_configuration_text(text, file)
+
+
+def load_configuration_text(text: str, filename: str = "<configuration>") -> LoadedConfiguration:
+    """Like load_configuration, for a configuration given as text; `filename` names it in errors."""
+    data, lines = parse_yaml(text, filename)
+    if data is None:
+        raise _single(
+            filename, f"is empty: expected a mapping with `type` ({', '.join(CONFIGURATION_TYPES)})"
+        )
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else f"a {type(data).__name__} value"
+        raise _single(
+            filename, f"expected a mapping of fields at the top level, got {kind}", line=lines.get(())
+        )
+    try:
+        configuration = parse_configuration(data)
+    except ValidationError as exc:
+        raise ConfigurationError(issues_from_validation_error(exc, filename, lines)) from None
+    return LoadedConfiguration(filename, configuration)
+
+
+def parse_yaml(text: str, filename: str) -> tuple[Any, LineMap]:
+    """The YAML document in `text` and the line of each of its keys and items.
+
+    Syntax errors, several documents in one file and duplicate keys are ConfigurationErrors.
+    """
+    loader = _ConfigLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, {}
+        lines: LineMap = {(): node.start_mark.line + 1}
+        issues = list(_record_lines(node, (), lines, filename))
+        if issues:
+            raise ConfigurationError(issues)
+        return loader.construct_document(node), lines
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        reason = exc.problem or exc.context or "invalid YAML"
+        if exc.context and exc.problem:
+            reason = f"{exc.problem} ({exc.context})"
+        raise _single(
+            filename,
+            f"invalid YAML: {reason}",
+            line=mark.line + 1 if mark else None,
+            column=mark.column + 1 if mark else None,
+        ) from None
+    except yaml.YAMLError as exc:
+        raise _single(filename, f"invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def _record_lines(node: yaml.Node, path: tuple[str, ...], lines: LineMap, file: str) -> Iterable[ConfigIssue]:
+    if isinstance(node, yaml.MappingNode):
+        first_seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
+            if key is None or key == "<<":  # merge keys and complex keys: reported at the parent's line
+                continue
+            line = key_node.start_mark.line + 1
+            if key in first_seen:
+                yield ConfigIssue(
+                    file, line, ".".join((*path, key)), f"duplicate key (first at line {first_seen[key]})"
+                )
+                continue
+            first_seen[key] = line
+            lines[(*path, key)] = line
+            yield from _record_lines(value_node, (*path, key), lines, file)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            lines[(*path, str(index))] = item.start_mark.line + 1
+            yield from _record_lines(item, (*path, str(index)), lines, file)
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """SafeLoader without YAML 1.1's base-60 numbers, so that `80:30` stays the port mapping it means
+    instead of becoming 4830 (YAML 1.2 dropped them too)."""
+
+
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _FLOAT)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_ConfigLoader.add_implicit_resolver(
+    _INT,
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"),
+)
+_ConfigLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+
+
+# Path segments pydantic adds that are no field: our shape tags (`<list>`), union members (`str`,
+# `list[str]`, `function-after[...]`) and the `[key]` of a mapping key that failed.
+_TYPE_SEGMENT = re.compile(r"^(<\w+>|\[key\]|str|int|float|bool|none|[a-z-]+\[.*\])$")
+
+
+def issues_from_validation_error(
+    error: ValidationError, filename: str, lines: LineMap | None = None
+) -> list[ConfigIssue]:
+    """One ConfigIssue per pydantic error, with a readable field path and message and, given the document's
+    line map, the line of the deepest part of the path the document has."""
+    lines = lines or {}
+    issues: list[ConfigIssue] = []
+    for detail in error.errors():
+        loc = detail["loc"]
+        kind = str(loc[0]) if loc and str(loc[0]) in CONFIGURATION_TYPES else None
+        path = _clean_loc(loc, lines)
+        ctx = detail.get("ctx") or {}
+        cause = ctx.get("error")
+        if isinstance(cause, ConfigFieldError):
+            path = (*path, *(str(part) for part in cause.path))
+        message = _message(detail, path, kind)
+        if detail["type"] in {"union_tag_invalid", "union_tag_not_found"} and not path:
+            path = ("type",)
+        issues.append(ConfigIssue(filename, _line_of(path, lines), ".".join(path), message))
+    unique = list(dict.fromkeys(issues))
+    return sorted(unique, key=lambda issue: (issue.line or 0, issue.field_path))
+
+
+def _clean_loc(loc: Loc, lines: LineMap) -> tuple[str, ...]:
+    parts: list[str] = []
+    for index, segment in enumerate(loc):
+        text = str(segment)
+        # The first segment of a discriminated union's error is the `type` tag.
+        if index == 0 and text in CONFIGURATION_TYPES:
+            continue
+        if _TYPE_SEGMENT.match(text) and (*parts, text) not in lines:
+            continue
+        parts.append(text)
+    return tuple(parts)
+
+
+def _line_of(path: tuple[str, ...], lines: LineMap) -> int | None:
+    for end in range(len(path), -1, -1):
+        line = lines.get(path[:end])
+        if line is not None:
+            return line
+    return None
+
+
+def _message(detail: Any, path: tuple[str, ...], config_type: str | None) -> str:
+    kind = detail["type"]
+    if kind == "extra_forbidden":
+        return _unknown_field_message(path, config_type)
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "union_tag_invalid":
+        tag = detail.get("ctx", {}).get("tag", "")
+        return f"unknown type {tag!r}: expected one of {', '.join(CONFIGURATION_TYPES)}"
+    if kind == "union_tag_not_found":
+        return f"required field is missing: expected one of {', '.join(CONFIGURATION_TYPES)}"
+    cause = (detail.get("ctx") or {}).get("error")
+    if kind in {"value_error", "assertion_error"} and cause is not None:
+        return str(cause)
+    message = str(detail["msg"])
+    if message.startswith("Input should"):
+        message = "should" + message[len("Input should") :]
+        value = detail.get("input")
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            message += f", got {value!r}"
+        elif isinstance(value, bool):
+            message += f", got {str(value).lower()}"
+    return message
+
+
+def _unknown_field_message(path: tuple[str, ...], config_type: str | None) -> str:
+    name = path[-1] if path else ""
+    if len(path) == 1 and config_type is not None:
+        owners = [kind for kind, model in CONFIGURATION_MODELS.items() if name in model.model_fields]
+        if owners:
+            takes = "takes" if len(owners) == 1 else "take"
+            return f"not a field of a {config_type}: only {' and '.join(owners)} {takes} it"
+    if name in known_field_names():
+        return "unknown field here"
+    close = difflib.get_close_matches(name, sorted(known_field_names()), n=1, cutoff=0.75)
+    return f"unknown field (did you mean {close[0]!r}?)" if close else "unknown field"
+
+
+def _single(
+    file: str, message: str, line: int | None = None, column: int | None = None
+) -> ConfigurationError:
+    return ConfigurationError([ConfigIssue(file, line, "", message, column)])
