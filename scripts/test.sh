@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs whatever is missing for the tests, then runs the whole suite: ruff, mypy and pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# System packages the integration tests use; installed only when missing (root on CI and dev machines).
+need=()
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "scripts/test.sh: please install: ${need[*]}" >&2; exit 1
+  fi
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
+.venv/bin/pytest -q "$@"
