@@ -1,1 +1,1 @@
-"""Every side effect the workflows need: backends, agent client, store writes (filled by the lifecycle issue)."""
+"""Every side effect the workflows need: backends, the agent client, store writes."""
