@@ -1,0 +1,217 @@
+"""The agent's HTTP API: FastAPI routes over the task registry, behind a bearer token."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+from collections.abc import AsyncIterator
+from importlib.metadata import PackageNotFoundError, version
+
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, WebSocket
+from fastapi.responses import JSONResponse, Response
+from starlette.websockets import WebSocketDisconnect
+
+from agent import jobs
+from agent.instance import disk_usage
+from agent.logs import OffsetOutOfRange, read_log
+from agent.tasks import BadTaskRequest, TaskConflict, TaskNotFound, TaskRegistry
+from core.agent_api import (
+    CODE_HASH_PARAM,
+    DEFAULT_PULL_LIMIT,
+    MAX_PULL_LIMIT,
+    ErrorResponse,
+    HealthcheckResponse,
+    InstanceInfo,
+    JobSpec,
+    PullResponse,
+    TaskInfo,
+    TaskList,
+    TaskStatus,
+    TaskSubmitRequest,
+    TerminateRequest,
+)
+
+WS_CHUNK = 1024 * 1024
+WS_POLL_INTERVAL = 0.05  # seconds between looks at a live log that has nothing new
+WS_CLOSE_UNAUTHORIZED = 4401  # WebSocket close codes that mirror the HTTP statuses
+WS_CLOSE_NOT_FOUND = 4404
+WS_CLOSE_BAD_REQUEST = 4400
+
+
+def agent_version() -> str:
+    try:
+        return version("ferry")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _token_matches(presented: str | None, token: str) -> bool:
+    return presented is not None and hmac.compare_digest(presented.encode(), token.encode())
+
+
+def _bearer(authorization: str | None) -> str | None:
+    if authorization is None:
+        return None
+    scheme, _, credentials = authorization.partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else None
+
+
+def create_app(registry: TaskRegistry, token: str) -> FastAPI:
+    if not token:
+        raise ValueError("the agent needs a non-empty token")
+
+    async def require_token(authorization: str | None = Header(default=None)) -> None:
+        if not _token_matches(_bearer(authorization), token):
+            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        watcher = asyncio.create_task(registry.watch_forever())
+        yield
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+
+    errors: dict[int | str, dict[str, object]] = {
+        code: {"model": ErrorResponse} for code in (400, 401, 404, 409)
+    }
+    app = FastAPI(title="ferry-agent", version=agent_version(), lifespan=lifespan, responses=errors)
+    api = APIRouter(prefix="/api", dependencies=[Depends(require_token)])
+
+    for exc_type, status_code in ((TaskNotFound, 404), (TaskConflict, 409), (BadTaskRequest, 400)):
+
+        def handler(_: Request, exc: Exception, status_code: int = status_code) -> JSONResponse:
+            return JSONResponse({"detail": str(exc)}, status_code=status_code)
+
+        app.add_exception_handler(exc_type, handler)
+
+    @app.get("/api/healthcheck")
+    async def healthcheck() -> HealthcheckResponse:
+        return HealthcheckResponse(version=agent_version())
+
+    @api.get("/instance/info")
+    async def instance_info() -> InstanceInfo:
+        total_disk, free_disk = disk_usage(registry.data_dir)
+        return InstanceInfo(
+            cpus=registry.capacity.cpus,
+            memory_bytes=registry.capacity.memory_bytes,
+            disk_total_bytes=total_disk,
+            disk_free_bytes=free_disk,
+            gpus=registry.gpus,
+            total=registry.ledger.total(),
+            free=registry.ledger.free(),
+            free_gpu_indices=registry.ledger.free_gpu_indices(),
+        )
+
+    @api.post("/tasks")
+    async def submit_task(request: TaskSubmitRequest) -> TaskInfo:
+        return registry.submit(request)
+
+    @api.get("/tasks")
+    async def list_tasks() -> TaskList:
+        return TaskList(tasks=registry.list_tasks())
+
+    @api.get("/tasks/{task_id}")
+    async def get_task(task_id: str) -> TaskInfo:
+        return registry.get(task_id).to_info()
+
+    @api.post("/tasks/{task_id}/terminate")
+    async def terminate_task(task_id: str, request: TerminateRequest) -> TaskInfo:
+        return registry.terminate(task_id, request)
+
+    @api.post("/tasks/{task_id}/remove")
+    async def remove_task(task_id: str) -> TaskInfo:
+        return registry.remove(task_id)
+
+    @api.post("/tasks/{task_id}/job")
+    async def submit_job(task_id: str, spec: JobSpec) -> TaskInfo:
+        return jobs.submit_job(registry, task_id, spec)
+
+    @api.post("/tasks/{task_id}/code")
+    async def upload_code(
+        task_id: str,
+        request: Request,
+        sha256: str = Query(alias=CODE_HASH_PARAM, pattern="^[0-9a-fA-F]{64}$"),
+    ) -> TaskInfo:
+        return await jobs.upload_code(registry, task_id, request.stream(), sha256)
+
+    @api.post("/tasks/{task_id}/run")
+    async def run_job(task_id: str) -> TaskInfo:
+        return await jobs.run(registry, task_id)
+
+    @api.get("/tasks/{task_id}/pull", response_model=PullResponse)
+    async def pull(
+        task_id: str,
+        offset: int = Query(default=0, ge=0),
+        limit: int = Query(default=DEFAULT_PULL_LIMIT, ge=1, le=MAX_PULL_LIMIT),
+        states_offset: int = Query(default=0, ge=0),
+    ) -> Response:
+        body = jobs.pull(registry, task_id, offset, limit, states_offset)
+        return Response(content=body, media_type="application/json")
+
+    app.include_router(api)
+
+    @app.websocket("/api/tasks/{task_id}/logs/ws")
+    async def stream_logs(
+        websocket: WebSocket,
+        task_id: str,
+        offset: int = 0,
+        query_token: str | None = Query(default=None, alias="token"),
+    ) -> None:
+        # Browsers cannot set headers on a WebSocket, hence the token may come as a query parameter.
+        presented = (
+            query_token if query_token is not None else _bearer(websocket.headers.get("authorization"))
+        )
+        if not _token_matches(presented, token):
+            await _refuse(websocket, WS_CLOSE_UNAUTHORIZED, "missing or wrong bearer token")
+            return
+        try:
+            registry.get(task_id)
+        except TaskNotFound as exc:
+            await _refuse(websocket, WS_CLOSE_NOT_FOUND, str(exc))
+            return
+        if offset < 0:
+            await _refuse(websocket, WS_CLOSE_BAD_REQUEST, "offset must not be negative")
+            return
+        await websocket.accept()
+        await _stream(websocket, registry, task_id, offset)
+
+    return app
+
+
+async def _refuse(websocket: WebSocket, code: int, reason: str) -> None:
+    # Accepting first lets the client read why; a refused handshake would only say 403.
+    await websocket.accept()
+    await websocket.close(code=code, reason=reason)
+
+
+async def _stream(websocket: WebSocket, registry: TaskRegistry, task_id: str, offset: int) -> None:
+    """Send the log from `offset` as binary frames, follow it while the job runs, close when all is sent."""
+    # The client never speaks; waiting on its side tells us at once when it leaves.
+    leaving = asyncio.ensure_future(websocket.receive())
+    log_path = registry.paths(task_id).log
+    try:
+        while not leaving.done():
+            try:
+                record = registry.get(task_id)
+                finished = record.status == TaskStatus.TERMINATED  # read before the log, as in pull
+                data, _ = read_log(log_path, offset, WS_CHUNK)
+            except TaskNotFound as exc:  # removed while streamed
+                await websocket.close(code=WS_CLOSE_NOT_FOUND, reason=str(exc)[:120])
+                return
+            except OffsetOutOfRange as exc:
+                await websocket.close(code=WS_CLOSE_BAD_REQUEST, reason=str(exc)[:120])
+                return
+            if data:
+                await websocket.send_bytes(data)
+                offset += len(data)
+            elif finished:
+                await websocket.close(code=1000)
+                return
+            else:
+                await asyncio.wait({leaving}, timeout=WS_POLL_INTERVAL)
+    except WebSocketDisconnect:
+        pass
+    finally:
+        leaving.cancel()

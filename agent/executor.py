@@ -1,0 +1,168 @@
+"""The process executor: a job's commands in a shell, in their own session, logging straight to disk.
+
+Each job starts through a tiny `sh` wrapper that leads a new session and process group. The wrapper's
+stdout and stderr are one file description on the task's log file (opened O_APPEND), so the job's output
+lands on disk interleaved and in order, and the job is never blocked by the agent. When the commands end
+the wrapper writes their exit status to a file. The agent can therefore die and come back: the job keeps
+running, and the files tell the restarted agent what happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.records import TaskPaths, TaskRecord
+from core.agent_api import JobSpec
+
+# $1: task dir, $2: working dir, then the command. Trapping (not ignoring) TERM, INT and HUP keeps the
+# wrapper alive while the job handles the signal sent to the whole group; a trap's handler, unlike an
+# ignored signal, is reset in the job, so the job's own traps work. The wrapper's own stderr is /dev/null
+# (its "Terminated" notices are not the job's output); the job's is the log. The exit status is renamed
+# into place so that the agent never reads half of it.
+WRAPPER_SCRIPT = """\
+task_dir=$1
+workdir=$2
+shift 2
+echo $$ > "$task_dir/wrapper.pid"
+trap true TERM INT HUP
+cd -- "$workdir" 2>&1 && "$@" 2>&1
+rc=$?
+echo "$rc" > "$task_dir/exit_status.tmp" && mv -f -- "$task_dir/exit_status.tmp" "$task_dir/exit_status"
+"""
+WRAPPER_NAME = "ferry-job"
+
+# The job's cluster view, under Ferry's names and dstack's, so that dstack configurations run unchanged.
+ENV_PREFIXES = ("FERRY_", "DSTACK_")
+
+
+def job_environment(
+    base: Mapping[str, str], record: TaskRecord, spec: JobSpec, host_has_gpus: bool
+) -> dict[str, str]:
+    """The job's environment: the agent's, the task's, the spec's env and secrets, then Ferry's own."""
+    env = {**base, **record.env, **spec.env, **spec.secrets}
+    cluster = spec.cluster_info
+    gpus_per_node = cluster.gpus_per_node if cluster.gpus_per_node is not None else len(record.gpu_indices)
+    node_ips = cluster.node_ips or [cluster.master_node_ip]
+    values = {
+        "RUN_NAME": spec.run_name,
+        "REPLICA_NUM": str(spec.replica_num),
+        "JOB_NUM": str(spec.job_num),
+        "NODE_RANK": str(cluster.node_rank),
+        "NODES_NUM": str(cluster.nodes_num),
+        "MASTER_NODE_IP": cluster.master_node_ip,
+        "NODES_IPS": "\n".join(node_ips),
+        "GPUS_PER_NODE": str(gpus_per_node),
+        "GPUS_NUM": str(gpus_per_node * cluster.nodes_num),
+    }
+    for prefix in ENV_PREFIXES:
+        env.update({prefix + name: value for name, value in values.items()})
+    if record.gpu_indices or host_has_gpus:
+        # Empty when the task holds no GPU, so that it cannot use another task's.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in record.gpu_indices)
+    return env
+
+
+def working_directory(paths: TaskPaths, spec: JobSpec) -> Path:
+    if spec.working_dir is None:
+        return paths.workdir
+    return paths.workdir / spec.working_dir  # an absolute working_dir replaces the workdir
+
+
+def write_script(paths: TaskPaths, spec: JobSpec) -> None:
+    paths.script.write_text("\n".join(spec.commands) + "\n")
+
+
+def spawn_job(paths: TaskPaths, spec: JobSpec, env: Mapping[str, str], cwd: Path) -> int:
+    """Start the job's wrapper in a new session; return its pid, which is also the job's process group."""
+    argv = ["/bin/sh", "-c", WRAPPER_SCRIPT, WRAPPER_NAME, str(paths.root), str(cwd)]
+    argv += [spec.shell, "-e", str(paths.script)]
+    file_actions = [
+        (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, str(paths.log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+        (os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0),
+    ]
+    # posix_spawn (vfork-like) keeps starting a job cheap however large the agent grows; the agent's
+    # own descriptors are close-on-exec, so the job inherits none of them.
+    return os.posix_spawn(argv[0], argv, dict(env), file_actions=file_actions, setsid=True)
+
+
+def _proc_stat(pid: int) -> tuple[bytes, int] | None:
+    """(state, start time in clock ticks since boot) of a process, or None when there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    # After the command name, which may hold anything: state is the line's 3rd field, starttime its 22nd.
+    return fields[0], int(fields[19])
+
+
+def process_start_time(pid: int) -> int | None:
+    stat = _proc_stat(pid)
+    return None if stat is None else stat[1]
+
+
+def is_same_process_alive(pid: int, start_time: int | None) -> bool:
+    """Whether the process started as `pid` at `start_time` still runs; a reused pid is another process."""
+    stat = _proc_stat(pid)
+    return (
+        stat is not None and stat[0] not in (b"Z", b"X") and start_time is not None and stat[1] == start_time
+    )
+
+
+def is_wrapper_of(pid: int, paths: TaskPaths) -> bool:
+    """Whether `pid` runs this task's wrapper: its command line names the task's directory."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            args = cmdline.read().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return WRAPPER_NAME.encode() in args and str(paths.root).encode() in args
+
+
+def signal_group(pgid: int, signum: int) -> None:
+    # ESRCH: the group is gone (a live group's id is never given to another process).
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def kill_group(pgid: int) -> None:
+    signal_group(pgid, signal.SIGKILL)
+
+
+def read_exit_status(paths: TaskPaths) -> int | None:
+    try:
+        return int(paths.exit_status.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+class ChildState(enum.Enum):
+    RUNNING = "running"
+    EXITED = "exited"
+    NOT_OUR_CHILD = "not_our_child"  # started by an earlier agent: watch it through /proc instead
+
+
+@dataclass(frozen=True)
+class ChildPoll:
+    state: ChildState
+    exit_status: int | None = None
+
+
+def poll_child(pid: int) -> ChildPoll:
+    """Reap the wrapper if it has ended (it is the agent's child unless an earlier agent started it)."""
+    try:
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return ChildPoll(ChildState.NOT_OUR_CHILD)
+    if reaped == 0:
+        return ChildPoll(ChildState.RUNNING)
+    if os.WIFSIGNALED(status):
+        return ChildPoll(ChildState.EXITED, 128 + os.WTERMSIG(status))  # the shell's convention
+    return ChildPoll(ChildState.EXITED, os.waitstatus_to_exitcode(status))

@@ -1,0 +1,144 @@
+"""The runner role, per task: the job spec, the code, the run, and the job's states and logs by offset."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from agent import executor
+from agent.code import CodeArchiveError, extract_archive, receive_archive
+from agent.logs import OffsetOutOfRange, read_log
+from agent.records import TaskPaths, load_job_spec, save_job_spec
+from agent.tasks import BadTaskRequest, TaskConflict, TaskRegistry
+from agent.volumes import VolumeError, link_volumes, unlink_paths
+from core.agent_api import JobSpec, PullResponse, TaskInfo, TaskStatus, VolumeMount
+from core.status import JobTerminationReason
+
+
+def submit_job(registry: TaskRegistry, task_id: str, spec: JobSpec) -> TaskInfo:
+    record = registry.get(task_id)
+    paths = registry.paths(task_id)
+    if record.status != TaskStatus.PENDING:
+        if record.job_submitted and load_job_spec(paths) == spec:
+            return record.to_info()  # a retried submission of the same spec
+        raise TaskConflict(f"task {task_id!r} is {record.status}: its job spec can no longer change")
+    save_job_spec(paths, spec)
+    if not record.job_submitted:
+        record.job_submitted = True
+        registry.save(record)
+    return record.to_info()
+
+
+async def upload_code(
+    registry: TaskRegistry, task_id: str, chunks: AsyncIterator[bytes], sha256: str
+) -> TaskInfo:
+    record = registry.get(task_id)
+    if record.code_hash is not None and record.code_hash == sha256.lower():
+        return record.to_info()  # the same archive again: nothing to do
+    if record.status != TaskStatus.PENDING:
+        raise TaskConflict(f"task {task_id!r} is {record.status}: its code can no longer change")
+    if task_id in registry.busy:
+        raise TaskConflict(f"task {task_id!r} is already receiving code or starting")
+    registry.busy.add(task_id)
+    try:
+        record.code_hash = await receive_archive(chunks, registry.paths(task_id).code_archive, sha256)
+    except CodeArchiveError as exc:
+        raise BadTaskRequest(str(exc)) from exc
+    finally:
+        registry.busy.discard(task_id)
+    registry.save(record)
+    return record.to_info()
+
+
+def _prepare(paths: TaskPaths, spec: JobSpec, volumes: list[VolumeMount]) -> tuple[Path, list[str]]:
+    """Blocking: extract the code, link the volumes, write the script; return the working dir and links."""
+    paths.workdir.mkdir(exist_ok=True)
+    if paths.code_archive.exists():
+        extract_archive(paths.code_archive, paths.workdir)
+        paths.code_archive.unlink()
+    links = link_volumes(volumes, paths.workdir)
+    try:
+        executor.write_script(paths, spec)
+        cwd = executor.working_directory(paths, spec)
+        cwd.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        unlink_paths(links)
+        raise
+    return cwd, links
+
+
+async def run(registry: TaskRegistry, task_id: str) -> TaskInfo:
+    """Start the job once: a second call, or one while it starts, answers the task as it is."""
+    record = registry.get(task_id)
+    if record.status != TaskStatus.PENDING:
+        return record.to_info()
+    if not record.job_submitted:
+        raise TaskConflict(f"task {task_id!r} has no job spec: submit it before running")
+    if task_id in registry.busy:
+        raise TaskConflict(f"task {task_id!r} is receiving its code: run it once the upload is done")
+    paths = registry.paths(task_id)
+    spec = load_job_spec(paths)
+    record.status = TaskStatus.PREPARING
+    registry.save(record)
+    registry.busy.add(task_id)
+    try:
+        cwd, record.linked_paths = await asyncio.to_thread(_prepare, paths, spec, record.volumes)
+    except CodeArchiveError as exc:
+        registry.finalize(record, JobTerminationReason.EXECUTOR_ERROR, str(exc), exit_status=None)
+        return record.to_info()
+    except VolumeError as exc:
+        registry.finalize(record, JobTerminationReason.VOLUME_ERROR, str(exc), exit_status=None)
+        return record.to_info()
+    except OSError as exc:
+        message = f"could not prepare the job: {exc}"
+        registry.finalize(record, JobTerminationReason.EXECUTOR_ERROR, message, exit_status=None)
+        return record.to_info()
+    finally:
+        registry.busy.discard(task_id)
+    if record.stop is not None:  # terminated while it was being prepared
+        reason = record.stop.reason
+        registry.finalize(record, reason, record.stop.message or reason.message(), exit_status=None)
+        return record.to_info()
+    env = executor.job_environment(os.environ, record, spec, host_has_gpus=bool(registry.gpus))
+    try:
+        pid = executor.spawn_job(paths, spec, env, cwd)
+    except (OSError, ValueError) as exc:
+        message = f"could not start the job: {exc}"
+        registry.finalize(record, JobTerminationReason.EXECUTOR_ERROR, message, exit_status=None)
+        return record.to_info()
+    registry.adopt_child(pid)
+    registry.mark_running(record, pid, executor.process_start_time(pid), spec.max_duration)
+    return record.to_info()
+
+
+def pull(registry: TaskRegistry, task_id: str, offset: int, limit: int, states_offset: int) -> bytes:
+    """The JSON of a PullResponse. Its logs are spliced in as base64 bytes: building the string and
+    escaping it again would copy megabytes twice more, which is most of what a pull costs."""
+    record = registry.get(task_id)
+    if states_offset > len(record.job_states):
+        raise BadTaskRequest(
+            f"states_offset {states_offset} is beyond the job's {len(record.job_states)} states"
+        )
+    # Whether the job had finished is read before the log: if it had, the log read after it is complete.
+    finished = record.status == TaskStatus.TERMINATED
+    states = record.job_states[states_offset:]
+    try:
+        data, size = read_log(registry.paths(task_id).log, offset, limit)
+    except OffsetOutOfRange as exc:
+        raise BadTaskRequest(str(exc)) from exc
+    next_offset = offset + len(data)
+    reply = PullResponse(
+        job_states=states,
+        next_states_offset=states_offset + len(states),
+        logs="",
+        offset=offset,
+        next_offset=next_offset,
+        has_more=size > next_offset,
+        finished=finished,
+    )
+    head = reply.model_dump_json(exclude={"logs"}).encode()
+    # Base64 needs no JSON escaping, so the bytes go in as they are.
+    return b"".join((head[:-1], b',"logs":"', base64.b64encode(data), b'"}'))

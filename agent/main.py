@@ -1,0 +1,81 @@
+"""`ferry-agent`: one per host, on loopback, behind a token; the worker reaches it through an SSH tunnel."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import stat
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from agent.app import create_app
+from agent.gpus import detect_gpus
+from agent.instance import host_capacity
+from agent.tasks import TaskRegistry
+
+logger = logging.getLogger("agent")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="ferry-agent", description=__doc__)
+    parser.add_argument("--port", type=int, required=True, help="TCP port to listen on")
+    parser.add_argument("--token-file", type=Path, required=True, help="file holding the bearer token")
+    parser.add_argument("--data-dir", type=Path, required=True, help="where tasks, logs and state live")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    parser.add_argument(
+        "--allow-remote", action="store_true", help="allow binding to an address other than loopback"
+    )
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser.parse_args(argv)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name could resolve anywhere
+
+
+def read_token(path: Path) -> str:
+    try:
+        token = path.read_text().strip()
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise SystemExit(f"ferry-agent: cannot read the token file {path}: {exc.strerror}") from exc
+    if not token:
+        raise SystemExit(f"ferry-agent: the token file {path} is empty")
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        logger.warning("token file %s is readable by others than its owner (chmod 600 it)", path)
+    return token
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if not is_loopback(args.host) and not args.allow_remote:
+        print(
+            f"ferry-agent: refusing to bind to {args.host}: the agent listens on loopback only and is "
+            "reached through an SSH tunnel; pass --allow-remote to bind elsewhere",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    token = read_token(args.token_file)
+    data_dir = args.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)  # job specs carry secrets and logs may too
+    registry = TaskRegistry(data_dir, host_capacity(), detect_gpus())
+    registry.load()
+    app = create_app(registry, token)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""A task's state on disk, under `<data_dir>/tasks/<id>/`, written atomically at every transition.
+
+The job spec lives beside the record (mode 0600: it carries secrets) and is read only to start the job,
+so that a running task costs the agent little more than its record.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from core.agent_api import (
+    JobSpec,
+    JobStateEvent,
+    PortMapping,
+    Resources,
+    TaskInfo,
+    TaskStatus,
+    VolumeMount,
+)
+from core.status import JobTerminationReason
+
+
+class StopRequest(BaseModel):
+    reason: JobTerminationReason
+    message: str | None = None
+    requested_at: float
+    kill_at: float = Field(description="when SIGKILL follows SIGTERM (wall clock, survives restarts)")
+    killed: bool = False
+
+
+class TaskRecord(BaseModel):
+    id: str
+    name: str
+    status: TaskStatus
+    resources: Resources
+    gpu_indices: list[int]
+    ports: list[int]
+    volumes: list[VolumeMount]
+    env: dict[str, str]
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    termination_reason: JobTerminationReason | None = None
+    termination_message: str | None = None
+    exit_status: int | None = None
+    job_states: list[JobStateEvent] = Field(default_factory=list)
+    job_submitted: bool = False
+    code_hash: str | None = None
+    # The job's wrapper process, which leads the job's process group, and its start time in clock
+    # ticks since boot (/proc/<pid>/stat), so that a reused pid is never taken for the job.
+    pid: int | None = None
+    pid_start_time: int | None = None
+    stop: StopRequest | None = None
+    deadline: float | None = Field(default=None, description="when max_duration runs out (wall clock)")
+    linked_paths: list[str] = Field(default_factory=list, description="volume links to remove at the end")
+
+    def to_info(self) -> TaskInfo:
+        return TaskInfo(
+            id=self.id,
+            name=self.name,
+            status=self.status,
+            resources=self.resources,
+            gpu_indices=self.gpu_indices,
+            ports=[PortMapping(container_port=port, host_port=port) for port in self.ports],
+            volumes=self.volumes,
+            termination_reason=self.termination_reason,
+            termination_message=self.termination_message,
+            exit_status=self.exit_status,
+            job_submitted=self.job_submitted,
+            code_hash=self.code_hash,
+            created_at=self.created_at,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+        )
+
+
+@dataclass(frozen=True)
+class TaskPaths:
+    root: Path
+
+    @property
+    def record(self) -> Path:
+        return self.root / "task.json"
+
+    @property
+    def job_spec(self) -> Path:
+        return self.root / "job.json"
+
+    @property
+    def script(self) -> Path:
+        return self.root / "job.sh"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "output.log"
+
+    @property
+    def exit_status(self) -> Path:
+        return self.root / "exit_status"
+
+    @property
+    def wrapper_pid(self) -> Path:
+        return self.root / "wrapper.pid"
+
+    @property
+    def code_archive(self) -> Path:
+        return self.root / "code.tar.gz"
+
+    @property
+    def workdir(self) -> Path:
+        return self.root / "workdir"
+
+
+def write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write a temporary file and rename it over `path`: readers see the old or the new content, whole."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def save_record(paths: TaskPaths, record: TaskRecord) -> None:
+    write_atomically(paths.record, record.model_dump_json().encode())
+
+
+def load_record(paths: TaskPaths) -> TaskRecord:
+    return TaskRecord.model_validate_json(paths.record.read_bytes())
+
+
+def save_job_spec(paths: TaskPaths, spec: JobSpec) -> None:
+    write_atomically(paths.job_spec, spec.model_dump_json().encode(), mode=0o600)
+
+
+def load_job_spec(paths: TaskPaths) -> JobSpec:
+    return JobSpec.model_validate_json(paths.job_spec.read_bytes())

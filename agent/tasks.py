@@ -1,0 +1,341 @@
+"""The task registry: the shim role's tasks, their resources, and the end of their jobs.
+
+Every mutation happens on the event loop's thread and never awaits between its check and its change, so
+two requests cannot both take the same GPU or start the same job. Each transition is written to disk
+before it is answered. One watcher loop, woken by SIGCHLD and by a short timer, follows every running
+job; it keeps nothing per job but the job's record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import signal
+import time
+from pathlib import Path
+
+from agent import executor
+from agent.executor import ChildState
+from agent.instance import HostCapacity
+from agent.records import StopRequest, TaskPaths, TaskRecord, load_job_spec, load_record, save_record
+from agent.resources import InsufficientResources, ResourceLedger
+from agent.volumes import unlink_paths
+from core.agent_api import GpuInfo, JobStateEvent, TaskInfo, TaskStatus, TaskSubmitRequest, TerminateRequest
+from core.status import JobStatus, JobTerminationReason
+
+logger = logging.getLogger(__name__)
+
+WATCH_INTERVAL = 0.25  # seconds; SIGCHLD wakes the watcher at once for the jobs this agent started
+GONE_MESSAGE = "agent restarted and the job's process is gone: it left no exit status"
+
+
+class TaskNotFound(Exception):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id!r} not found")
+
+
+class TaskConflict(Exception):
+    """The request does not fit the task's state or the host's free resources."""
+
+
+class BadTaskRequest(Exception):
+    pass
+
+
+class TaskRegistry:
+    def __init__(self, data_dir: Path, capacity: HostCapacity, gpus: list[GpuInfo]) -> None:
+        self.data_dir = data_dir
+        self.tasks_dir = data_dir / "tasks"
+        self.capacity = capacity
+        self.gpus = gpus
+        self.ledger = ResourceLedger.for_host(capacity.cpus, capacity.memory_bytes, [g.index for g in gpus])
+        self._records: dict[str, TaskRecord] = {}
+        self._watched: set[str] = set()  # running tasks
+        self._children: set[int] = set()  # wrappers this agent started and must reap
+        self.busy: set[str] = set()  # tasks with an upload or a preparation in flight
+        self._wake: asyncio.Event | None = None
+
+    # --- records ---------------------------------------------------------------------------------------
+
+    def paths(self, task_id: str) -> TaskPaths:
+        return TaskPaths(self.tasks_dir / task_id)
+
+    def get(self, task_id: str) -> TaskRecord:
+        record = self._records.get(task_id)
+        if record is None:
+            raise TaskNotFound(task_id)
+        return record
+
+    def list_tasks(self) -> list[TaskInfo]:
+        return [record.to_info() for record in self._records.values()]
+
+    def save(self, record: TaskRecord) -> None:
+        save_record(self.paths(record.id), record)
+
+    def load(self) -> None:
+        """Take back every task a previous agent left under the data dir."""
+        self.tasks_dir.mkdir(parents=True, exist_ok=True)
+        for task_dir in sorted(self.tasks_dir.iterdir()):
+            paths = TaskPaths(task_dir)
+            if not paths.record.exists():
+                continue  # a submission that died before its first write: nothing was granted
+            try:
+                record = load_record(paths)
+            except ValueError as exc:
+                logger.error("skipping task dir %s: unreadable record: %s", task_dir, exc)
+                continue
+            self._records[record.id] = record
+            if record.status != TaskStatus.TERMINATED:
+                self.ledger.restore(record.id, record.resources, record.gpu_indices)
+            if record.status == TaskStatus.PREPARING:
+                self._recover_preparing(record)
+            elif record.status == TaskStatus.RUNNING:
+                self._watched.add(record.id)  # the watcher's first pass reattaches it or reports it gone
+        logger.info("loaded %d tasks, %d running", len(self._records), len(self._watched))
+
+    def _recover_preparing(self, record: TaskRecord) -> None:
+        """The previous agent died while starting the job: find the wrapper it may have started."""
+        paths = self.paths(record.id)
+        try:
+            pid: int | None = int(paths.wrapper_pid.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            pid = None
+        if pid is None and executor.read_exit_status(paths) is None:
+            self.finalize(
+                record,
+                JobTerminationReason.EXECUTOR_ERROR,
+                "agent restarted while preparing the job, before it started",
+                exit_status=None,
+            )
+            return
+        spec = load_job_spec(paths)
+        if pid is not None and executor.is_wrapper_of(pid, paths):
+            self.mark_running(record, pid, executor.process_start_time(pid), spec.max_duration)
+        else:
+            self.mark_running(record, None, None, spec.max_duration)  # the exit status tells the rest
+
+    # --- shim role -------------------------------------------------------------------------------------
+
+    def submit(self, request: TaskSubmitRequest) -> TaskInfo:
+        existing = self._records.get(request.id)
+        if existing is not None:
+            return existing.to_info()  # idempotent: the same id never starts a second task
+        for port in request.ports:
+            for other in self._records.values():
+                if other.status != TaskStatus.TERMINATED and port in other.ports:
+                    raise TaskConflict(f"port {port} is already used by task {other.id!r}")
+        try:
+            gpu_indices = self.ledger.allocate(request.id, request.resources)
+        except InsufficientResources as exc:
+            raise TaskConflict(f"task {request.id!r} does not fit: {exc}") from exc
+        record = TaskRecord(
+            id=request.id,
+            name=request.name,
+            status=TaskStatus.PENDING,
+            resources=request.resources,
+            gpu_indices=gpu_indices,
+            ports=request.ports,
+            volumes=request.volumes,
+            env=request.env,
+            created_at=time.time(),
+        )
+        try:
+            self.paths(request.id).root.mkdir(parents=True, mode=0o700, exist_ok=True)
+            self.save(record)
+        except OSError:
+            self.ledger.release(request.id)
+            raise
+        self._records[record.id] = record
+        return record.to_info()
+
+    def remove(self, task_id: str) -> TaskInfo:
+        record = self.get(task_id)
+        if record.status != TaskStatus.TERMINATED:
+            raise TaskConflict(f"task {task_id!r} is {record.status}: terminate it before removing it")
+        shutil.rmtree(self.paths(task_id).root, ignore_errors=True)
+        del self._records[task_id]
+        return record.to_info()
+
+    def terminate(self, task_id: str, request: TerminateRequest) -> TaskInfo:
+        record = self.get(task_id)
+        if record.status == TaskStatus.TERMINATED:
+            return record.to_info()
+        if record.status == TaskStatus.PENDING:
+            self.finalize(record, request.reason, request.message, exit_status=None)
+            return record.to_info()
+        self.request_stop(record, request.reason, request.message, request.timeout)
+        return record.to_info()
+
+    def request_stop(
+        self, record: TaskRecord, reason: JobTerminationReason, message: str | None, timeout: float
+    ) -> None:
+        """SIGTERM the job's group now and SIGKILL it after `timeout` (at once when 0)."""
+        now = time.time()
+        first = record.stop is None
+        if record.stop is None or now + timeout < record.stop.kill_at:
+            # A later, shorter request wins: an abort after a graceful stop kills at once.
+            record.stop = StopRequest(reason=reason, message=message, requested_at=now, kill_at=now + timeout)
+        if record.status == TaskStatus.RUNNING:
+            if first:
+                record.job_states.append(
+                    JobStateEvent(
+                        state=JobStatus.TERMINATING,
+                        timestamp=now,
+                        termination_reason=reason,
+                        termination_message=message,
+                    )
+                )
+            if timeout == 0:
+                record.stop.killed = True
+            self.save(record)
+            if self._group_is_ours(record):
+                assert record.pid is not None
+                executor.signal_group(record.pid, signal.SIGKILL if timeout == 0 else signal.SIGTERM)
+            self.wake()
+        else:
+            self.save(record)  # preparing: the run call stops before starting the process
+
+    # --- transitions -----------------------------------------------------------------------------------
+
+    def mark_running(
+        self, record: TaskRecord, pid: int | None, start_time: int | None, max_duration: int | None
+    ) -> None:
+        now = time.time()
+        record.status = TaskStatus.RUNNING
+        record.pid = pid
+        record.pid_start_time = start_time
+        record.started_at = now
+        record.deadline = now + max_duration if max_duration else None
+        record.job_states.append(JobStateEvent(state=JobStatus.RUNNING, timestamp=now))
+        self.save(record)
+        self._watched.add(record.id)
+
+    def finalize(
+        self,
+        record: TaskRecord,
+        reason: JobTerminationReason,
+        message: str | None,
+        exit_status: int | None,
+        kill_strays: bool = False,
+    ) -> None:
+        if kill_strays and record.pid is not None:
+            # Whatever the job left in its group would keep writing to a log that is declared complete.
+            executor.kill_group(record.pid)
+        now = time.time()
+        record.status = TaskStatus.TERMINATED
+        record.termination_reason = reason
+        record.termination_message = message
+        record.exit_status = exit_status
+        record.finished_at = now
+        record.job_states.append(
+            JobStateEvent(
+                state=reason.to_status(),
+                timestamp=now,
+                termination_reason=reason,
+                termination_message=message,
+                exit_status=exit_status,
+            )
+        )
+        self.ledger.release(record.id)
+        unlink_paths(record.linked_paths)
+        self.save(record)
+        self._watched.discard(record.id)
+
+    def _finish(self, record: TaskRecord, exit_status: int | None, kill_strays: bool) -> None:
+        if record.stop is not None:
+            reason, message = record.stop.reason, record.stop.message
+        elif exit_status == 0:
+            reason, message = JobTerminationReason.DONE_BY_RUNNER, None
+        else:
+            reason = JobTerminationReason.CONTAINER_EXITED_WITH_ERROR
+            message = f"the job's commands exited with status {exit_status}"
+        self.finalize(record, reason, message or reason.message(), exit_status, kill_strays)
+
+    # --- the watcher -----------------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def watch_forever(self) -> None:
+        self._wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGCHLD, self._wake.set)
+        except (NotImplementedError, RuntimeError, ValueError):
+            logger.info("SIGCHLD handler unavailable: polling every %ss", WATCH_INTERVAL)
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), WATCH_INTERVAL)
+            self._wake.clear()
+            self.check_running()
+
+    def check_running(self) -> None:
+        now = time.time()
+        for task_id in list(self._watched):
+            record = self._records.get(task_id)
+            if record is None or record.status != TaskStatus.RUNNING:
+                self._watched.discard(task_id)
+                continue
+            try:
+                self._check(record, now)
+            except Exception:
+                logger.exception("checking task %s failed", task_id)
+
+    def _group_is_ours(self, record: TaskRecord) -> bool:
+        if record.pid is None:
+            return False
+        return record.pid in self._children or executor.is_same_process_alive(
+            record.pid, record.pid_start_time
+        )
+
+    def _check(self, record: TaskRecord, now: float) -> None:
+        paths = self.paths(record.id)
+        stop = record.stop
+        if stop is not None and not stop.killed and now >= stop.kill_at:
+            stop.killed = True
+            self.save(record)
+            if self._group_is_ours(record):
+                assert record.pid is not None
+                executor.kill_group(record.pid)
+        if stop is None and record.deadline is not None and now >= record.deadline:
+            assert record.started_at is not None
+            limit = round(record.deadline - record.started_at)
+            self.request_stop(
+                record,
+                JobTerminationReason.MAX_DURATION_EXCEEDED,
+                f"max_duration of {limit}s exceeded",
+                self._max_duration_grace(paths),
+            )
+        if record.pid is not None and record.pid in self._children:
+            poll = executor.poll_child(record.pid)
+            if poll.state == ChildState.RUNNING:
+                return
+            self._children.discard(record.pid)
+            if poll.state == ChildState.EXITED:
+                exit_status = executor.read_exit_status(paths)
+                self._finish(record, poll.exit_status if exit_status is None else exit_status, True)
+                return
+        # A wrapper an earlier agent started: /proc tells whether it lives. Liveness is read before the
+        # exit status, which the wrapper writes before it exits, so a finished job is never taken for gone.
+        alive = record.pid is not None and executor.is_same_process_alive(record.pid, record.pid_start_time)
+        exit_status = executor.read_exit_status(paths)
+        if exit_status is not None:
+            self._finish(record, exit_status, kill_strays=alive)
+        elif not alive:
+            if record.stop is not None:
+                reason = record.stop.reason
+                self.finalize(record, reason, record.stop.message or reason.message(), exit_status=None)
+            else:
+                self.finalize(record, JobTerminationReason.EXECUTOR_ERROR, GONE_MESSAGE, exit_status=None)
+
+    def _max_duration_grace(self, paths: TaskPaths) -> float:
+        try:
+            return float(load_job_spec(paths).stop_duration)
+        except (OSError, ValueError):
+            return 10.0
+
+    def adopt_child(self, pid: int) -> None:
+        self._children.add(pid)

@@ -1,0 +1,164 @@
+"""The agent's HTTP API: every request and response body, shared by the agent and its client.
+
+The agent plays dstack's two roles (seed 003): the shim role works with *tasks* (an id, resources, ports,
+volumes), the runner role runs one *job* per task (a job spec, a code archive, commands, logs by offset).
+Pure models, no I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.status import JobStatus, JobTerminationReason
+
+AGENT_SERVICE_NAME = "ferry-agent"
+
+# Task ids name directories on the agent's host, so they keep to a safe alphabet.
+TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+TaskId = Annotated[str, Field(pattern=TASK_ID_PATTERN)]
+
+# dstack's convention: a "GB" of memory is 2**30 bytes.
+BYTES_PER_GB = 2**30
+
+CODE_HASH_PARAM = "sha256"
+DEFAULT_PULL_LIMIT = 4 * 2**20
+MAX_PULL_LIMIT = 32 * 2**20
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskStatus(StrEnum):
+    PENDING = "pending"  # submitted; waiting for the job spec, the code and the run call
+    PREPARING = "preparing"  # extracting the code, linking volumes, starting the process
+    RUNNING = "running"
+    TERMINATED = "terminated"
+
+
+class ErrorResponse(_Model):
+    detail: str
+
+
+class HealthcheckResponse(_Model):
+    service: str = AGENT_SERVICE_NAME
+    version: str
+
+
+class GpuInfo(_Model):
+    index: int
+    name: str
+    memory_mib: int
+
+
+class Resources(_Model):
+    """An amount of a host's resources: what a task asks for, or what a host has or has free."""
+
+    cpu: float = Field(default=0, ge=0, description="CPUs, may be fractional")
+    memory: float = Field(default=0, ge=0, description="GB (2**30 bytes)")
+    gpu: int = Field(default=0, ge=0, description="number of GPUs")
+
+
+class InstanceInfo(_Model):
+    cpus: int
+    memory_bytes: int
+    disk_total_bytes: int
+    disk_free_bytes: int
+    gpus: list[GpuInfo]
+    total: Resources
+    free: Resources
+    free_gpu_indices: list[int]
+
+
+class VolumeMount(_Model):
+    host_path: str = Field(min_length=1)
+    path: str = Field(min_length=1, description="where the job sees it; relative paths are in its workdir")
+
+
+class PortMapping(_Model):
+    container_port: int
+    host_port: int
+
+
+class TaskSubmitRequest(_Model):
+    id: TaskId
+    name: str = ""
+    resources: Resources = Field(default_factory=Resources)
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list)
+    volumes: list[VolumeMount] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class TaskInfo(_Model):
+    id: str
+    name: str
+    status: TaskStatus
+    resources: Resources
+    gpu_indices: list[int]
+    ports: list[PortMapping]
+    volumes: list[VolumeMount]
+    termination_reason: JobTerminationReason | None = None
+    termination_message: str | None = None
+    exit_status: int | None = None
+    job_submitted: bool = False
+    code_hash: str | None = None
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+class TaskList(_Model):
+    tasks: list[TaskInfo]
+
+
+class TerminateRequest(_Model):
+    reason: JobTerminationReason = JobTerminationReason.TERMINATED_BY_USER
+    message: str | None = None
+    timeout: float = Field(default=10, ge=0, description="seconds between SIGTERM and SIGKILL; 0 aborts")
+
+
+class ClusterInfo(_Model):
+    node_rank: int = Field(default=0, ge=0)
+    nodes_num: int = Field(default=1, ge=1)
+    master_node_ip: str = "127.0.0.1"
+    node_ips: list[str] = Field(default_factory=list, description="every node's IP; [master] when empty")
+    gpus_per_node: int | None = Field(default=None, ge=0, description="the task's GPU count when None")
+
+
+class JobSpec(_Model):
+    run_name: str
+    replica_num: int = Field(default=0, ge=0)
+    job_num: int = Field(default=0, ge=0)
+    commands: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(default_factory=dict)
+    working_dir: str | None = None
+    shell: str = Field(default="bash", min_length=1)
+    cluster_info: ClusterInfo = Field(default_factory=ClusterInfo)
+    max_duration: int | None = Field(default=None, gt=0, description="seconds; None for no limit")
+    stop_duration: int = Field(default=10, ge=0, description="SIGTERM to SIGKILL when max_duration ends it")
+
+
+class JobStateEvent(_Model):
+    state: JobStatus
+    timestamp: float
+    termination_reason: JobTerminationReason | None = None
+    termination_message: str | None = None
+    exit_status: int | None = None
+
+
+class PullResponse(_Model):
+    job_states: list[JobStateEvent] = Field(description="the states from the requested states_offset on")
+    next_states_offset: int
+    logs: str = Field(description="base64 of the log bytes from offset on")
+    offset: int
+    next_offset: int
+    has_more: bool = Field(description="more log bytes are already there beyond next_offset")
+    finished: bool = Field(description="the job has ended: once has_more is false, no byte will follow")
+
+    def log_bytes(self) -> bytes:
+        return base64.b64decode(self.logs)

@@ -1,0 +1,29 @@
+"""Fixtures: one real agent shared by the tests that need nothing special, and a client per test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from agent_harness import AgentProcess, start_agent, stop_agent
+
+from activities.agent_client import AgentClient
+
+
+@pytest.fixture(scope="session")
+def shared_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentProcess]:
+    agent = start_agent(tmp_path_factory.mktemp("shared-agent"))
+    yield agent
+    stop_agent(agent)
+
+
+@pytest.fixture
+async def client(shared_agent: AgentProcess) -> AsyncIterator[AgentClient]:
+    async with shared_agent.client() as agent_client:
+        yield agent_client
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    return tmp_path

@@ -1,0 +1,151 @@
+"""An agent killed with SIGKILL and restarted on the same data dir: every task's outcome, nothing twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from agent_harness import (
+    AgentProcess,
+    new_id,
+    pull_all,
+    start_agent,
+    start_job,
+    stop_agent,
+    wait_for_log,
+    wait_terminated,
+)
+
+from activities.agent_client import AgentClient
+from core.agent_api import Resources, TaskStatus
+from core.status import JobStatus, JobTerminationReason
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def wrapper_pid(agent: AgentProcess, task_id: str) -> int:
+    return int(json.loads((agent.data_dir / "tasks" / task_id / "task.json").read_text())["pid"])
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def waits_for(flag: Path, then: list[str]) -> list[str]:
+    return ["echo started", f"while [ ! -f {flag} ]; do sleep 0.02; done", *then]
+
+
+async def test_restarted_agent_reports_every_task(workspace: Path) -> None:
+    agent = start_agent(workspace / "first")
+    data_dir = agent.data_dir
+    ids = {name: new_id(name) for name in ("done", "live", "ends-while-down", "gone", "stops-after")}
+    try:
+        async with agent.client() as client:
+            await start_job(client, ["echo finished before"], task_id=ids["done"])
+            _, done_states = await pull_all(client, ids["done"])
+            await start_job(
+                client,
+                waits_for(workspace / "go-live", ["echo after restart", "exit 3"]),
+                task_id=ids["live"],
+                resources=Resources(cpu=1),
+            )
+            await start_job(
+                client,
+                waits_for(workspace / "go-down", ["echo ended while down"]),
+                task_id=ids["ends-while-down"],
+            )
+            await start_job(client, ["echo started", "sleep 1000"], task_id=ids["gone"])
+            await start_job(
+                client,
+                ["trap 'echo got TERM; exit 0' TERM", "echo started", "while true; do sleep 0.02; done"],
+                task_id=ids["stops-after"],
+            )
+            for name in ("live", "ends-while-down", "gone", "stops-after"):
+                await wait_for_log(client, ids[name], b"started\n")
+        pids = {
+            name: wrapper_pid(agent, ids[name]) for name in ("live", "ends-while-down", "gone", "stops-after")
+        }
+
+        agent.kill()
+        # The jobs outlive their agent; meanwhile one finishes and one is killed behind its back.
+        assert all(alive(pid) for pid in pids.values())
+        (workspace / "go-down").touch()
+        wait_until(lambda: (data_dir / "tasks" / ids["ends-while-down"] / "exit_status").exists())
+        os.killpg(pids["gone"], signal.SIGKILL)
+        wait_until(lambda: not alive(pids["gone"]))
+
+        agent = start_agent(workspace / "second", data_dir=data_dir)
+        async with agent.client() as client:
+            done = await client.get_task(ids["done"])
+            assert done.termination_reason == JobTerminationReason.DONE_BY_RUNNER
+            logs, states = await pull_all(client, ids["done"])
+            assert logs == b"finished before\n"
+            assert states == done_states
+
+            ended = await wait_terminated(client, ids["ends-while-down"])
+            assert ended.termination_reason == JobTerminationReason.DONE_BY_RUNNER
+            assert ended.exit_status == 0
+            logs, states = await pull_all(client, ids["ends-while-down"])
+            assert logs == b"started\nended while down\n"
+            assert [state.state for state in states] == [JobStatus.RUNNING, JobStatus.DONE]
+
+            gone = await wait_terminated(client, ids["gone"])
+            assert gone.termination_reason == JobTerminationReason.EXECUTOR_ERROR
+            assert (
+                gone.termination_message
+                == "agent restarted and the job's process is gone: it left no exit status"
+            )
+            assert gone.exit_status is None
+
+            live = await client.get_task(ids["live"])
+            assert live.status == TaskStatus.RUNNING
+            info = await client.instance_info()
+            assert info.free.cpu == info.total.cpu - 1  # its resources are still held
+
+            # A reattached job is still stopped through its process group.
+            await client.terminate(ids["stops-after"], timeout=30)
+            stopped = await wait_terminated(client, ids["stops-after"])
+            assert stopped.termination_reason == JobTerminationReason.TERMINATED_BY_USER
+            assert stopped.exit_status == 0
+            logs, _ = await pull_all(client, ids["stops-after"])
+            assert logs.startswith(b"started\n")
+            assert logs.endswith(b"got TERM\n")
+
+            (workspace / "go-live").touch()
+            finished = await wait_terminated(client, ids["live"])
+            assert finished.termination_reason == JobTerminationReason.CONTAINER_EXITED_WITH_ERROR
+            assert finished.exit_status == 3
+            logs, states = await pull_all(client, ids["live"])
+            assert logs == b"started\nafter restart\n"
+            assert [state.state for state in states] == [JobStatus.RUNNING, JobStatus.FAILED]
+            assert (await client.instance_info()).free.cpu == info.total.cpu
+            await assert_reports_the_same_after_another_restart(agent, workspace, client)
+    finally:
+        stop_agent(agent)
+
+
+async def assert_reports_the_same_after_another_restart(
+    agent: AgentProcess, workspace: Path, client: AgentClient
+) -> None:
+    before = {task.id: task for task in await client.list_tasks()}
+    agent.kill()
+    again = start_agent(workspace / "third", data_dir=agent.data_dir)
+    try:
+        async with again.client() as restarted:
+            after = {task.id: task for task in await restarted.list_tasks()}
+    finally:
+        again.kill()
+    assert after == before
