@@ -1,0 +1,201 @@
+"""Ferry's small Python API, on which the CLI stands: submit, list, get, stop, logs, events."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import time
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+
+from activities.code import pack_repo
+from core.config import RunConfiguration
+from core.eventlog import Event
+from core.messages import RunInput, StopReply, StopRequest, run_workflow_id
+from core.settings import DEFAULT_PROJECT, TASK_QUEUE
+from core.status import RunStatus
+from store import EventRecord, RunRecord, Store
+from workflows.run import RunWorkflow, run_search_attributes
+
+
+class FerryError(Exception):
+    """Something a user can fix; its message is one clear line."""
+
+
+class RunNotFound(FerryError):
+    pass
+
+
+class RunActive(FerryError):
+    pass
+
+
+def default_user() -> str:
+    return os.environ.get("FERRY_USER") or os.environ.get("USER") or "ferry"
+
+
+class FerryAPI:
+    def __init__(
+        self, client: Client, store: Store, *, project: str = DEFAULT_PROJECT, task_queue: str = TASK_QUEUE
+    ):
+        self.client = client
+        self.store = store
+        self.project = project
+        self.task_queue = task_queue
+
+    async def submit(
+        self,
+        configuration: RunConfiguration,
+        *,
+        repo_dir: Path,
+        run_name: str | None = None,
+        user: str | None = None,
+    ) -> RunRecord:
+        """Validate-free submission of an already valid configuration: code to the store, run started."""
+        name = run_name or configuration.name or _generated_name()
+        active = await asyncio.to_thread(self.store.find_run, self.project, name)
+        if active is not None and RunStatus(active.status).is_active():
+            raise RunActive(f"run {name!r} is {active.status}: stop it first")
+        try:
+            env = configuration.resolved_env(dict(os.environ))
+        except ValueError as err:
+            raise FerryError(str(err)) from None
+        configuration = configuration.model_copy(update={"env": env})
+        archive = await asyncio.to_thread(pack_repo, repo_dir)
+        code_hash = await asyncio.to_thread(self.store.put_code, archive)
+        now = time.time()
+        record = RunRecord(
+            id=f"{name}-{secrets.token_hex(4)}",
+            project=self.project,
+            run_name=name,
+            user=user or default_user(),
+            type=configuration.type,
+            status=RunStatus.SUBMITTED.value,
+            configuration=configuration.model_dump_json(),
+            code_hash=code_hash,
+            submitted_at=now,
+            updated_at=now,
+            priority=configuration.priority,
+            workflow_id=run_workflow_id(self.project, name),
+        )
+        await asyncio.to_thread(self.store.put_run, record)
+        inp = RunInput(
+            run_id=record.id,
+            project=self.project,
+            run_name=name,
+            user=record.user,
+            configuration=configuration,
+            code_hash=code_hash,
+            submitted_at=now,
+        )
+        await self.client.start_workflow(
+            RunWorkflow.run,
+            inp,
+            id=record.workflow_id,
+            task_queue=self.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            search_attributes=run_search_attributes(inp, RunStatus.SUBMITTED),
+        )
+        return record
+
+    async def get_run(self, run_name: str) -> RunRecord:
+        record = await asyncio.to_thread(self.store.find_run, self.project, run_name)
+        if record is None:
+            raise RunNotFound(f"no run named {run_name!r} in project {self.project!r}")
+        return record
+
+    async def list_runs(self, *, all_runs: bool = False, limit: int = 100) -> list[RunRecord]:
+        return await asyncio.to_thread(self.store.list_runs, self.project, not all_runs, limit)
+
+    def _handle(self, record: RunRecord) -> WorkflowHandle[RunWorkflow, object]:
+        return self.client.get_workflow_handle_for(RunWorkflow.run, record.workflow_id)
+
+    async def stop(self, run_name: str, *, abort: bool = False) -> StopReply:
+        record = await self.get_run(run_name)
+        if RunStatus(record.status).is_finished():
+            return StopReply(status=RunStatus(record.status))
+        return await self._handle(record).execute_update(RunWorkflow.stop, StopRequest(abort=abort))
+
+    async def wait(self, run_name: str) -> RunRecord:
+        """Until the run has finished; its final record."""
+        record = await self.get_run(run_name)
+        handle = self._handle(record)
+        desc = await handle.describe()
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            await handle.result()
+        return await self.get_run(run_name)
+
+    def logs(
+        self, record: RunRecord, *, replica: int = 0, job: int = 0, offset: int = 0
+    ) -> tuple[bytes, int]:
+        """The latest submission's log of one job, from `offset`; the next offset."""
+        jobs = [
+            j
+            for j in self.store.list_job_submissions(record.id)
+            if (j.replica_num, j.job_num) == (replica, job)
+        ]
+        if not jobs:
+            return b"", offset
+        return self.store.read_log(jobs[-1].id, offset)
+
+    def run_events(self, record: RunRecord) -> list[Event]:
+        """The run's own eventlog."""
+        return _events(self.store.read_events(record.id, None))
+
+    def job_events(self, record: RunRecord, job_submission_id: str) -> list[Event]:
+        """One job submission's eventlog."""
+        return _events(self.store.read_events(record.id, job_submission_id))
+
+    def all_events(self, record: RunRecord) -> list[Event]:
+        """The run's and its jobs' events, in time order."""
+        return _events(self.store.read_all_events(record.id))
+
+
+def _events(rows: list[EventRecord]) -> list[Event]:
+    return [Event(timestamp=r.timestamp, name=r.name, context=r.context_data()) for r in rows]
+
+
+_ADJECTIVES = (
+    "brave",
+    "calm",
+    "eager",
+    "fancy",
+    "gentle",
+    "happy",
+    "jolly",
+    "kind",
+    "lively",
+    "proud",
+    "quick",
+    "silly",
+    "swift",
+    "witty",
+    "bold",
+    "bright",
+)
+_NOUNS = (
+    "otter",
+    "heron",
+    "falcon",
+    "badger",
+    "lynx",
+    "marten",
+    "osprey",
+    "panda",
+    "raven",
+    "seal",
+    "tapir",
+    "walrus",
+    "yak",
+    "zebra",
+    "gecko",
+    "koala",
+)
+
+
+def _generated_name() -> str:
+    return f"{secrets.choice(_ADJECTIVES)}-{secrets.choice(_NOUNS)}-{secrets.randbelow(100)}"

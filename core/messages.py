@@ -1,0 +1,215 @@
+"""The pydantic messages the workflows and activities exchange: one model in, one out (DESIGN.md §5).
+
+Payloads stay small: logs and code travel through the store, referenced by job submission id and hash.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.agent_api import ClusterInfo, JobSpec, Resources
+from core.config import RunConfiguration
+from core.eventlog import Event
+from core.replay import RunState
+from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+def run_workflow_id(project: str, run_name: str) -> str:
+    return f"ferry/{project}/{run_name}"
+
+
+def job_workflow_id(run_workflow: str, replica_num: int, job_num: int, submission_num: int) -> str:
+    return f"{run_workflow}/r{replica_num}/j{job_num}/s{submission_num}"
+
+
+def job_submission_id(run_id: str, replica_num: int, job_num: int, submission_num: int) -> str:
+    """The store's id of a job submission, also its task id on the agent (no slashes allowed there)."""
+    return f"{run_id}-r{replica_num}-j{job_num}-s{submission_num}"
+
+
+# --- RunWorkflow -------------------------------------------------------------------------------------
+
+
+class RunCarry(_Message):
+    """What a continued-as-new RunWorkflow takes over from its previous execution."""
+
+    state: RunState
+    next_seq: int  # the run eventlog's next sequence number (earlier events are in the store)
+    stop: StopRequest | None = None
+    retry_at: float | None = None
+
+
+class RunInput(_Message):
+    run_id: str  # unique per submission; run names are reused once a run has finished
+    project: str
+    run_name: str
+    user: str
+    configuration: RunConfiguration
+    code_hash: str | None = None
+    submitted_at: float
+    carry: RunCarry | None = None
+
+
+class StopRequest(_Message):
+    abort: bool = False
+
+
+class StopReply(_Message):
+    status: RunStatus
+    termination_reason: RunTerminationReason | None = None
+
+
+class RunDescription(_Message):
+    run_id: str
+    state: RunState
+    events: list[Event]  # this execution's; after a continue-as-new, earlier ones are in the store
+    first_seq: int
+
+
+class RunResult(_Message):
+    status: RunStatus
+    termination_reason: RunTerminationReason | None
+
+
+# --- JobWorkflow -------------------------------------------------------------------------------------
+
+
+class JobInput(_Message):
+    run_id: str
+    run_workflow_id: str
+    project: str
+    replica_num: int
+    job_num: int
+    submission_num: int
+    nodes_num: int
+    spec: JobSpec  # cluster_info is filled once the job is placed
+    resources: Resources  # what the job reserves on its instance
+    code_hash: str | None = None
+    stop_duration: int | None  # seconds between SIGTERM and SIGKILL when stopped; None: no grace, abort
+    priority: int = 0
+    first_submitted_at: float
+
+
+class TerminateJob(_Message):
+    """The run's request that a job stop: the reason it will end with, and whether to skip the grace."""
+
+    reason: JobTerminationReason
+    abort: bool = False
+    message: str | None = None
+
+
+class JobUpdate(_Message):
+    """A job submission's news for its run, sent as a signal at each status change."""
+
+    replica_num: int
+    job_num: int
+    submission_num: int
+    status: JobStatus
+    termination_reason: JobTerminationReason | None = None
+    exit_status: int | None = None
+    instance: str | None = None
+    timestamp: float
+
+
+class JobDescription(_Message):
+    job_submission_id: str
+    events: list[Event]
+
+
+# --- Activities --------------------------------------------------------------------------------------
+
+
+class RecordRun(_Message):
+    """Flush a run's new events and current status to the store."""
+
+    run_id: str
+    status: RunStatus
+    termination_reason: RunTerminationReason | None = None
+    status_message: str | None = None
+    start_seq: int
+    events: list[Event]
+    finished_at: float | None = None
+
+
+class RecordJob(_Message):
+    """Flush a job submission's new events and current status to the store."""
+
+    job_submission_id: str
+    run_id: str
+    replica_num: int
+    job_num: int
+    submission_num: int
+    status: JobStatus
+    termination_reason: JobTerminationReason | None = None
+    termination_message: str | None = None
+    exit_status: int | None = None
+    instance_name: str | None = None
+    submitted_at: float
+    provisioned_at: float | None = None
+    finished_at: float | None = None
+    start_seq: int
+    events: list[Event]
+
+
+class AllocateRequest(_Message):
+    job_submission_id: str
+    resources: Resources
+    nodes_num: int
+    node_rank: int
+
+
+class Placement(_Message):
+    """Where a job runs: the instance (its agent is found by name in the worker) and the cluster's IPs."""
+
+    instance_name: str
+    cluster: ClusterInfo
+
+
+class TaskRef(_Message):
+    job_submission_id: str
+    instance_name: str
+
+
+class PrepareTask(_Message):
+    job_submission_id: str
+    instance_name: str
+    task_name: str
+    resources: Resources
+    ports: list[int] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class StartJob(_Message):
+    job_submission_id: str
+    instance_name: str
+    spec: JobSpec
+    code_hash: str | None = None
+
+
+class WatchJob(_Message):
+    job_submission_id: str
+    instance_name: str
+    unreachable_after: float = 10.0  # seconds without an answer before the instance counts as lost
+
+
+class JobOutcome(_Message):
+    """How a job's process ended, as its agent (or its silence) tells."""
+
+    termination_reason: JobTerminationReason
+    termination_message: str | None = None
+    exit_status: int | None = None
+
+
+class StopTask(_Message):
+    job_submission_id: str
+    instance_name: str
+    reason: JobTerminationReason
+    message: str | None = None
+    timeout: float  # seconds between SIGTERM and SIGKILL; 0 aborts
+
+
+RunCarry.model_rebuild()

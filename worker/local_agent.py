@@ -1,0 +1,93 @@
+"""The local backend's agent: one per FERRY_HOME, started by whichever worker (or stack) needs it first.
+
+Its address and token live under FERRY_HOME/agent; a lock file makes concurrent starters agree on one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from pydantic import BaseModel
+
+
+class LocalAgent(BaseModel):
+    url: str
+    token: str
+    pid: int
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/api/healthcheck", timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _token(path: Path) -> str:
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
+def ensure_local_agent(home: Path, *, startup_timeout: float = 30.0) -> LocalAgent:
+    """The running local agent, started (detached, so it outlives workers) if none answers."""
+    base = home / "agent"
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        token = _token(base / "token")
+        state_file = base / "agent.json"
+        if state_file.exists():
+            known = LocalAgent.model_validate_json(state_file.read_text())
+            if _healthy(known.url):
+                return known
+        port = free_port()
+        command = [
+            sys.executable,
+            "-m",
+            "agent.main",
+            "--port",
+            str(port),
+            "--token-file",
+            str(base / "token"),
+        ]
+        command += ["--data-dir", str(base / "data"), "--log-level", "warning"]
+        with open(base / "agent.log", "ab") as log:  # the child keeps its own copy of the descriptor
+            proc = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            )
+        agent = LocalAgent(url=f"http://127.0.0.1:{port}", token=token, pid=proc.pid)
+        deadline = time.monotonic() + startup_timeout
+        while not _healthy(agent.url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the local agent did not start; see {base / 'agent.log'}")
+            time.sleep(0.05)
+        state_file.write_text(agent.model_dump_json())
+        return agent
+
+
+def stop_local_agent(home: Path) -> None:
+    state_file = home / "agent" / "agent.json"
+    if not state_file.exists():
+        return
+    known = LocalAgent.model_validate_json(state_file.read_text())
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(known.pid, signal.SIGTERM)
+    state_file.unlink(missing_ok=True)
