@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -58,7 +57,6 @@ def build_worker(
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
         activities=activities_for(instances, store),
-        activity_executor=ThreadPoolExecutor(max_workers=8),
         max_concurrent_activities=1000,
         max_concurrent_workflow_tasks=100,
         graceful_shutdown_timeout=timedelta(seconds=5),
