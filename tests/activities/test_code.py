@@ -1,0 +1,49 @@
+"""Packing a repo directory: .gitignore honoured, and the same files give the same archive."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from pathlib import Path
+
+from activities.code import pack_repo, repo_files
+
+
+def _make_repo(root: Path) -> None:
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "train.py").write_text("print('train')\n")
+    (root / "run.sh").write_text("#!/bin/sh\necho run\n")
+    (root / "run.sh").chmod(0o755)
+    (root / ".gitignore").write_text("*.ckpt\nbuild/\n!keep.ckpt\n")
+    (root / "model.ckpt").write_text("big")
+    (root / "keep.ckpt").write_text("small")
+    (root / "build").mkdir()
+    (root / "build" / "out.o").write_text("obj")
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+
+
+def test_gitignore_is_honoured(tmp_path: Path) -> None:
+    _make_repo(tmp_path)
+    names = [p.as_posix() for p in repo_files(tmp_path)]
+    assert names == [".gitignore", "keep.ckpt", "run.sh", "src/train.py"]
+
+
+def test_archive_holds_the_files_with_their_modes(tmp_path: Path) -> None:
+    _make_repo(tmp_path)
+    with tarfile.open(fileobj=io.BytesIO(pack_repo(tmp_path)), mode="r:gz") as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert set(members) == {".gitignore", "keep.ckpt", "run.sh", "src/train.py"}
+        assert members["run.sh"].mode == 0o755 and members["src/train.py"].mode == 0o644
+        source = tar.extractfile(members["src/train.py"])
+        assert source is not None and source.read() == b"print('train')\n"
+
+
+def test_same_files_same_bytes(tmp_path: Path) -> None:
+    _make_repo(tmp_path / "a")
+    first = pack_repo(tmp_path / "a")
+    os.utime(tmp_path / "a" / "src" / "train.py", (1e9, 1e9))  # another mtime alone changes nothing
+    assert pack_repo(tmp_path / "a") == first
+    (tmp_path / "a" / "src" / "train.py").write_text("print('changed')\n")
+    assert pack_repo(tmp_path / "a") != first
