@@ -1,0 +1,252 @@
+"""The effects of a job's life: placement, the task on its agent, the job's start, watch and stop.
+
+Every activity here is idempotent: a retry, or an attempt that overlaps a timed-out one, finds the work
+already done (the agent's task ids are the job submission ids, and logs resume from the stored size).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.agent_client import AgentError, AgentUnreachable
+from activities.instances import LOCAL_INSTANCE, InstanceDirectory
+from core import activity_names as names
+from core.agent_api import ClusterInfo, JobStateEvent, PullResponse, TaskStatus, TaskSubmitRequest
+from core.messages import (
+    AllocateRequest,
+    JobOutcome,
+    Placement,
+    PrepareTask,
+    StartJob,
+    StopTask,
+    TaskRef,
+    WatchJob,
+)
+from core.status import JobTerminationReason
+from store import Store
+
+# The watch polls fast while a job is young or printing, and backs off while it is quiet.
+_POLL_MIN = 0.02
+_POLL_MAX = 0.5
+_PULL_LIMIT = 4 * 1024 * 1024
+HTTP_CONFLICT = 409
+HTTP_NOT_FOUND = 404
+# The job workflow gives its steps a heartbeat timeout of 10 s: a lost worker is noticed, and a stop
+# that cancels a step is heard, within that.
+_HEARTBEAT_EVERY = 1.0
+
+
+def _reason_error(reason: JobTerminationReason, message: str, *, retry: bool = False) -> ApplicationError:
+    """An activity failure the job workflow turns into a termination with `reason`."""
+    return ApplicationError(message, type=reason.name, non_retryable=not retry)
+
+
+@contextlib.asynccontextmanager
+async def _heartbeating() -> AsyncIterator[None]:
+    """Heartbeat while the body runs: the server then knows the attempt lives, and can cancel it."""
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(_HEARTBEAT_EVERY)
+
+    beating = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        beating.cancel()
+
+
+class JobActivities:
+    def __init__(self, instances: InstanceDirectory, store: Store) -> None:
+        self._instances = instances
+        self._store = store
+
+    @activity.defn(name=names.ALLOCATE)
+    async def allocate(self, request: AllocateRequest) -> Placement:
+        """The local backend: this machine's instance, if it could ever hold the job."""
+        client = self._instances.client(LOCAL_INSTANCE)
+        async with _heartbeating():
+            info = await client.instance_info()
+        total, wanted = info.total, request.resources
+        short = [
+            f"{what} {need:g} > {have:g}"
+            for what, need, have in (
+                ("cpu", wanted.cpu, total.cpu),
+                ("memory GB", wanted.memory, total.memory),
+                ("gpu", wanted.gpu, total.gpu),
+            )
+            if need > have
+        ]
+        if short:
+            raise _reason_error(
+                JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY,
+                f"no instance can ever fit the job: {LOCAL_INSTANCE} has too little ({', '.join(short)})",
+            )
+        ips = ["127.0.0.1"] * request.nodes_num
+        return Placement(
+            instance_name=LOCAL_INSTANCE,
+            cluster=ClusterInfo(
+                node_rank=request.node_rank,
+                nodes_num=request.nodes_num,
+                master_node_ip=ips[0],
+                node_ips=ips,
+                gpus_per_node=request.resources.gpu,
+            ),
+        )
+
+    @activity.defn(name=names.PREPARE_TASK)
+    async def prepare_task(self, request: PrepareTask) -> None:
+        """Submit the task to the instance's agent (the shim role); waits while the agent is busy."""
+        client = self._instances.client(request.instance_name)
+        submit = TaskSubmitRequest(
+            id=request.job_submission_id,
+            name=request.task_name,
+            resources=request.resources,
+            ports=request.ports,
+            env=request.env,
+        )
+        try:
+            async with _heartbeating():
+                await client.submit_task(submit)
+        except AgentError as err:
+            if err.status_code == HTTP_CONFLICT:
+                # Not enough free right now: the retry policy tries again, the job stays provisioning.
+                raise ApplicationError(
+                    f"waiting for capacity: {err.message}", type="WaitingForCapacity"
+                ) from err
+            raise
+
+    @activity.defn(name=names.START_JOB)
+    async def start_job(self, request: StartJob) -> None:
+        """Hand the runner its job spec and code, then start it; skips what an earlier attempt did."""
+        async with _heartbeating():
+            await self._start_job(request)
+
+    async def _start_job(self, request: StartJob) -> None:
+        client = self._instances.client(request.instance_name)
+        task = await client.get_task(request.job_submission_id)
+        if not task.job_submitted:
+            await client.submit_job(request.job_submission_id, request.spec)
+        if request.code_hash is not None and task.code_hash is None:
+            archive = await asyncio.to_thread(self._store.get_code, request.code_hash)
+            if archive is None:
+                raise _reason_error(
+                    JobTerminationReason.EXECUTOR_ERROR, f"code {request.code_hash} not in store"
+                )
+            await client.upload_code(
+                request.job_submission_id, archive, request.code_hash.removeprefix("sha256:")
+            )
+        if task.started_at is None:
+            await client.run(request.job_submission_id)
+
+    @activity.defn(name=names.WATCH_JOB)
+    async def watch_job(self, request: WatchJob) -> JobOutcome:
+        """Pull the job's states and logs until it has ended, storing the logs as they arrive.
+
+        Returns INSTANCE_UNREACHABLE once the agent has not answered for `unreachable_after` seconds.
+        """
+        client = self._instances.client(request.instance_name)
+        job_id = request.job_submission_id
+        offset = await asyncio.to_thread(self._store.log_size, job_id)
+        last_answer = time.monotonic()
+        last_state: JobStateEvent | None = None
+        states_offset = 0
+        interval = _POLL_MIN
+        while True:
+            try:
+                pulled: PullResponse = await client.pull(
+                    job_id, offset=offset, limit=_PULL_LIMIT, states_offset=states_offset
+                )
+            except AgentUnreachable as err:
+                silent = time.monotonic() - last_answer
+                if silent >= request.unreachable_after:
+                    return JobOutcome(
+                        termination_reason=JobTerminationReason.INSTANCE_UNREACHABLE,
+                        termination_message=f"{request.instance_name} silent for {silent:.0f}s: {err}",
+                    )
+                activity.heartbeat(offset)
+                await asyncio.sleep(min(interval, 0.5))
+                continue
+            except AgentError as err:
+                if err.status_code == HTTP_NOT_FOUND:
+                    return JobOutcome(
+                        termination_reason=JobTerminationReason.EXECUTOR_ERROR,
+                        termination_message=f"the task vanished from {request.instance_name}: {err.message}",
+                    )
+                raise
+            last_answer = time.monotonic()
+            if pulled.job_states:
+                last_state = pulled.job_states[-1]
+                states_offset = pulled.next_states_offset
+            data = base64.b64decode(pulled.logs)
+            if data:
+                offset = await asyncio.to_thread(
+                    self._store.append_log, job_id, pulled.offset, data, time.time()
+                )
+                interval = _POLL_MIN
+            activity.heartbeat(offset)
+            if pulled.finished and not pulled.has_more:
+                return await self._outcome(request, last_state)
+            if not pulled.has_more:
+                await asyncio.sleep(interval)
+                interval = min(interval * 1.5, _POLL_MAX)
+
+    async def _outcome(self, request: WatchJob, last_state: JobStateEvent | None) -> JobOutcome:
+        if last_state is None or last_state.termination_reason is None:
+            task = await self._instances.client(request.instance_name).get_task(request.job_submission_id)
+            reason = task.termination_reason or JobTerminationReason.EXECUTOR_ERROR
+            return JobOutcome(
+                termination_reason=reason,
+                termination_message=task.termination_message,
+                exit_status=task.exit_status,
+            )
+        return JobOutcome(
+            termination_reason=last_state.termination_reason,
+            termination_message=last_state.termination_message,
+            exit_status=last_state.exit_status,
+        )
+
+    @activity.defn(name=names.STOP_TASK)
+    async def stop_task(self, request: StopTask) -> None:
+        """SIGTERM now, SIGKILL after `timeout` (at once for 0): the agent carries out the grace period."""
+        client = self._instances.client(request.instance_name)
+        try:
+            await client.terminate(
+                request.job_submission_id,
+                reason=request.reason,
+                message=request.message,
+                timeout=request.timeout,
+            )
+        except AgentError as err:
+            if err.status_code != HTTP_NOT_FOUND:  # never submitted: nothing to stop
+                raise
+
+    @activity.defn(name=names.RELEASE_TASK)
+    async def release_task(self, ref: TaskRef) -> None:
+        """Make sure the task's process has ended, then remove the task: its capacity is free again."""
+        client = self._instances.client(ref.instance_name)
+        try:
+            task = await client.get_task(ref.job_submission_id)
+            if task.status != TaskStatus.TERMINATED:
+                await client.terminate(
+                    ref.job_submission_id, reason=JobTerminationReason.TERMINATED_BY_SERVER, timeout=0
+                )
+            while task.status != TaskStatus.TERMINATED:  # SIGKILL takes a moment to be reaped
+                activity.heartbeat()
+                await asyncio.sleep(_POLL_MIN)
+                task = await client.get_task(ref.job_submission_id)
+            await client.remove(ref.job_submission_id)
+        except AgentError as err:
+            if err.status_code != HTTP_NOT_FOUND:
+                raise
+        except AgentUnreachable as err:
+            # The instance is gone, and its capacity with it; the fleet's health check tells when it is back.
+            activity.logger.warning("release of %s skipped: %s", ref.job_submission_id, err)

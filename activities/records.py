@@ -1,0 +1,69 @@
+"""Store writes for the workflows: each transition's new events and status, flushed as it happens.
+
+Run as regular activities, not local ones: a local activity runs inside a workflow task, and when the
+server rejects that task (a signal or a child's end arriving as the run completes, or a worker dying
+before it reports) the task is redone, with new timestamps and possibly other events at the same sequence
+numbers, while the store keeps the first write. A regular activity runs only once the server has accepted
+the task that scheduled it, so what it writes is what the history holds. Idempotent: a retried flush
+re-sends its events with the same sequence numbers and the store ignores the ones it has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import activity
+
+from core import activity_names as names
+from core.eventlog import Event
+from core.messages import RecordJob, RecordRun
+from store import JobSubmissionRecord, Store
+
+
+def _rows(events: list[Event]) -> list[tuple[float, str, dict]]:
+    return [(e.timestamp, e.name, e.context) for e in events]
+
+
+class RecordActivities:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    @activity.defn(name=names.RECORD_RUN)
+    async def record_run(self, record: RecordRun) -> None:
+        await asyncio.to_thread(self._record_run, record)
+
+    def _record_run(self, record: RecordRun) -> None:
+        self._store.append_events(record.run_id, None, record.start_seq, _rows(record.events))
+        self._store.update_run(
+            record.run_id,
+            status=record.status.value,
+            termination_reason=record.termination_reason.value if record.termination_reason else None,
+            status_message=record.status_message,
+            finished_at=record.finished_at,
+        )
+
+    @activity.defn(name=names.RECORD_JOB)
+    async def record_job(self, record: RecordJob) -> None:
+        await asyncio.to_thread(self._record_job, record)
+
+    def _record_job(self, record: RecordJob) -> None:
+        self._store.append_events(
+            record.run_id, record.job_submission_id, record.start_seq, _rows(record.events)
+        )
+        self._store.put_job_submission(
+            JobSubmissionRecord(
+                id=record.job_submission_id,
+                run_id=record.run_id,
+                replica_num=record.replica_num,
+                job_num=record.job_num,
+                submission_num=record.submission_num,
+                status=record.status.value,
+                termination_reason=record.termination_reason.value if record.termination_reason else None,
+                termination_message=record.termination_message,
+                exit_status=record.exit_status,
+                instance_name=record.instance_name,
+                submitted_at=record.submitted_at,
+                provisioned_at=record.provisioned_at,
+                finished_at=record.finished_at,
+            )
+        )

@@ -1,0 +1,96 @@
+"""The small pure choices the workflows make beside seed 001's rules (`core.rules`).
+
+Which events a job's outcome or a failed step becomes (RFC 21 exception types), why a job is ending,
+which replicas a PENDING run resubmits once its backoff is over, and the run's status message. Kept here
+so that `RunWorkflow` and `JobWorkflow` stay thin and these stay testable without Temporal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.eventlog import JobState
+from core.messages import JobOutcome
+from core.replay import RunState
+from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+
+# The reasons a job's own exit gives (a `finish` event); every other reason is an exception first.
+EXITED = frozenset({JobTerminationReason.DONE_BY_RUNNER, JobTerminationReason.CONTAINER_EXITED_WITH_ERROR})
+
+_EXCEPTION_TYPES = {
+    JobTerminationReason.MAX_DURATION_EXCEEDED: "timelimit",
+    JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY: "alloc",
+    JobTerminationReason.INSTANCE_UNREACHABLE: "lost",
+    JobTerminationReason.TERMINATED_BY_USER: "cancel",
+    JobTerminationReason.ABORTED_BY_USER: "cancel",
+}
+
+EventSpec = tuple[str, dict[str, Any]]  # an event's name and context, before the workflow timestamps it
+
+
+def exception_type(reason: JobTerminationReason) -> str:
+    """RFC 21 exception types, where one fits."""
+    return _EXCEPTION_TYPES.get(reason, "start")
+
+
+def fatal(reason: JobTerminationReason, note: str | None, kind: str | None = None) -> EventSpec:
+    """A severity-0 exception: the job terminates for `reason`."""
+    context = {"type": kind or exception_type(reason), "severity": 0, "reason": reason, "note": note}
+    return "exception", context
+
+
+def reason_for_failure(error_type: str | None, default: JobTerminationReason) -> JobTerminationReason:
+    """The reason a failed activity names by its ApplicationError type (e.g. "INSTANCE_UNREACHABLE")."""
+    if error_type is not None and error_type in JobTerminationReason.__members__:
+        return JobTerminationReason[error_type]
+    return default
+
+
+def outcome_events(state: JobState, outcome: JobOutcome) -> list[EventSpec]:
+    """What a job's watch reported, as events: `finish` with the exit status when the process gave one,
+    preceded by an exception when it ended for another reason than its own exit (unless it was already
+    terminating, whose reason stays)."""
+    reason = outcome.termination_reason
+    note = outcome.termination_message or reason.message()
+    terminating = state.status == JobStatus.TERMINATING
+    events: list[EventSpec] = []
+    if reason not in EXITED and not terminating:
+        events.append(fatal(reason, note))
+        terminating = True
+    if outcome.exit_status is not None and state.exit_status is None:
+        events.append(("finish", {"status": outcome.exit_status}))
+    elif not terminating:
+        events.append(fatal(reason, note, "exec"))
+    return events
+
+
+def last_note(state: JobState) -> str | None:
+    """Why the job is ending, in the words of its last fatal exception."""
+    return next((e.note for e in reversed(state.exceptions) if e.severity == 0), None)
+
+
+def stop_reason(abort: bool) -> RunTerminationReason:
+    return RunTerminationReason.ABORTED_BY_USER if abort else RunTerminationReason.STOPPED_BY_USER
+
+
+def replicas_to_resubmit(state: RunState) -> list[int]:
+    """Seed 001 STEP 3: the replicas a PENDING run resubmits once its backoff is over, those whose
+    latest jobs failed (finished, or still cleaning up if that took longer than the backoff)."""
+    return sorted(
+        {
+            job.replica_num
+            for job in state.jobs
+            if job.termination_reason is not None
+            and job.termination_reason != JobTerminationReason.SCALED_DOWN
+            and job.termination_reason.to_status() != JobStatus.DONE
+        }
+    )
+
+
+def status_message(state: RunState) -> str | None:
+    """The run's one-line status message, as `ferry ps` shows it."""
+    if state.termination_reason is not None:
+        return state.termination_reason.value.replace("_", " ")
+    if state.status == RunStatus.PENDING:
+        return "retrying"
+    return None

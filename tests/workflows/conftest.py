@@ -1,0 +1,64 @@
+"""Workflow tests on Temporal's time-skipping test server, with the activities replaced by doubles."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from tests.workflows.doubles import FakeBackend
+from tests.workflows.harness import Harness
+from workflows.job import JobWorkflow
+from workflows.run import SEARCH_ATTRIBUTES, RunWorkflow
+
+KEYWORD = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    """A fresh test server, and a worker running both workflows on the doubles of `harness.backend`."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter, test_server_existing_path=str(TEST_SERVER)
+    )
+    # RunWorkflow keeps FerryStatus up to date; like the dev server, the test server needs it registered.
+    await env.client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=env.client.namespace,
+            search_attributes={
+                key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in SEARCH_ATTRIBUTES
+            },
+        )
+    )
+    backend = FakeBackend()
+    queue = f"wf-{uuid.uuid4().hex[:8]}"
+    worker = Worker(
+        env.client,
+        task_queue=queue,
+        workflows=[RunWorkflow, JobWorkflow],
+        activities=backend.activities(),
+        # Heartbeats reach the server at once, so a cancelled activity hears of it at its next beat.
+        default_heartbeat_throttle_interval=timedelta(milliseconds=50),
+        max_heartbeat_throttle_interval=timedelta(milliseconds=50),
+    )
+    harness = Harness(env, backend, queue)
+    try:
+        async with worker:
+            yield harness
+    finally:
+        await env.shutdown()
+        # The test server's handle must be freed while the event loop lives: freed at interpreter exit
+        # instead, the SDK's native side may abort the process (PyGILState_Release during finalization).
+        harness.release()
+        del env, worker
+        gc.collect()

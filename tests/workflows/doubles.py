@@ -1,0 +1,222 @@
+"""Activity doubles for workflow tests: registered under the real activities' names, scripted per test.
+
+Each job submission is known by its (replica, job, submission) key. A test scripts how allocate,
+prepare_task and watch_job behave for a key; stop_task ends a blocked watch the way the real agent does
+(the job ends for the stop's reason), and record_run/record_job keep the flushed eventlogs in memory,
+first write winning per sequence number, as the store does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from core import activity_names as names
+from core.agent_api import ClusterInfo
+from core.eventlog import Event
+from core.messages import (
+    AllocateRequest,
+    JobOutcome,
+    Placement,
+    PrepareTask,
+    RecordJob,
+    RecordRun,
+    StartJob,
+    StopTask,
+    TaskRef,
+    WatchJob,
+)
+from core.status import JobTerminationReason
+
+Key = tuple[int, int, int]  # (replica, job, submission)
+_KEY = re.compile(r"-r(\d+)-j(\d+)-s(\d+)$")
+HEARTBEAT_EVERY = 0.05
+
+# How a scripted activity behaves for one job submission.
+BLOCK = "block"  # allocate, prepare_task: until cancelled; watch_job: until stop_task or finish_watch
+TRAP = "trap"  # watch_job: a job that ignores SIGTERM, so only a stop with timeout 0 (abort) ends it
+
+
+def key_of(job_submission_id: str) -> Key:
+    found = _KEY.search(job_submission_id)
+    assert found is not None, job_submission_id
+    replica, job, submission = (int(g) for g in found.groups())
+    return replica, job, submission
+
+
+def exited(status: int) -> JobOutcome:
+    """The job's commands exited by themselves with `status`."""
+    if status == 0:
+        return JobOutcome(termination_reason=JobTerminationReason.DONE_BY_RUNNER, exit_status=0)
+    return JobOutcome(
+        termination_reason=JobTerminationReason.CONTAINER_EXITED_WITH_ERROR,
+        termination_message=f"exited with status {status}",
+        exit_status=status,
+    )
+
+
+def no_capacity() -> ApplicationError:
+    return ApplicationError(
+        "no instance fits",
+        type=JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY.name,
+        non_retryable=True,
+    )
+
+
+@dataclass
+class Log:
+    """An eventlog as the store keeps it: events by sequence number, and the last status written."""
+
+    events: dict[int, Event] = field(default_factory=dict)
+    status: str | None = None
+    reason: str | None = None
+
+    def append(self, start_seq: int, events: list[Event]) -> None:
+        for n, event in enumerate(events, start=start_seq):
+            self.events.setdefault(n, event)
+
+    def ordered(self) -> list[Event]:
+        assert sorted(self.events) == list(range(len(self.events))), "the stored eventlog has a gap"
+        return [self.events[n] for n in range(len(self.events))]
+
+
+class FakeBackend:
+    """The activity doubles, and what they were asked to do (`calls`, in order)."""
+
+    def __init__(self) -> None:
+        # Scripts, by job submission key; a missing key: allocation works, the job exits 0.
+        self.allocate_script: dict[Key, Callable[[], ApplicationError] | str] = {}
+        self.prepare_script: dict[Key, str] = {}
+        self.start_script: dict[Key, Callable[[], ApplicationError]] = {}
+        self.watch_script: dict[Key, JobOutcome | str] = {}
+        self.calls: list[tuple[str, Key, Any]] = []
+        self.cancelled: list[tuple[str, Key]] = []
+        self.runs: dict[str, Log] = {}
+        self.jobs: dict[Key, Log] = {}
+        self._ends: dict[Key, asyncio.Event] = {}
+        self._outcomes: dict[Key, JobOutcome] = {}
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [
+            self.record_run,
+            self.record_job,
+            self.allocate,
+            self.prepare_task,
+            self.start_job,
+            self.watch_job,
+            self.stop_task,
+            self.release_task,
+        ]
+
+    def called(self, name: str, key: Key | None = None) -> list[Any]:
+        """The arguments of every call to activity `name` (for one job submission, if `key` is given)."""
+        return [arg for n, k, arg in self.calls if n == name and (key is None or k == key)]
+
+    def finish_watch(self, key: Key, outcome: JobOutcome) -> None:
+        """A blocked watch returns `outcome`: the job's process ended by itself."""
+        self._end(key, outcome)
+
+    def _end(self, key: Key, outcome: JobOutcome) -> None:
+        self._outcomes.setdefault(key, outcome)
+        self._ends.setdefault(key, asyncio.Event()).set()
+
+    def _call(self, name: str, job_submission_id: str, arg: Any) -> Key:
+        key = key_of(job_submission_id)
+        self.calls.append((name, key, arg))
+        return key
+
+    # --- the store ----------------------------------------------------------------------------------
+
+    @activity.defn(name=names.RECORD_RUN)
+    async def record_run(self, record: RecordRun) -> None:
+        log = self.runs.setdefault(record.run_id, Log())
+        log.append(record.start_seq, record.events)
+        log.status = record.status.value
+        log.reason = record.termination_reason.value if record.termination_reason else None
+
+    @activity.defn(name=names.RECORD_JOB)
+    async def record_job(self, record: RecordJob) -> None:
+        log = self.jobs.setdefault(key_of(record.job_submission_id), Log())
+        log.append(record.start_seq, record.events)
+        log.status = record.status.value
+        log.reason = record.termination_reason.value if record.termination_reason else None
+
+    # --- the backend and the agent ------------------------------------------------------------------
+
+    @activity.defn(name=names.ALLOCATE)
+    async def allocate(self, request: AllocateRequest) -> Placement:
+        key = self._call(names.ALLOCATE, request.job_submission_id, request)
+        script = self.allocate_script.get(key)
+        if script == BLOCK:
+            await self._block(names.ALLOCATE, key, asyncio.Event())
+        elif callable(script):
+            raise script()
+        ips = [f"10.0.0.{n + 1}" for n in range(request.nodes_num)]
+        return Placement(
+            instance_name=f"host-{key[0]}-{key[1]}",
+            cluster=ClusterInfo(
+                node_rank=request.node_rank,
+                nodes_num=request.nodes_num,
+                master_node_ip=ips[0],
+                node_ips=ips,
+                gpus_per_node=0,
+            ),
+        )
+
+    @activity.defn(name=names.PREPARE_TASK)
+    async def prepare_task(self, request: PrepareTask) -> None:
+        key = self._call(names.PREPARE_TASK, request.job_submission_id, request)
+        if self.prepare_script.get(key) == BLOCK:
+            await self._block(names.PREPARE_TASK, key, asyncio.Event())
+
+    @activity.defn(name=names.START_JOB)
+    async def start_job(self, request: StartJob) -> None:
+        key = self._call(names.START_JOB, request.job_submission_id, request)
+        if key in self.start_script:
+            raise self.start_script[key]()
+
+    @activity.defn(name=names.WATCH_JOB)
+    async def watch_job(self, request: WatchJob) -> JobOutcome:
+        key = self._call(names.WATCH_JOB, request.job_submission_id, request)
+        script = self.watch_script.get(key, exited(0))
+        if isinstance(script, JobOutcome):
+            return script
+        ended = self._ends.setdefault(key, asyncio.Event())
+        await self._block(names.WATCH_JOB, key, ended)
+        return self._outcomes[key]
+
+    @activity.defn(name=names.STOP_TASK)
+    async def stop_task(self, request: StopTask) -> None:
+        key = self._call(names.STOP_TASK, request.job_submission_id, request)
+        if self.watch_script.get(key) == TRAP and request.timeout > 0:
+            return
+        # As the real agent does: a stopped job ends for the stop's reason; given a grace period, it
+        # exits 143 on SIGTERM, and killed at once it has no exit status of its own.
+        self._end(
+            key,
+            JobOutcome(
+                termination_reason=request.reason,
+                termination_message=request.message,
+                exit_status=143 if request.timeout > 0 else None,
+            ),
+        )
+
+    @activity.defn(name=names.RELEASE_TASK)
+    async def release_task(self, ref: TaskRef) -> None:
+        self._call(names.RELEASE_TASK, ref.job_submission_id, ref)
+
+    async def _block(self, name: str, key: Key, until: asyncio.Event) -> None:
+        """Heartbeat until `until` is set; a cancellation is recorded, then re-raised."""
+        try:
+            while not until.is_set():
+                activity.heartbeat()
+                await asyncio.sleep(HEARTBEAT_EVERY)
+        except asyncio.CancelledError:
+            self.cancelled.append((name, key))
+            raise

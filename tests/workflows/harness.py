@@ -1,0 +1,147 @@
+"""Starting runs on the test server, waiting on their state, and checking their eventlogs and histories."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
+
+from core.config import parse_configuration
+from core.eventlog import Event, replay_job
+from core.messages import (
+    JobDescription,
+    RunDescription,
+    RunInput,
+    RunResult,
+    StopReply,
+    StopRequest,
+    job_workflow_id,
+    run_workflow_id,
+)
+from core.replay import RunState, replay_run
+from tests.workflows.doubles import FakeBackend, Key
+from workflows.job import JobWorkflow
+from workflows.run import RunWorkflow
+
+PROJECT = "test"
+WAIT_LIMIT = 30.0  # seconds of real time any one condition may take before the test fails
+POLL = 0.02
+SMALL = {"cpu": "0..", "memory": "0GB..", "disk": "0GB.."}
+
+
+def configuration(kind: str = "task", **fields: Any) -> Any:
+    data: dict[str, Any] = {"type": kind, "commands": ["train"], "resources": SMALL, **fields}
+    if kind == "service":
+        data.setdefault("port", 8000)
+    return parse_configuration(data)
+
+
+def named(events: list[Event], name: str, **context: Any) -> list[Event]:
+    """The events called `name` whose context has every given item."""
+    return [e for e in events if e.name == name and all(e.context.get(k) == v for k, v in context.items())]
+
+
+class Harness:
+    def __init__(self, env: WorkflowEnvironment, backend: FakeBackend, queue: str) -> None:
+        self._env: WorkflowEnvironment | None = env
+        self.backend = backend
+        self.queue = queue
+
+    @property
+    def env(self) -> WorkflowEnvironment:
+        assert self._env is not None
+        return self._env
+
+    @property
+    def client(self) -> Client:
+        return self.env.client
+
+    def release(self) -> None:
+        self._env = None
+
+    async def run_input(self, conf: Any, name: str = "train") -> RunInput:
+        now = await self.env.get_current_time()
+        return RunInput(
+            run_id=f"{name}-0001",
+            project=PROJECT,
+            run_name=name,
+            user="tester",
+            configuration=conf,
+            submitted_at=now.timestamp(),
+        )
+
+    async def start(self, conf: Any, name: str = "train") -> WorkflowHandle[Any, RunResult]:
+        return await self.client.start_workflow(
+            RunWorkflow.run,
+            await self.run_input(conf, name),
+            id=run_workflow_id(PROJECT, name),
+            task_queue=self.queue,
+        )
+
+    async def describe(self, handle: WorkflowHandle[Any, Any]) -> RunDescription:
+        return await handle.query(RunWorkflow.describe)
+
+    async def describe_job(self, handle: WorkflowHandle[Any, Any], key: Key) -> JobDescription:
+        job = self.client.get_workflow_handle(job_workflow_id(handle.id, *key))
+        return await job.query(JobWorkflow.describe)
+
+    async def stop(self, handle: WorkflowHandle[Any, Any], *, abort: bool = False) -> StopReply:
+        return await handle.execute_update(RunWorkflow.stop, StopRequest(abort=abort))
+
+    async def result(self, handle: WorkflowHandle[Any, RunResult]) -> RunResult:
+        """The run's result, skipping time while the test server waits on timers (bounded in real time)."""
+        return await asyncio.wait_for(handle.result(), WAIT_LIMIT)
+
+    async def wait_for(
+        self, handle: WorkflowHandle[Any, Any], what: str, ok: Callable[[RunState], bool]
+    ) -> RunState:
+        """Poll the run's state (in real time: no time is skipped) until `ok` holds."""
+        deadline = time.monotonic() + WAIT_LIMIT
+        while True:
+            state = (await self.describe(handle)).state
+            if ok(state):
+                return state
+            assert time.monotonic() < deadline, f"waited {WAIT_LIMIT:.0f}s for {what}; the run is {state}"
+            await asyncio.sleep(POLL)
+
+    async def wait_until(self, what: str, ok: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + WAIT_LIMIT
+        while not ok():
+            assert time.monotonic() < deadline, f"waited {WAIT_LIMIT:.0f}s for {what}"
+            await asyncio.sleep(POLL)
+
+    def run_events(self) -> list[Event]:
+        """The run's eventlog as its record_run calls stored it."""
+        [log] = self.backend.runs.values()
+        return log.ordered()
+
+    def job_events(self, key: Key) -> list[Event]:
+        return self.backend.jobs[key].ordered()
+
+    async def check_eventlogs_replay(self, handle: WorkflowHandle[Any, Any]) -> None:
+        """DESIGN §3: the stored eventlogs are the workflows' own, and replay to the workflows' state."""
+        described = await self.describe(handle)
+        stored = self.run_events()
+        assert described.first_seq == 0
+        assert described.events == stored
+        assert replay_run(stored) == described.state
+        for key, log in self.backend.jobs.items():
+            job = await self.describe_job(handle, key)
+            assert job.events == log.ordered()
+            state = replay_job(log.ordered())
+            assert (state.status.value, state.termination_reason) == (log.status, log.reason)
+
+    async def check_histories_replay(self, handle: WorkflowHandle[Any, Any]) -> None:
+        """The recorded histories of the run and all its job submissions replay without nondeterminism."""
+        replayer = Replayer(workflows=[RunWorkflow, JobWorkflow], data_converter=pydantic_data_converter)
+        handles = [handle] + [
+            self.client.get_workflow_handle(job_workflow_id(handle.id, *key)) for key in self.backend.jobs
+        ]
+        for h in handles:
+            await replayer.replay_workflow(await h.fetch_history())

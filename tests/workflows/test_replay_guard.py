@@ -1,0 +1,38 @@
+"""The replay check of recorded histories catches a change that breaks determinism (DESIGN §5)."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio import workflow
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from core.messages import RunInput, RunResult
+from tests.workflows.harness import Harness, configuration
+from workflows.job import JobWorkflow
+from workflows.run import RunWorkflow
+
+
+@workflow.defn(name="RunWorkflow", sandboxed=False)
+class RunWorkflowThatForgetsTheStore(RunWorkflow):
+    """A release that stopped flushing the run's events, without `workflow.patched`."""
+
+    async def _flush(self) -> None:
+        return None
+
+    @workflow.run
+    async def run(self, inp: RunInput) -> RunResult:
+        return await super().run(inp)
+
+
+async def test_replayer_catches_a_nondeterministic_change(harness: Harness) -> None:
+    handle = await harness.start(configuration())
+    await harness.result(handle)
+    history = await handle.fetch_history()
+    same = Replayer(workflows=[RunWorkflow, JobWorkflow], data_converter=pydantic_data_converter)
+    await same.replay_workflow(history)
+    changed = Replayer(
+        workflows=[RunWorkflowThatForgetsTheStore, JobWorkflow], data_converter=pydantic_data_converter
+    )
+    with pytest.raises(workflow.NondeterminismError):
+        await changed.replay_workflow(history)

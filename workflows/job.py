@@ -1,0 +1,354 @@
+"""JobWorkflow: one submission of one job (a node of a replica), seed 001's job lifecycle STEP 1-5.
+
+SUBMITTED -> alloc -> PROVISIONING -> task submitted -> PULLING -> job started -> RUNNING -> TERMINATING
+-> task stopped and removed, capacity freed -> TERMINATED | DONE | FAILED | ABORTED.
+Every change is an event folded with `core.eventlog.apply_job_event`, flushed to the store and sent to
+the run; the status is never set any other way, so replaying the stored log gives this state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from core import activity_names as names
+    from core.eventlog import Event, JobState, apply_job_event
+    from core.messages import (
+        AllocateRequest,
+        JobDescription,
+        JobInput,
+        JobOutcome,
+        JobUpdate,
+        Placement,
+        PrepareTask,
+        RecordJob,
+        StartJob,
+        StopTask,
+        TaskRef,
+        TerminateJob,
+        WatchJob,
+        job_submission_id,
+    )
+    from core.status import JobStatus, JobTerminationReason
+    from core.transitions import fatal, last_note, outcome_events, reason_for_failure
+
+# Effects that talk to an agent retry quickly: a worker restart or a busy agent must not cost seconds.
+_QUICK_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=2)
+)
+_RECORD_TIMEOUT = timedelta(seconds=10)
+_STEP_HEARTBEAT = timedelta(seconds=10)
+# Past this the agent is presumed gone even if it answered before: the grace period has long ended.
+_STOP_MARGIN = timedelta(seconds=30)
+RUN_SIGNAL = "job_update"
+
+
+class _Terminated(Exception):
+    """The run asked this job to stop while a step was in flight."""
+
+
+@workflow.defn
+class JobWorkflow:
+    def __init__(self) -> None:
+        self._events: list[Event] = []
+        self._flushed = 0
+        self._state: JobState | None = None
+        self._terminate: TerminateJob | None = None
+        self._input: JobInput | None = None
+        self._instance: str | None = None
+        self._killed = False  # a stop with no grace period (an abort) was sent to the agent
+
+    @workflow.signal
+    def terminate(self, request: TerminateJob) -> None:
+        # The first reason wins; a later abort still shortens the grace period.
+        if self._terminate is None or (request.abort and not self._terminate.abort):
+            reason = request.reason if self._terminate is None else self._terminate.reason
+            self._terminate = request.model_copy(update={"reason": reason})
+
+    @workflow.query
+    def describe(self) -> JobDescription:
+        assert self._input is not None
+        return JobDescription(job_submission_id=self._id, events=list(self._events))
+
+    @property
+    def _id(self) -> str:
+        inp = self._input
+        assert inp is not None
+        return job_submission_id(inp.run_id, inp.replica_num, inp.job_num, inp.submission_num)
+
+    @workflow.run
+    async def run(self, inp: JobInput) -> JobOutcome:
+        self._input = inp
+        self._log(
+            "submit",
+            replica=inp.replica_num,
+            job=inp.job_num,
+            submission=inp.submission_num,
+            priority=inp.priority,
+        )
+        await self._publish()
+        try:
+            await self._provision_and_run(inp)
+        except _Terminated:
+            self._log_stop()
+            await self._publish()
+        return await self._clean_up(inp)
+
+    async def _provision_and_run(self, inp: JobInput) -> None:
+        try:
+            placement: Placement = await self._step(
+                names.ALLOCATE,
+                AllocateRequest(
+                    job_submission_id=self._id,
+                    resources=inp.resources,
+                    nodes_num=inp.nodes_num,
+                    node_rank=inp.job_num,
+                ),
+                timeout=timedelta(seconds=60),
+            )
+        except ActivityError as err:
+            self._fail_from(err, JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY)
+            return
+        self._instance = placement.instance_name
+        self._log("alloc", instance=placement.instance_name)
+        await self._publish()
+        try:
+            await self._step(
+                names.PREPARE_TASK,
+                PrepareTask(
+                    job_submission_id=self._id,
+                    instance_name=placement.instance_name,
+                    task_name=inp.spec.run_name,
+                    resources=inp.resources,
+                    env=inp.spec.env,
+                ),
+                timeout=timedelta(minutes=10),
+            )
+            self._log("pull")
+            await self._publish()
+            spec = inp.spec.model_copy(update={"cluster_info": placement.cluster})
+            await self._step(
+                names.START_JOB,
+                StartJob(
+                    job_submission_id=self._id,
+                    instance_name=placement.instance_name,
+                    spec=spec,
+                    code_hash=inp.code_hash,
+                ),
+                timeout=timedelta(minutes=10),
+            )
+        except ActivityError as err:
+            self._fail_from(err, JobTerminationReason.EXECUTOR_ERROR)
+            return
+        self._log("start")
+        await self._publish()
+        outcome = await self._watch(placement.instance_name)
+        assert self._state is not None
+        for event in outcome_events(self._state, outcome):
+            self._log(*event)
+        await self._publish()
+
+    async def _watch(self, instance: str) -> JobOutcome:
+        watch = workflow.start_activity(
+            names.WATCH_JOB,
+            WatchJob(job_submission_id=self._id, instance_name=instance),
+            result_type=JobOutcome,
+            start_to_close_timeout=timedelta(days=365),
+            heartbeat_timeout=timedelta(seconds=10),
+            retry_policy=_QUICK_RETRY,
+        )
+        stop_requested = asyncio.ensure_future(workflow.wait_condition(lambda: self._terminate is not None))
+        await workflow.wait([watch, stop_requested], return_when=asyncio.FIRST_COMPLETED)
+        if watch.done():
+            stop_requested.cancel()
+            return watch.result()
+        # Stopping a running job: log why, ask the agent, then keep watching until the process has ended
+        # (the agent sends SIGKILL once the grace period is over) so the last log bytes are kept too.
+        request = self._log_stop()
+        await self._publish()
+        await self._stop_task(instance, request)
+        # A later abort (`ferry stop -x` during the grace period) kills at once: the agent lets the
+        # shorter of two stop requests win.
+        self._killed = request.abort
+        deadline = workflow.now() + timedelta(seconds=self._grace(request)) + _STOP_MARGIN
+        while not watch.done():
+            try:
+                await workflow.wait_condition(
+                    lambda: watch.done() or self._abort_requested(),
+                    timeout=max(deadline - workflow.now(), timedelta(0)),
+                )
+            except TimeoutError:
+                watch.cancel()
+                return JobOutcome(
+                    termination_reason=JobTerminationReason.INSTANCE_UNREACHABLE,
+                    termination_message="the job did not end after it was stopped",
+                )
+            if not watch.done() and self._abort_requested():
+                self._killed = True
+                assert self._terminate is not None
+                await self._stop_task(instance, self._terminate)
+                deadline = min(deadline, workflow.now() + _STOP_MARGIN)
+        return watch.result()
+
+    def _abort_requested(self) -> bool:
+        """An abort arrived after a graceful stop was sent: the job is still in its grace period."""
+        return not self._killed and self._terminate is not None and self._terminate.abort
+
+    async def _stop_task(self, instance: str, request: TerminateJob) -> None:
+        """Ask the agent to stop the job: SIGTERM, then SIGKILL once the grace period is over."""
+        with contextlib.suppress(ActivityError):  # if the agent is gone, the watch says so
+            await workflow.execute_activity(
+                names.STOP_TASK,
+                StopTask(
+                    job_submission_id=self._id,
+                    instance_name=instance,
+                    reason=request.reason,
+                    message=request.message,
+                    timeout=self._grace(request),
+                ),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )
+
+    def _grace(self, request: TerminateJob) -> float:
+        assert self._input is not None
+        if request.abort or self._input.stop_duration is None:
+            return 0.0
+        return float(self._input.stop_duration)
+
+    def _log_stop(self) -> TerminateJob:
+        request = self._terminate
+        assert request is not None
+        self._log(*fatal(request.reason, request.message or "stopped by the run", "cancel"))
+        return request
+
+    def _fail_from(self, err: ActivityError, reason: JobTerminationReason) -> None:
+        if isinstance(err.cause, CancelledError):
+            raise _Terminated() from err
+        # An activity that fails for a reason says so by its ApplicationError type; the note is its
+        # message alone (str() would prefix the type, which the reason already is).
+        cause = err.cause
+        if isinstance(cause, ApplicationError):
+            reason = reason_for_failure(cause.type, reason)
+        self._log(*fatal(reason, cause.message if isinstance(cause, FailureError) else str(err)))
+
+    async def _step(self, activity: str, arg: Any, *, timeout: timedelta) -> Any:
+        """Run an activity unless the run asks this job to stop first (then cancel it)."""
+        if self._terminate is not None:
+            raise _Terminated()
+        # Cancelling waits for the attempt in flight to end, so the clean-up that follows never races
+        # an allocation or a task submission that is still landing on the agent; the steps heartbeat,
+        # so that wait is short even if their worker died.
+        handle = workflow.start_activity(
+            activity,
+            arg,
+            start_to_close_timeout=timeout,
+            retry_policy=_QUICK_RETRY,
+            result_type=_RESULT_TYPES.get(activity),
+            heartbeat_timeout=_STEP_HEARTBEAT,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+        stop_requested = asyncio.ensure_future(workflow.wait_condition(lambda: self._terminate is not None))
+        await workflow.wait([handle, stop_requested], return_when=asyncio.FIRST_COMPLETED)
+        if handle.done():
+            stop_requested.cancel()
+            return handle.result()
+        handle.cancel()
+        with contextlib.suppress(ActivityError, CancelledError):
+            await handle
+        raise _Terminated()
+
+    async def _clean_up(self, inp: JobInput) -> JobOutcome:
+        """STEP 5: stop and remove the task, free the capacity, then the finished status."""
+        state = self._state
+        assert state is not None
+        if state.allocated and self._instance is not None:
+            ref = TaskRef(job_submission_id=self._id, instance_name=self._instance)
+            try:
+                await workflow.execute_activity(
+                    names.RELEASE_TASK,
+                    ref,
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=5)),
+                )
+                self._log("release", ranks="all", final=True)
+            except ActivityError as err:
+                self._log(
+                    "exception",
+                    type="free",
+                    severity=1,
+                    note=f"could not remove the task from {self._instance}: {err.cause or err}",
+                )
+            self._log("free")
+        state = self._state
+        assert state is not None and state.termination_reason is not None
+        reason = state.termination_reason
+        self._log("clean", status=reason.to_status(), reason=reason)
+        await self._publish()
+        return JobOutcome(
+            termination_reason=reason, termination_message=last_note(state), exit_status=state.exit_status
+        )
+
+    def _log(self, name: str, context: dict[str, Any] | None = None, /, **more: Any) -> None:
+        event = Event(
+            timestamp=workflow.now().timestamp(),
+            name=name,
+            context={k: v for k, v in {**(context or {}), **more}.items() if v is not None},
+        )
+        self._state = apply_job_event(self._state, event)
+        self._events.append(event)
+
+    async def _publish(self) -> None:
+        """Flush new events to the store and tell the run the job's status (each transition)."""
+        inp, state = self._input, self._state
+        assert inp is not None and state is not None
+        new = self._events[self._flushed :]
+        finished_at = state.times.get(state.status) if state.status.is_finished() else None
+        # A regular activity, not a local one: it runs only for a workflow task the server accepted, so
+        # the store never keeps events that a failed (and redone) workflow task logged differently.
+        await workflow.execute_activity(
+            names.RECORD_JOB,
+            RecordJob(
+                job_submission_id=self._id,
+                run_id=inp.run_id,
+                replica_num=inp.replica_num,
+                job_num=inp.job_num,
+                submission_num=inp.submission_num,
+                status=state.status,
+                termination_reason=state.termination_reason,
+                termination_message=last_note(state),
+                exit_status=state.exit_status,
+                instance_name=state.instance,
+                submitted_at=state.times[JobStatus.SUBMITTED],
+                provisioned_at=state.times.get(JobStatus.PROVISIONING),
+                finished_at=finished_at,
+                start_seq=self._flushed,
+                events=new,
+            ),
+            start_to_close_timeout=_RECORD_TIMEOUT,
+            retry_policy=_QUICK_RETRY,
+        )
+        self._flushed = len(self._events)
+        update = JobUpdate(
+            replica_num=inp.replica_num,
+            job_num=inp.job_num,
+            submission_num=inp.submission_num,
+            status=state.status,
+            termination_reason=state.termination_reason,
+            exit_status=state.exit_status,
+            instance=state.instance,
+            timestamp=workflow.now().timestamp(),
+        )
+        # A run that has already finished (this was a stopped sibling's last word) needs no news.
+        with contextlib.suppress(FailureError):
+            await workflow.get_external_workflow_handle(inp.run_workflow_id).signal(RUN_SIGNAL, update)
+
+
+_RESULT_TYPES: dict[str, type] = {names.ALLOCATE: Placement}
