@@ -1,0 +1,306 @@
+"""The agent bundle: Ferry's agent and every package it imports, in one tarball a bare host can run.
+
+SSH hosts need nothing but `python3`, and may have no network, so nothing is installed there from an
+index: the worker copies the agent's import closure out of its own environment. The closure is what
+`import agent.main` (plus uvicorn's protocol and loop choices) loads, found in a subprocess; Ferry's own
+top-level packages (`agent`, `core`) are copied whole from their source directories, every third-party
+one as the complete file list of the distribution that owns a loaded file (dist-info included, as
+`importlib.metadata` and entry points need it). `__pycache__` is left out; the host compiles on first start.
+
+**Constraint:** the bundle carries compiled extensions (pydantic_core), so a host's interpreter must have
+the worker's `EXT_SUFFIX` (same Python minor version, implementation and platform, e.g.
+`.cpython-311-x86_64-linux-gnu.so`); the deployment checks it before anything is copied.
+
+The tarball is deterministic (sorted names, fixed times and owners) and named by a hash of its contents,
+cached under FERRY_HOME/agent-bundles, so every worker with the same code and packages makes the same one
+and a host that already has it is sent nothing. The agent starts from `ferry_agent.py` at the bundle's root
+with `python3 -I -S`: neither the host's site-packages nor PYTHONPATH can shadow the bundle, and the bundle
+stays out of the environment the agent gives its jobs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import threading
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+LAUNCHER = "ferry_agent.py"
+MANIFEST = "ferry_bundle.json"
+
+_LAUNCHER_SOURCE = b'''"""Starts the Ferry agent from this bundle, whatever the host's site-packages hold."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from agent.main import main  # noqa: E402
+
+main()
+'''
+
+# Runs in a subprocess of the worker's interpreter: prints the files the agent's imports come from.
+_CLOSURE_SCRIPT = r"""
+import importlib.metadata as md, json, os, sys, sysconfig
+preloaded = set(sys.modules)  # the interpreter's start (site, .pth hooks) is not the agent's
+import agent.main, agent.app
+import uvicorn
+async def app(scope, receive, send):
+    pass
+uvicorn.Config(app, http="auto", ws="auto", lifespan="auto").load()
+try:
+    from uvicorn.loops.auto import auto_loop_factory
+    auto_loop_factory()
+except ImportError:
+    pass
+real = os.path.realpath
+paths = sysconfig.get_paths()
+sites = {real(paths["purelib"]), real(paths["platlib"])}
+stdlib = {real(paths["stdlib"]), real(paths["platstdlib"])}
+def under(path, roots):
+    return any(path.startswith(root + os.sep) for root in roots)
+loaded, first_party = set(), set()
+for name, module in list(sys.modules.items()):
+    if name in preloaded:
+        continue
+    locations = [module.__file__] if getattr(module, "__file__", None) else []
+    locations += list(getattr(module, "__path__", None) or [])
+    for location in map(real, locations):
+        if under(location, sites):
+            loaded.add(location)
+        elif not under(location, stdlib) and "." not in name and getattr(module, "__path__", None):
+            first_party.add((name, location))
+owners = {}
+for top, dists in md.packages_distributions().items():
+    for dist_name in dists:
+        owners.setdefault(top, set()).add(dist_name)
+files = []
+for dist_name in sorted({d for tops in owners.values() for d in tops}):
+    dist = md.distribution(dist_name)
+    entries = [f for f in dist.files or [] if not str(f).startswith("..")]
+    located = {real(str(dist.locate_file(f))): str(f) for f in entries}
+    if loaded & set(located):
+        files += [(arc, path) for path, arc in located.items() if os.path.isfile(path)]
+print(json.dumps({"files": files, "first_party": sorted(first_party)}))
+"""
+
+
+class BundleError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class AgentBundle:
+    path: Path
+    digest: str  # sha256 of the contents; names the bundle on hosts
+    size: int  # bytes of the tarball
+    files: int
+    ext_suffix: str  # a host's interpreter must have this one
+
+    @property
+    def name(self) -> str:
+        return self.digest[:20]
+
+
+def _skipped(arcname: str) -> bool:
+    parts = arcname.split("/")
+    return "__pycache__" in parts or arcname.endswith((".pyc", ".pyo"))
+
+
+def agent_closure(python: str = sys.executable) -> dict[str, Path]:
+    """Every file the bundle holds, by its path inside the bundle."""
+    try:
+        done = subprocess.run(
+            [python, "-I", "-c", _CLOSURE_SCRIPT], capture_output=True, text=True, check=True, timeout=120
+        )
+    except subprocess.CalledProcessError as exc:
+        raise BundleError(f"could not list the agent's imports: {exc.stderr.strip()[-2000:]}") from exc
+    found = json.loads(done.stdout)
+    files = {arc.replace(os.sep, "/"): Path(path) for arc, path in found["files"]}
+    for name, location in found["first_party"]:
+        root = Path(location)
+        for path in root.rglob("*"):
+            if path.is_file():
+                files[f"{name}/{path.relative_to(root).as_posix()}"] = path
+    if "agent/main.py" not in files:
+        raise BundleError("the agent's own package was not found in its import closure")
+    return {arc: path for arc, path in sorted(files.items()) if not _skipped(arc)}
+
+
+def _extra_files() -> dict[str, bytes]:
+    try:
+        ferry_version = version("ferry")
+    except PackageNotFoundError:
+        ferry_version = "0+unknown"
+    metadata = f"Metadata-Version: 2.1\nName: ferry\nVersion: {ferry_version}\n".encode()
+    return {LAUNCHER: _LAUNCHER_SOURCE, f"ferry-{ferry_version}.dist-info/METADATA": metadata}
+
+
+def _digest(contents: dict[str, tuple[bytes | Path, int]]) -> str:
+    total = hashlib.sha256(b"ferry-agent-bundle/1\0")
+    for arc, (source, mode) in contents.items():
+        data = source if isinstance(source, bytes) else source.read_bytes()
+        total.update(f"{arc}\0{mode:o}\0{hashlib.sha256(data).hexdigest()}\0".encode())
+    return total.hexdigest()
+
+
+def _write_tarball(contents: dict[str, tuple[bytes | Path, int]], target: Path) -> None:
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with (
+        open(tmp, "wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for arc, (source, mode) in contents.items():
+            data = source if isinstance(source, bytes) else source.read_bytes()
+            info = tarfile.TarInfo(arc)
+            info.size, info.mode, info.mtime = len(data), mode, 0
+            tar.addfile(info, io.BytesIO(data))
+    os.replace(tmp, target)
+
+
+_built: dict[Path, AgentBundle] = {}
+_lock = threading.Lock()
+
+
+def build_bundle(cache_dir: Path) -> AgentBundle:
+    """The bundle of this worker's agent, built once per process and cached on disk by content hash."""
+    with _lock:
+        if cache_dir in _built and _built[cache_dir].path.exists():
+            return _built[cache_dir]
+        closure = agent_closure()
+        contents: dict[str, tuple[bytes | Path, int]] = {
+            arc: (path, 0o755 if os.access(path, os.X_OK) else 0o644) for arc, path in closure.items()
+        }
+        extra = _extra_files()
+        ext_suffix = str(sysconfig.get_config_var("EXT_SUFFIX"))
+        extra[MANIFEST] = json.dumps(
+            {"ext_suffix": ext_suffix, "python": list(sys.version_info[:2])}
+        ).encode()
+        contents.update({arc: (data, 0o644) for arc, data in extra.items()})
+        contents = dict(sorted(contents.items()))
+        digest = _digest(contents)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        target = cache_dir / f"{digest[:20]}.tar.gz"
+        if not target.exists():
+            _write_tarball(contents, target)
+        bundle = AgentBundle(target, digest, target.stat().st_size, len(contents), ext_suffix)
+        _built[cache_dir] = bundle
+        return bundle
+
+
+# --- what runs on a host, with the host's interpreter, over SSH -----------------------------------------
+
+# Prints the interpreter's version and extension suffix; old enough Python to report a mismatch.
+VERSION_SCRIPT = (
+    "import sys, sysconfig; "
+    "print(sys.version_info[0], sys.version_info[1], sysconfig.get_config_var('EXT_SUFFIX'))"
+)
+
+NO_PYTHON, WRONG_PYTHON = 97, 98
+# `sh -c CHECK_THEN_RUN python version-script expected ensure-script args`: one exec that prints the
+# interpreter's version line and, only when it is the expected one, runs the ensure script with it.
+CHECK_THEN_RUN = (
+    f'v=$("$0" -c "$1") || exit {NO_PYTHON}; printf "%s\\n" "$v"; '
+    f'[ "$v" = "$2" ] || exit {WRONG_PYTHON}; exec "$0" -I -S -c "$3" "$4"'
+)
+
+# Makes sure the agent of a bundle runs under a remote dir, under a lock; one JSON line tells the worker:
+# {"status": "running", port, pid, token, reused} | {"status": "need-bundle", "upload": path}
+# | {"status": "error", "log": tail} | {"status": "stopped"}.
+ENSURE_SCRIPT = r"""
+import fcntl, json, os, secrets, signal, socket, subprocess, sys, tarfile, time
+args = json.loads(sys.argv[1])
+base = os.path.abspath(os.path.expanduser(args["dir"]))
+bundles = os.path.join(base, "bundles")
+bundle = os.path.join(bundles, args["bundle"])
+state_path, token_path = os.path.join(base, "agent.json"), os.path.join(base, "token")
+os.makedirs(bundles, mode=0o700, exist_ok=True)
+
+def runs_from(pid, marker):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return marker.encode() in f.read()
+    except OSError:
+        return False
+
+def stop(pid):
+    if not runs_from(pid, bundles):
+        return
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(100):
+        if not runs_from(pid, bundles):
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+
+def reply(**fields):
+    print(json.dumps(fields))
+    sys.exit(0)
+
+with open(os.path.join(base, "lock"), "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        with open(state_path) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        state = None
+    if args.get("stop"):
+        if state:
+            stop(state["pid"])
+            os.remove(state_path)
+        reply(status="stopped")
+    current = state and state["bundle"] == args["bundle"] and runs_from(state["pid"], bundle)
+    if current and not args["restart"]:
+        with open(token_path) as f:
+            reply(status="running", port=state["port"], pid=state["pid"], token=f.read().strip(), reused=True)
+    if not os.path.isdir(bundle):
+        archive = bundle + ".tar.gz"
+        if not os.path.exists(archive):
+            reply(status="need-bundle", upload=archive)
+        unpacking = "%s.%d.tmp" % (bundle, os.getpid())
+        with tarfile.open(archive) as tar:
+            tar.extractall(unpacking)
+        os.rename(unpacking, bundle)
+        os.remove(archive)
+    if state:
+        stop(state["pid"])
+    token = secrets.token_urlsafe(32)
+    fd = os.open(token_path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token)
+    os.replace(token_path + ".new", token_path)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log_path = os.path.join(base, "agent.log")
+    command = [sys.executable, "-I", "-S", os.path.join(bundle, "ferry_agent.py"), "--port", str(port),
+               "--token-file", token_path, "--data-dir", os.path.join(base, "data"), "--log-level", "warning"]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=base,
+                                start_new_session=True)
+    deadline = time.monotonic() + args["startup_timeout"]
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        if proc.poll() is None:
+            proc.kill()
+        with open(log_path, "rb") as f:
+            reply(status="error", log=f.read()[-2000:].decode(errors="replace"))
+    with open(state_path + ".new", "w") as f:
+        json.dump({"bundle": args["bundle"], "port": port, "pid": proc.pid}, f)
+    os.replace(state_path + ".new", state_path)
+    reply(status="running", port=port, pid=proc.pid, token=token, reused=False)
+"""

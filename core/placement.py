@@ -1,0 +1,244 @@
+"""Placement on a fleet's instances: their capacity in blocks, and where the nodes of a gang can go.
+
+Pure and deterministic; `core.scheduling` builds the scheduler's queue and state on these. Blocks are
+dstack's: an instance with N blocks is split into N equal shares of CPUs, memory and GPUs, and a job takes
+the fewest whole blocks that cover its need (`ceil(max over resources of need / share)`, at least one), so
+`blocks: 1` gives one job the whole instance (GPU shares round down when N does not divide the GPUs).
+`blocks=None` is Ferry's shared mode (the local machine): a job takes exactly what it needs and jobs share
+the instance while their sums fit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from core.agent_api import BYTES_PER_GB, InstanceInfo, Resources
+from core.gpus import GPU
+from core.resources import InstanceResources, ResourcesSpec, unsatisfied
+
+EPS = 1e-9
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InstanceStatus(StrEnum):
+    READY = "ready"
+    UNREACHABLE = "unreachable"  # no new grants; its jobs are being failed
+    DELETED = "deleted"  # no new grants; dropped once its last job is released
+
+
+class Allocation(Frozen):
+    request_id: str
+    node: int = Field(ge=0, description="the job's node rank in its gang")
+    resources: Resources = Field(description="reserved: whole blocks' worth, or the need in shared mode")
+    blocks: int = Field(default=0, ge=0)
+
+
+class InstanceSlot(Frozen):
+    name: str
+    address: str = Field(description="the IP the jobs on this instance are reached at by the other nodes")
+    total: Resources
+    blocks: int | None = Field(default=1, ge=1, description="None: shared by exact needs")
+    fleet: str = ""
+    hardware: InstanceResources | None = Field(default=None, description="for GPU names, CPU arch")
+    status: InstanceStatus = InstanceStatus.READY
+    allocations: dict[str, Allocation] = Field(default_factory=dict, description="by job id")
+
+    def used(self) -> tuple[int, Resources]:
+        blocks = sum(a.blocks for a in self.allocations.values())
+        cpu = sum(a.resources.cpu for a in self.allocations.values())
+        memory = sum(a.resources.memory for a in self.allocations.values())
+        return blocks, Resources(
+            cpu=cpu, memory=memory, gpu=sum(a.resources.gpu for a in self.allocations.values())
+        )
+
+    def free(self) -> Resources:
+        _, used = self.used()
+        return Resources(
+            cpu=max(0.0, self.total.cpu - used.cpu),
+            memory=max(0.0, self.total.memory - used.memory),
+            gpu=max(0, self.total.gpu - used.gpu),
+        )
+
+
+class NodeRequest(Frozen):
+    job_id: str
+    resources: Resources = Field(default_factory=Resources, description="the amounts to reserve")
+    spec: ResourcesSpec | None = Field(
+        default=None, description="checked against `hardware` when both are set"
+    )
+
+
+class PlacementRequest(Frozen):
+    request_id: str = Field(description="the gang: run id, replica and submission")
+    priority: int = Field(default=0, ge=0, le=100)
+    seq: int = Field(default=0, ge=0, description="submission order, set by enqueue")
+    nodes: list[NodeRequest] = Field(min_length=1)
+    fleets: list[str] | None = Field(default=None, description="instances of these fleets only")
+    spread: bool = Field(default=True, description="every node on a different instance")
+
+    @model_validator(mode="after")
+    def _distinct_jobs(self) -> PlacementRequest:
+        if len({node.job_id for node in self.nodes}) != len(self.nodes):
+            raise ValueError("the nodes of a request need distinct job ids")
+        return self
+
+
+@dataclass(frozen=True)
+class Room:
+    """What is free on an instance while a schedule pass places requests."""
+
+    blocks: int | None
+    cpu: float
+    memory: float
+    gpu: int
+
+    @classmethod
+    def of(cls, slot: InstanceSlot, empty: bool = False) -> Room:
+        free = slot.total if empty else slot.free()
+        blocks = None if slot.blocks is None else slot.blocks - (0 if empty else slot.used()[0])
+        return cls(blocks, free.cpu, free.memory, free.gpu)
+
+    def holds(self, blocks: int, need: Resources) -> bool:
+        if self.blocks is not None:
+            return blocks <= self.blocks
+        return need.cpu <= self.cpu + EPS and need.memory <= self.memory + EPS and need.gpu <= self.gpu
+
+    def take(self, blocks: int, need: Resources) -> Room:
+        left = None if self.blocks is None else self.blocks - blocks
+        return Room(left, self.cpu - need.cpu, self.memory - need.memory, self.gpu - need.gpu)
+
+    def tightness(self, blocks: int, need: Resources) -> tuple[float, ...]:
+        left = self.take(blocks, need)
+        return (left.blocks or 0, left.gpu, left.cpu, left.memory)
+
+
+def node_cost(slot: InstanceSlot, node: NodeRequest) -> tuple[int, Resources] | list[str]:
+    """(blocks, reserved resources) for `node` on `slot` when empty, or why it can never fit there."""
+    reasons = []
+    if node.spec is not None and slot.hardware is not None:
+        reasons += unsatisfied(slot.hardware, node.spec, check_max=False)
+    need, total = node.resources, slot.total
+    amounts = (("CPUs", need.cpu, total.cpu), ("GB of memory", need.memory, total.memory))
+    for what, want, have in (*amounts, ("GPUs", need.gpu, total.gpu)):
+        if want > have + EPS:
+            reasons.append(f"needs {want:g} {what}, instance has {have:g}")
+    if reasons:
+        return reasons
+    if slot.blocks is None:
+        return 0, need
+    blocks = 1
+    for want, have in ((need.cpu, total.cpu), (need.memory, total.memory), (need.gpu, total.gpu)):
+        if want > EPS:
+            blocks = max(blocks, math.ceil(want * slot.blocks / have - EPS))
+    if blocks > slot.blocks:  # rounding of a share can only add a block when the need is at the total
+        blocks = slot.blocks
+    if blocks == slot.blocks:
+        return blocks, total
+    share = blocks / slot.blocks
+    return blocks, Resources(
+        cpu=total.cpu * share, memory=total.memory * share, gpu=total.gpu * blocks // slot.blocks
+    )
+
+
+Assignment = list[tuple[int, str, int, Resources]]  # (node index, instance, blocks, reserved)
+
+
+def place(request: PlacementRequest, slots: list[InstanceSlot], rooms: dict[str, Room]) -> Assignment | None:
+    """Where each node of `request` goes among `slots`, given what is free in `rooms`; None if not all fit."""
+    costs: list[dict[str, tuple[int, Resources]]] = []
+    for node in request.nodes:
+        fits = {}
+        for slot in slots:
+            cost = node_cost(slot, node)
+            if isinstance(cost, tuple) and rooms[slot.name].holds(*cost):
+                fits[slot.name] = cost
+        costs.append(fits)
+    if request.spread and len(request.nodes) > 1:
+        return _match(costs, rooms)
+    sizes = [(n.resources.gpu, n.resources.cpu, n.resources.memory) for n in request.nodes]
+    return _pack(
+        costs, rooms, sorted(range(len(sizes)), key=lambda i: (-sizes[i][0], -sizes[i][1], -sizes[i][2], i))
+    )
+
+
+def _match(costs: list[dict[str, tuple[int, Resources]]], rooms: dict[str, Room]) -> Assignment | None:
+    """A node per distinct instance (Kuhn's augmenting paths), each trying its tightest fits first."""
+
+    def by_fit(fits: dict[str, tuple[int, Resources]]) -> list[str]:
+        return sorted(fits, key=lambda name: (rooms[name].tightness(*fits[name]), name))
+
+    order = [by_fit(fits) for fits in costs]
+    holder: dict[str, int] = {}
+
+    def augment(node: int, seen: set[str]) -> bool:
+        for name in order[node]:
+            if name not in seen:
+                seen.add(name)
+                if name not in holder or augment(holder[name], seen):
+                    holder[name] = node
+                    return True
+        return False
+
+    for node in range(len(costs)):
+        if not augment(node, set()):
+            return None
+    return sorted((node, name, *costs[node][name]) for name, node in holder.items())
+
+
+def _pack(
+    costs: list[dict[str, tuple[int, Resources]]], rooms: dict[str, Room], order: list[int]
+) -> Assignment | None:
+    """Nodes may share an instance: the biggest first, each on an unused instance if it can, tightest fit."""
+    rooms = dict(rooms)
+    used: set[str] = set()
+    result: Assignment = []
+    for node in order:
+        fits = [name for name, cost in costs[node].items() if rooms[name].holds(*cost)]
+        if not fits:
+            return None
+        name = min(fits, key=lambda n: (n in used, rooms[n].tightness(*costs[node][n]), n))
+        rooms[name] = rooms[name].take(*costs[node][name])
+        used.add(name)
+        result.append((node, name, *costs[node][name]))
+    return sorted(result)
+
+
+def resolve_blocks(blocks: int | Literal["auto"], total: Resources) -> int:
+    """A fleet's `blocks` for one instance: `auto` is one block per GPU, or per whole CPU without GPUs."""
+    if blocks == "auto":
+        return total.gpu if total.gpu > 0 else max(1, int(total.cpu))
+    return blocks
+
+
+def hardware_from_info(info: InstanceInfo) -> InstanceResources:
+    """What an agent reports about its host, as resource specs are matched against."""
+    gpus = [GPU.from_driver(gpu.name, gpu.memory_mib, index=gpu.index) for gpu in info.gpus]
+    return InstanceResources(
+        cpus=info.cpus,
+        memory_gb=info.memory_bytes / BYTES_PER_GB,
+        disk_gb=info.disk_total_bytes / BYTES_PER_GB,
+        gpus=gpus,
+    )
+
+
+def slot_from_info(
+    name: str, address: str, info: InstanceInfo, blocks: int | Literal["auto"] | None = 1, fleet: str = ""
+) -> InstanceSlot:
+    """An instance as its agent describes it: the agent's total, the host's hardware, the fleet's blocks."""
+    resolved = None if blocks is None else resolve_blocks(blocks, info.total)
+    return InstanceSlot(
+        name=name,
+        address=address,
+        total=info.total,
+        blocks=resolved,
+        fleet=fleet,
+        hardware=hardware_from_info(info),
+    )

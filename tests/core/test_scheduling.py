@@ -1,0 +1,380 @@
+"""The fleet scheduler's state: blocks, gangs, priority, lost hosts; and its invariants under any sequence."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.agent_api import GpuInfo, InstanceInfo, Resources
+from core.gpus import GPU
+from core.placement import node_cost
+from core.resources import InstanceResources, ResourcesSpec
+from core.scheduling import (
+    Grant,
+    InstanceSlot,
+    InstanceStatus,
+    NodeRequest,
+    PlacementRequest,
+    SchedulerState,
+    resolve_blocks,
+    slot_from_info,
+)
+
+
+def slot(
+    name: str, cpu: float = 8, memory: float = 32, gpu: int = 0, blocks: int | None = 1, **kw
+) -> InstanceSlot:
+    address = f"10.0.0.{name[-1]}" if name[-1].isdigit() else "10.0.0.99"
+    return InstanceSlot(
+        name=name, address=address, total=Resources(cpu=cpu, memory=memory, gpu=gpu), blocks=blocks, **kw
+    )
+
+
+def request(rid: str, *needs: Resources, priority: int = 0, spread: bool = True, **kw) -> PlacementRequest:
+    nodes = [
+        NodeRequest(job_id=f"{rid}/j{i}", resources=need) for i, need in enumerate(needs or [Resources()])
+    ]
+    return PlacementRequest(request_id=rid, priority=priority, nodes=nodes, spread=spread, **kw)
+
+
+def fleet(*slots: InstanceSlot) -> SchedulerState:
+    state = SchedulerState()
+    for one in slots:
+        state = state.add_instance(one)
+    return state
+
+
+def run(state: SchedulerState, *requests: PlacementRequest) -> tuple[SchedulerState, dict[str, Grant]]:
+    for one in requests:
+        state = state.enqueue(one)
+    state, grants = state.schedule()
+    assert state.check() == []
+    return state, {grant.request_id: grant for grant in grants}
+
+
+CPU2 = Resources(cpu=2, memory=4)
+
+
+# --- blocks ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("need", "blocks", "reserved"),
+    [
+        (Resources(), 1, Resources(cpu=2, memory=8, gpu=1)),
+        (Resources(cpu=2), 1, Resources(cpu=2, memory=8, gpu=1)),
+        (Resources(cpu=3), 2, Resources(cpu=4, memory=16, gpu=2)),
+        (Resources(memory=9), 2, Resources(cpu=4, memory=16, gpu=2)),
+        (Resources(gpu=3), 3, Resources(cpu=6, memory=24, gpu=3)),
+        (Resources(cpu=1, memory=1, gpu=4), 4, Resources(cpu=8, memory=32, gpu=4)),
+    ],
+)
+def test_a_job_takes_the_whole_blocks_that_cover_its_need(
+    need: Resources, blocks: int, reserved: Resources
+) -> None:
+    assert node_cost(
+        slot("h1", cpu=8, memory=32, gpu=4, blocks=4), NodeRequest(job_id="j", resources=need)
+    ) == (
+        blocks,
+        reserved,
+    )
+
+
+def test_blocks_that_do_not_divide_the_gpus_round_the_gpu_share_down() -> None:
+    assert node_cost(slot("h1", gpu=3, blocks=2), NodeRequest(job_id="j", resources=Resources(gpu=1))) == (
+        1,
+        Resources(cpu=4, memory=16, gpu=1),
+    )
+
+
+def test_one_block_gives_the_whole_instance_to_one_job_and_shared_mode_packs_by_need() -> None:
+    state, grants = run(fleet(slot("h1")), request("a", CPU2), request("b", CPU2))
+    assert list(grants) == ["a"] and state.queue_position("b") == 1
+    shared, grants = run(fleet(slot("local", blocks=None)), request("a", CPU2), request("b", CPU2))
+    assert sorted(grants) == ["a", "b"]
+    assert shared.capacity()[0].free == Resources(cpu=4, memory=24)
+
+
+def test_a_shared_block_instance_hosts_several_jobs_until_its_blocks_are_taken() -> None:
+    state, grants = run(
+        fleet(slot("h1", gpu=4, blocks=4)), *(request(f"r{i}", Resources(gpu=1)) for i in range(5))
+    )
+    assert sorted(grants) == ["r0", "r1", "r2", "r3"]
+    [row] = state.capacity()
+    assert (row.busy_blocks, row.free_blocks, row.free.gpu, len(row.jobs)) == (4, 0, 0, 4)
+
+
+def test_resolve_blocks_auto_is_one_per_gpu_else_one_per_cpu() -> None:
+    assert resolve_blocks("auto", Resources(cpu=16, gpu=8)) == 8
+    assert resolve_blocks("auto", Resources(cpu=6)) == 6
+    assert resolve_blocks(2, Resources(cpu=6)) == 2
+
+
+def test_an_instance_from_its_agent_info_carries_hardware_for_gpu_names() -> None:
+    total = Resources(cpu=16, memory=64, gpu=2)
+    gpus = [GpuInfo(index=i, name="NVIDIA H100 80GB HBM3", memory_mib=81559) for i in range(2)]
+    info = InstanceInfo(
+        cpus=16, memory_bytes=64 * 2**30, disk_total_bytes=500 * 2**30, disk_free_bytes=0, gpus=gpus,
+        total=total, free=total, free_gpu_indices=[0, 1],
+    )  # fmt: skip
+    one = slot_from_info("h1", "10.0.0.1", info, blocks="auto", fleet="f")
+    assert one.blocks == 2 and one.hardware is not None and one.hardware.gpus[0].name == "H100"
+    state = fleet(one)
+    a100 = PlacementRequest(
+        request_id="r",
+        nodes=[NodeRequest(job_id="j", resources=Resources(gpu=1), spec=ResourcesSpec(gpu="A100"))],
+    )
+    assert "A100" in (state.never_fits(a100) or "")
+    h100 = a100.model_copy(
+        update={"nodes": [a100.nodes[0].model_copy(update={"spec": ResourcesSpec(gpu="H100")})]}
+    )
+    assert state.never_fits(h100) is None
+
+
+# --- gangs ----------------------------------------------------------------------------------------------
+
+
+def test_a_gang_is_spread_over_distinct_instances_in_node_order() -> None:
+    state, grants = run(fleet(slot("h1"), slot("h2"), slot("h3")), request("g", CPU2, CPU2))
+    grant = grants["g"]
+    assert [p.node for p in grant.placements] == [0, 1]
+    assert len({p.instance for p in grant.placements}) == 2
+    assert grant.addresses == [f"10.0.0.{p.instance[-1]}" for p in grant.placements]
+    assert state.grant("g") == grant
+
+
+def test_a_gang_gets_all_its_nodes_or_none() -> None:
+    state, grants = run(
+        fleet(slot("h1"), slot("h2"), slot("h3")), request("busy", CPU2), request("g", CPU2, CPU2, CPU2)
+    )
+    assert list(grants) == ["busy"] and state.queue_position("g") == 1
+    assert all(not row.jobs for row in state.capacity() if row.name != state.job_instance("busy/j0"))
+    state, grants = run(state.release("busy/j0"))
+    assert list(grants) == ["g"] and len({p.instance for p in grants["g"].placements}) == 3
+
+
+def test_a_gang_finds_an_assignment_when_the_first_choice_of_a_node_is_the_only_fit_of_another() -> None:
+    # j0 fits both and prefers h1 (by name), j1 fits only h1 (GPU): the matching moves j0 to h2.
+    _, grants = run(
+        fleet(slot("h1", cpu=4, gpu=1), slot("h2", cpu=8)), request("g", CPU2, Resources(cpu=2, gpu=1))
+    )
+    assert [(p.job_id, p.instance) for p in grants["g"].placements] == [("g/j0", "h2"), ("g/j1", "h1")]
+
+
+def test_an_unspread_gang_may_share_an_instance() -> None:
+    _, grants = run(fleet(slot("local", blocks=None)), request("g", CPU2, CPU2, spread=False))
+    assert [p.instance for p in grants["g"].placements] == ["local", "local"]
+
+
+def test_never_fits_explains_why() -> None:
+    state = fleet(slot("h1", gpu=2), slot("h2", gpu=2))
+    assert state.never_fits(request("g", Resources(gpu=2), Resources(gpu=2))) is None
+    assert "needs 4 GPUs, instance has 2" in (state.never_fits(request("big", Resources(gpu=4))) or "")
+    assert "distinct" in (state.never_fits(request("g3", CPU2, CPU2, CPU2)) or "")
+    assert "no instance in fleet(s) other" in (state.never_fits(request("x", fleets=["other"])) or "")
+    assert fleet().never_fits(request("x")) == "there is no instance"
+
+
+# --- priority -------------------------------------------------------------------------------------------
+
+
+def test_priority_first_then_submission_order() -> None:
+    state, grants = run(fleet(slot("h1")), request("hold", CPU2))
+    state, _ = run(
+        state,
+        request("low", CPU2, priority=1),
+        request("high", CPU2, priority=90),
+        request("mid", CPU2, priority=50),
+    )
+    state, _ = run(state, request("high2", CPU2, priority=90))
+    assert [r.request_id for r in state.waiting()] == ["high", "high2", "mid", "low"]
+    order = []
+    job = "hold/j0"
+    while True:
+        state, grants = run(state.release(job))
+        if not grants:
+            break
+        [grant] = grants.values()
+        order.append(grant.request_id)
+        job = grant.placements[0].job_id
+    assert order == ["high", "high2", "mid", "low"] and state.idle()
+
+
+def test_set_priority_reorders_the_queue() -> None:
+    state, _ = run(fleet(slot("h1")), request("hold", CPU2), request("a", CPU2), request("b", CPU2))
+    assert (state.queue_position("a"), state.queue_position("b")) == (1, 2)
+    state = state.set_priority("b", 10)
+    assert (state.queue_position("a"), state.queue_position("b")) == (2, 1)
+    state, grants = run(state.release("hold/j0"))
+    assert list(grants) == ["b"]
+    with pytest.raises(ValueError, match="0..100"):
+        state.set_priority("a", 101)
+
+
+def test_a_lower_priority_never_takes_what_a_blocked_higher_one_could_use() -> None:
+    state, _ = run(fleet(slot("h1"), slot("h2")), request("hold", CPU2))
+    state, grants = run(state, request("gang", CPU2, CPU2, priority=50), request("small", CPU2))
+    assert grants == {} and state.queue_position("small") == 2
+
+
+def test_a_lower_priority_backfills_instances_the_blocked_one_can_never_use() -> None:
+    state, _ = run(fleet(slot("gpu1", gpu=1), slot("cpu1")), request("hold", Resources(gpu=1)))
+    state, grants = run(state, request("gpujob", Resources(gpu=1), priority=50), request("cpujob", CPU2))
+    assert list(grants) == ["cpujob"] and grants["cpujob"].placements[0].instance == "cpu1"
+
+
+def test_a_request_that_can_never_fit_holds_nothing_up() -> None:
+    state, grants = run(
+        fleet(slot("h1"), slot("h2")), request("g3", CPU2, CPU2, CPU2, priority=90), request("a", CPU2)
+    )
+    assert list(grants) == ["a"] and state.unplaceable() == {"g3": state.never_fits(state.queue[0])}
+
+
+# --- instances ------------------------------------------------------------------------------------------
+
+
+def test_an_unreachable_instance_names_its_jobs_takes_no_grants_and_comes_back() -> None:
+    state, grants = run(fleet(slot("h1"), slot("h2")), request("a", CPU2))
+    lost = grants["a"].placements[0].instance
+    state, jobs = state.mark_unreachable(lost)
+    assert jobs == ["a/j0"] and state.instances[lost].status == InstanceStatus.UNREACHABLE
+    state, grants = run(state, request("b", CPU2), request("c", CPU2))
+    assert list(grants) == ["b"] and grants["b"].placements[0].instance != lost
+    state, grants = run(state.release("a/j0").mark_ready(lost))
+    assert list(grants) == ["c"] and grants["c"].placements[0].instance == lost
+
+
+def test_removing_a_busy_instance_deletes_it_once_its_last_job_is_released() -> None:
+    state, _ = run(fleet(slot("h1")), request("a", CPU2))
+    state = state.remove_instance("h1")
+    state, grants = run(state, request("b", CPU2))
+    assert grants == {} and state.instances["h1"].status == InstanceStatus.DELETED
+    assert state.unplaceable() == {"b": "there is no instance"}
+    state = state.release("a/j0")
+    assert "h1" not in state.instances
+
+
+def test_enqueue_is_idempotent_and_cancel_releases() -> None:
+    state, grants = run(fleet(slot("h1")), request("a", CPU2))
+    assert state.enqueue(request("a", CPU2)) == state
+    with pytest.raises(ValueError, match="already queued or placed"):
+        state.enqueue(PlacementRequest(request_id="other", nodes=[NodeRequest(job_id="a/j0")]))
+    state = state.cancel("a")
+    assert state.idle()
+
+
+def test_a_busy_instance_keeps_its_jobs_and_size_when_added_again() -> None:
+    state, _ = run(fleet(slot("h1")), request("a", CPU2))
+    again = state.add_instance(slot("h1").model_copy(update={"address": "192.168.0.1"}))
+    assert again.instances["h1"].address == "192.168.0.1" and again.job_instance("a/j0") == "h1"
+    with pytest.raises(ValueError, match="cannot change"):
+        state.add_instance(slot("h1", cpu=4))
+
+
+def test_the_state_survives_a_round_trip_through_json() -> None:
+    hardware = InstanceResources(cpus=8, memory_gb=32, disk_gb=100, gpus=[GPU(name="A100", memory_gb=80)])
+    state, _ = run(
+        fleet(slot("h1", hardware=hardware), slot("h2")), request("a", CPU2, CPU2), request("b", CPU2)
+    )
+    assert SchedulerState.model_validate_json(state.model_dump_json()) == state
+
+
+# --- properties -----------------------------------------------------------------------------------------
+
+needs = st.builds(
+    Resources,
+    cpu=st.sampled_from([0, 0.5, 1, 2, 3]),
+    memory=st.sampled_from([0, 1, 4, 9]),
+    gpu=st.sampled_from([0, 0, 0, 1, 2]),
+)
+slots = st.builds(
+    InstanceSlot,
+    name=st.just(""),
+    address=st.just(""),
+    total=st.builds(
+        Resources,
+        cpu=st.sampled_from([2, 4, 8]),
+        memory=st.sampled_from([8, 16]),
+        gpu=st.sampled_from([0, 2, 4]),
+    ),
+    blocks=st.sampled_from([None, 1, 2, 3, 4]),
+)
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["enqueue"] * 4 + ["release"] * 2 + ["lost", "back", "priority", "cancel", "remove"]),
+        st.integers(0, 1000),
+    ),
+    min_size=4,
+    max_size=40,
+)
+
+
+def ahead(first: PlacementRequest, then: PlacementRequest) -> bool:
+    return (-first.priority, first.seq) < (-then.priority, then.seq)
+
+
+def usable_by(state: SchedulerState, waiting: PlacementRequest) -> set[str]:
+    return {
+        name
+        for name, one in state.instances.items()
+        if one.status != InstanceStatus.DELETED
+        and any(isinstance(node_cost(one, node), tuple) for node in waiting.nodes)
+    }
+
+
+@settings(max_examples=300)
+@given(st.lists(slots, min_size=2, max_size=4), ops, st.data())
+def test_any_sequence_keeps_the_invariants_and_releasing_everything_leaks_nothing(
+    instance_list: list[InstanceSlot], operations: list[tuple[str, int]], data: st.DataObject
+) -> None:
+    state = fleet(
+        *(
+            one.model_copy(update={"name": f"h{i}", "address": f"10.9.0.{i}"})
+            for i, one in enumerate(instance_list)
+        )
+    )
+    requests: dict[str, PlacementRequest] = {}
+    for step, (op, pick) in enumerate(operations):
+        names = sorted(state.instances)
+        if op == "enqueue":
+            nodes = data.draw(st.lists(needs, min_size=1, max_size=3))
+            one = request(f"r{step}", *nodes, priority=pick % 4, spread=data.draw(st.booleans()))
+            if state.never_fits(one) is None:
+                state = state.enqueue(one)
+                requests[one.request_id] = one
+        elif op == "release":
+            jobs = sorted(job for s in state.instances.values() for job in s.allocations)
+            state = state.release(jobs[pick % len(jobs)]) if jobs else state
+        elif op == "lost" and names:
+            state, lost_jobs = state.mark_unreachable(names[pick % len(names)])
+            assert set(lost_jobs) == set(state.instances[names[pick % len(names)]].allocations)
+        elif op == "back" and names:
+            state = state.mark_ready(names[pick % len(names)])
+        elif op == "remove" and names and pick % 3 == 0:
+            state = state.remove_instance(names[pick % len(names)])
+        elif op == "priority" and state.queue:
+            state = state.set_priority(state.queue[pick % len(state.queue)].request_id, pick % 101)
+        elif op == "cancel" and requests:
+            state = state.cancel(sorted(requests)[pick % len(requests)])
+        before = state
+        state, grants = state.schedule()
+        assert state.check() == []
+        for grant in grants:
+            asked = next(r for r in before.queue if r.request_id == grant.request_id)
+            assert [p.job_id for p in grant.placements] == [n.job_id for n in asked.nodes]  # whole gang
+            if asked.spread:
+                assert len({p.instance for p in grant.placements}) == len(asked.nodes)
+            assert all(before.instances[p.instance].status == InstanceStatus.READY for p in grant.placements)
+            for waiting in state.queue:  # nothing waiting ahead of a grant could have used its instances
+                if ahead(waiting, asked) and state.never_fits(waiting) is None:
+                    assert not {p.instance for p in grant.placements} & usable_by(state, waiting)
+        assert state.schedule()[1] == []  # a pass leaves nothing placeable behind
+    for one in list(state.queue):
+        state = state.cancel(one.request_id)
+    for job in sorted(job for one in state.instances.values() for job in one.allocations):
+        state = state.release(job)
+    assert state.idle()
+    for row in state.capacity():
+        assert row.busy_blocks == 0 and row.free == row.total and row.free_blocks == row.blocks
+        assert row.status != InstanceStatus.DELETED  # a deleted instance goes with its last job

@@ -1,0 +1,236 @@
+"""Test SSH hosts: OpenSSH `sshd` in network namespaces, each with its own hostname and address.
+
+`HostNetwork(n, workdir).up()` makes a switch namespace with a bridge, one namespace per host wired to it
+by a veth pair (10.203.X.11.., X picked free), and a veth from the root namespace (10.203.X.1), so only
+this machine reaches the hosts. Each host runs `sshd -D` under `unshare --uts` with its own hostname,
+key-only root login with an ed25519 key made for the run, TCP forwarding and internal SFTP. Namespaces
+and interfaces are named after the test process (`ft<pid>-...`), so parallel runs do not meet, and `up()`
+first removes what a crashed earlier run left behind. `down()` removes everything it made.
+
+The hosts share this machine's filesystem and users: give each its own remote directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"
+_PREFIX = "ft"
+_OWNED_NAMESPACE = re.compile(rf"^{_PREFIX}(\d+)-")
+_OWNED_LINK = re.compile(rf"^{_PREFIX}(\d+)[rhb]\d*$")
+
+
+class NamespaceError(RuntimeError):
+    pass
+
+
+def _ip(*args: str, check: bool = True) -> str:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise NamespaceError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _kill_namespace(namespace: str) -> None:
+    """SIGKILL every process in the namespace, wait until they are gone, delete the namespace."""
+    for _ in range(100):
+        pids = [int(pid) for pid in _ip("netns", "pids", namespace, check=False).split()]
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+    _ip("netns", "del", namespace, check=False)
+
+
+def remove_leftovers() -> None:
+    """What an earlier run, now dead, left: its namespaces and its root-side interface."""
+    for line in _ip("netns", "list", check=False).splitlines():
+        namespace = line.split()[0] if line.split() else ""
+        owner = _OWNED_NAMESPACE.match(namespace)
+        if owner and not _alive(int(owner.group(1))):
+            _kill_namespace(namespace)
+    for link in re.findall(r"^\d+: ([^:@]+)", _ip("-o", "link", "show", check=False), re.MULTILINE):
+        owner = _OWNED_LINK.match(link)
+        if owner and not _alive(int(owner.group(1))):
+            _ip("link", "del", link, check=False)
+
+
+def _keygen(path: Path) -> None:
+    for stale in (path, path.with_name(f"{path.name}.pub")):
+        stale.unlink(missing_ok=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+
+
+def preflight() -> None:
+    """Fails, saying what is missing, where these hosts cannot be made (the tests are never skipped)."""
+    if os.geteuid() != 0:
+        raise NamespaceError("the SSH fleet tests make network namespaces: run them as root (CI does)")
+    missing = [tool for tool in ("ip", "unshare", "ssh-keygen", SSHD) if shutil.which(tool) is None]
+    if missing:
+        raise NamespaceError(f"missing {', '.join(missing)}: install openssh-server and iproute2")
+
+
+@dataclass
+class Host:
+    index: int
+    hostname: str
+    namespace: str
+    address: str
+    port: int = 22
+
+
+class HostNetwork:
+    def __init__(self, count: int, workdir: Path) -> None:
+        self.tag = f"{_PREFIX}{os.getpid()}"
+        self.workdir = workdir
+        self.key = workdir / "id_ed25519"
+        self.switch = f"{self.tag}-sw"
+        self.root_link = f"{self.tag}r"
+        self.subnet = self._free_subnet()
+        self.hosts = [
+            Host(k, f"{self.tag}h{k}", f"{self.tag}-h{k}", f"10.203.{self.subnet}.{10 + k}")
+            for k in range(1, count + 1)
+        ]
+        self._sshd: dict[int, subprocess.Popen[bytes]] = {}
+
+    @staticmethod
+    def _free_subnet() -> int:
+        taken = {
+            int(x) for x in re.findall(r"inet 10\.203\.(\d+)\.", _ip("-o", "-4", "addr", "show", check=False))
+        }
+        start = os.getpid() % 200
+        return next(x for x in [*range(start, 250), *range(0, start)] if x not in taken)
+
+    def up(self) -> HostNetwork:
+        preflight()
+        remove_leftovers()
+        try:
+            self._make()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _make(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        _keygen(self.key)
+        shutil.copy(f"{self.key}.pub", self.workdir / "authorized_keys")
+        _ip("netns", "add", self.switch)
+        _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+        for link in ("br0", "lo"):
+            _ip("-n", self.switch, "link", "set", link, "up")
+        for host in self.hosts:
+            self._make_host(host)
+        _ip("link", "add", self.root_link, "type", "veth", "peer", "name", f"{self.tag}b0")
+        self._plug(f"{self.tag}b0")
+        _ip("addr", "add", f"10.203.{self.subnet}.1/24", "dev", self.root_link)
+        _ip("link", "set", self.root_link, "up")
+        for host in self.hosts:
+            self._start_sshd(host)
+        for host in self.hosts:
+            self._wait_listening(host)
+
+    def _plug(self, bridge_end: str) -> None:
+        _ip("link", "set", bridge_end, "netns", self.switch)
+        _ip("-n", self.switch, "link", "set", bridge_end, "master", "br0")
+        _ip("-n", self.switch, "link", "set", bridge_end, "up")
+
+    def _make_host(self, host: Host) -> None:
+        _ip("netns", "add", host.namespace)
+        inner, outer = f"{self.tag}h{host.index}", f"{self.tag}b{host.index}"
+        _ip("link", "add", inner, "type", "veth", "peer", "name", outer)
+        _ip("link", "set", inner, "netns", host.namespace)
+        self._plug(outer)
+        _ip("-n", host.namespace, "link", "set", "lo", "up")
+        _ip("-n", host.namespace, "link", "set", inner, "name", "eth0")
+        _ip("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", "eth0")
+        _ip("-n", host.namespace, "link", "set", "eth0", "up")
+
+    def _start_sshd(self, host: Host) -> None:
+        home = self.workdir / host.hostname
+        home.mkdir(exist_ok=True)
+        _keygen(home / "hostkey")
+        config = home / "sshd_config"
+        config.write_text(
+            f"Port {host.port}\nListenAddress {host.address}\nHostKey {home / 'hostkey'}\n"
+            f"PidFile {home / 'sshd.pid'}\nAuthorizedKeysFile {self.workdir / 'authorized_keys'}\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
+            "UsePAM no\nStrictModes no\nAllowTcpForwarding yes\nUseDNS no\nPrintMotd no\n"
+            "Subsystem sftp internal-sftp\nMaxStartups 50\nMaxSessions 50\n"
+        )
+        script = f"hostname {host.hostname} && exec {SSHD} -D -e -f {config}"
+        command = ["ip", "netns", "exec", host.namespace, "unshare", "--uts", "sh", "-c", script]
+        with open(home / "sshd.log", "wb") as log:
+            self._sshd[host.index] = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            )
+
+    def _wait_listening(self, host: Host, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection((host.address, host.port), 0.5) as sock,
+            ):
+                if sock.recv(4).startswith(b"SSH-"):
+                    return
+            if self._sshd[host.index].poll() is not None or time.monotonic() > deadline:
+                log = (self.workdir / host.hostname / "sshd.log").read_text(errors="replace")
+                raise NamespaceError(f"sshd of {host.hostname} did not start:\n{log}")
+            time.sleep(0.05)
+
+    # --- losing hosts ------------------------------------------------------------------------------------
+
+    def host(self, k: int) -> Host:
+        return self.hosts[k - 1]
+
+    def kill_host(self, k: int) -> None:
+        """Host k gone at once: every process in its namespace killed, the namespace deleted."""
+        _kill_namespace(self.host(k).namespace)
+        proc = self._sshd.pop(k, None)
+        if proc is not None:
+            proc.wait(10)
+
+    def cut_host(self, k: int) -> None:
+        """Host k off the network (its processes keep running)."""
+        _ip("-n", self.switch, "link", "set", f"{self.tag}b{k}", "down")
+
+    def heal_host(self, k: int) -> None:
+        _ip("-n", self.switch, "link", "set", f"{self.tag}b{k}", "up")
+
+    def namespaces(self) -> list[str]:
+        """This network's namespaces that still exist."""
+        names = [line.split()[0] for line in _ip("netns", "list", check=False).splitlines() if line.split()]
+        return [name for name in names if name.startswith(f"{self.tag}-")]
+
+    def down(self) -> None:
+        for host in self.hosts:
+            _kill_namespace(host.namespace)
+        for proc in self._sshd.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+        self._sshd.clear()
+        _kill_namespace(self.switch)
+        _ip("link", "del", self.root_link, check=False)
