@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 # System packages the integration tests use; installed only when missing (root on CI and dev machines).
 need=()
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)  # tests/fleet: sshd hosts in network namespaces
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v docker-compose >/dev/null || need+=(docker-compose)  # tests/e2e/test_compose.py: `config` only
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
