@@ -12,6 +12,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from activities.code import pack_repo
+from cli.errors import FerryError, RunActive, RunNotFound
 from core.config import RunConfiguration
 from core.eventlog import Event
 from core.messages import RunInput, StopReply, StopRequest, run_workflow_id
@@ -20,17 +21,7 @@ from core.status import RunStatus
 from store import EventRecord, RunRecord, Store
 from workflows.run import RunWorkflow, run_search_attributes
 
-
-class FerryError(Exception):
-    """Something a user can fix; its message is one clear line."""
-
-
-class RunNotFound(FerryError):
-    pass
-
-
-class RunActive(FerryError):
-    pass
+__all__ = ["FerryAPI", "FerryError", "RunActive", "RunNotFound", "default_user", "generated_name"]
 
 
 def default_user() -> str:
@@ -55,7 +46,7 @@ class FerryAPI:
         user: str | None = None,
     ) -> RunRecord:
         """Validate-free submission of an already valid configuration: code to the store, run started."""
-        name = run_name or configuration.name or _generated_name()
+        name = run_name or configuration.name or generated_name()
         active = await asyncio.to_thread(self.store.find_run, self.project, name)
         if active is not None and RunStatus(active.status).is_active():
             raise RunActive(f"run {name!r} is {active.status}: stop it first")
@@ -197,5 +188,5 @@ _NOUNS = (
 )
 
 
-def _generated_name() -> str:
+def generated_name() -> str:
     return f"{secrets.choice(_ADJECTIVES)}-{secrets.choice(_NOUNS)}-{secrets.randbelow(100)}"

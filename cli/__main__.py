@@ -1,0 +1,5 @@
+"""`python -m cli`: the `ferry` command."""
+
+from cli.main import app
+
+app(prog_name="ferry")

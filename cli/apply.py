@@ -1,0 +1,153 @@
+"""`ferry apply -f FILE`: validate, show the plan, confirm, submit, then follow the run to its end."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from pathlib import Path
+
+import typer
+from pydantic import TypeAdapter, ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from cli import render
+from cli.context import Context, confirm
+from cli.errors import ABORTS, USAGE_EXIT, CommandError
+from core.config import FleetConfiguration, RunConfiguration
+from core.config.fields import Name
+from core.durations import format_duration
+from core.loading import load_configuration
+from core.status import RunStatus
+
+INTERRUPTED_EXIT = 130
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def apply(file: str, *, yes: bool, detach: bool, name: str | None, env: list[str]) -> int:
+    """The command's body; its exit code: 0 only if the run ended DONE (or was submitted, with -d)."""
+    ctx = Context.from_env()
+    loaded = load_configuration(file)
+    warning = loaded.warning()
+    if warning:
+        typer.echo(warning, err=True)
+    configuration = loaded.configuration
+    if isinstance(configuration, FleetConfiguration):
+        raise CommandError(
+            f"{file}: a fleet configuration: `ferry apply` runs tasks, services and dev environments"
+        )
+    configuration = with_overrides(configuration, name=name, env=env)
+    console = render.console(stderr=True)
+    console.print(plan_table(ctx, file, configuration))
+    if not confirm("Submit the run?", yes=yes):
+        return 1
+    ctx.prepare_stack()
+    repo_dir = Path(file).resolve().parent
+    return asyncio.run(_submit(ctx, configuration, repo_dir, console, yes=yes, detach=detach))
+
+
+def with_overrides(configuration: RunConfiguration, *, name: str | None, env: list[str]) -> RunConfiguration:
+    """`-n NAME` and `-e KEY=VALUE` (or `-e KEY`, from the environment) over the file's fields."""
+    update: dict[str, object] = {}
+    if name is not None:
+        try:
+            update["name"] = TypeAdapter(Name).validate_python(name)
+        except ValidationError as err:
+            raise CommandError(
+                f"-n: {err.errors()[0]['msg'].removeprefix('Value error, ')}", USAGE_EXIT
+            ) from None
+    if env:
+        merged = dict(configuration.env)
+        for item in env:
+            key, sep, value = item.partition("=")
+            if not _ENV_KEY.match(key):
+                raise CommandError(f"-e {item!r}: expected KEY=VALUE or KEY", USAGE_EXIT)
+            merged[key] = value if sep else None
+        update["env"] = merged
+    return configuration.model_copy(update=update) if update else configuration
+
+
+def plan_table(ctx: Context, file: str, configuration: RunConfiguration) -> Table:
+    from cli.api import default_user
+
+    summary = configuration.summary()
+    where = (
+        "this machine (the local backend of the embedded stack)"
+        if ctx.embedded
+        else f"the workers of {ctx.settings.temporal_address}"
+    )
+    table = Table(box=None, show_header=False, pad_edge=False, title="Plan", title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    rows = [
+        ("Project", ctx.project),
+        ("User", default_user()),
+        ("Configuration", file),
+        ("Type", configuration.type),
+        ("Name", configuration.name or "(generated when submitted)"),
+        ("Resources", configuration.resources.pretty()),
+        ("Scale", summary.scale),
+        ("Retry", summary.retry),
+        ("Max duration", format_duration(configuration.max_duration)),
+        ("Runs on", where),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+async def _submit(
+    ctx: Context,
+    configuration: RunConfiguration,
+    repo_dir: Path,
+    console: Console,
+    *,
+    yes: bool,
+    detach: bool,
+) -> int:
+    from cli.follow import follow_run
+
+    api = await ctx.api()
+    name = configuration.name
+    if name is not None:
+        active = await asyncio.to_thread(api.store.find_run, ctx.project, name)
+        if active is not None and RunStatus(active.status).is_active():
+            if not confirm(f"Run {name} is {active.status}. Stop it and submit anew?", yes=yes):
+                return 1
+            await api.stop(name)
+            console.print(f"run {name}: stopping", highlight=False)
+            await api.wait(name)
+    record = await api.submit(configuration, repo_dir=repo_dir, run_name=name)
+    console.print(f"run {record.run_name} submitted (id {record.id})", highlight=False)
+    if detach:
+        console.print(f"follow it with: ferry logs -f {record.run_name}", highlight=False)
+        return 0
+    outcome = {"detached": False}
+
+    async def on_interrupt() -> bool:
+        if not sys.stdin.isatty():
+            stop = False
+        else:
+            try:
+                stop = typer.confirm("Stop the run?", default=False, err=True)
+            except ABORTS:
+                stop = False
+        if not stop:
+            outcome["detached"] = True
+            console.print(
+                f"detached: run {record.run_name} goes on (ferry logs -f {record.run_name}, "
+                f"ferry stop {record.run_name})",
+                highlight=False,
+            )
+            return False
+        await api.stop(record.run_name)
+        console.print(f"run {record.run_name}: stopping", highlight=False)
+        return True
+
+    final = await follow_run(api.store, record, status_console=console, on_interrupt=on_interrupt)
+    if outcome["detached"]:
+        return INTERRUPTED_EXIT
+    jobs = await asyncio.to_thread(api.store.list_job_submissions, final.id)
+    console.print(render.final_line(final, jobs), highlight=False, markup=False)
+    return 0 if final.status == RunStatus.DONE else 1

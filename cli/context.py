@@ -1,0 +1,108 @@
+"""What every run command starts from: settings, the store, the embedded stack, the API, a run by name."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from core.settings import DEFAULT_PROJECT, Settings
+
+if TYPE_CHECKING:
+    from cli.api import FerryAPI
+    from store import RunRecord, Store
+
+
+@dataclass
+class Context:
+    settings: Settings
+    project: str
+    _stack: Future[str] | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_env(cls) -> Context:
+        return cls(Settings.from_env(), os.environ.get("FERRY_PROJECT") or DEFAULT_PROJECT)
+
+    @property
+    def embedded(self) -> bool:
+        """Whether runs go to the embedded stack (no FERRY_TEMPORAL_ADDRESS)."""
+        return self.settings.temporal_address is None
+
+    def store(self) -> Store:
+        from store import open_store
+
+        return open_store(self.settings.database_url)
+
+    def ensure_stack(self) -> str:
+        """The Temporal address; the embedded stack is started first if that is what is used."""
+        if self._stack is not None:
+            return self._stack.result()
+        from worker.stack import ensure_stack
+
+        return ensure_stack(self.settings)
+
+    def prepare_stack(self) -> None:
+        """Start ensuring the stack in a thread, while the command imports what it needs (the Temporal SDK
+        takes a while); `ensure_stack` and `api` then wait for it."""
+        if self._stack is None and self.embedded:
+            import threading
+
+            from worker.stack import ensure_stack
+
+            future: Future[str] = Future()
+
+            def run() -> None:
+                try:
+                    future.set_result(ensure_stack(self.settings))
+                except BaseException as err:  # handed to whoever waits for the stack
+                    future.set_exception(err)
+
+            threading.Thread(target=run, name="ferry-stack", daemon=True).start()
+            self._stack = future
+
+    async def api(self) -> FerryAPI:
+        """The API on a connected client (the embedded stack started if needed)."""
+        self.prepare_stack()
+        from cli.api import FerryAPI
+        from cli.errors import UnreachableServer, connect_problem
+        from worker.temporal import connect
+
+        address, store = await asyncio.gather(
+            asyncio.to_thread(self.ensure_stack), asyncio.to_thread(self.store)
+        )
+        try:
+            client = await connect(address, self.settings.temporal_namespace)
+        except RuntimeError as err:
+            problem = str(err)
+        else:
+            return FerryAPI(client, store, project=self.project)
+        raise UnreachableServer(connect_problem(address, problem))
+
+    def find_run(self, store: Store, name: str) -> RunRecord:
+        """The latest run of this name in the project (or the run with this id); RunNotFound if none."""
+        from cli.errors import RunNotFound
+
+        record = store.find_run(self.project, name)
+        if record is None:
+            by_id = store.get_run(name)
+            if by_id is not None and by_id.project == self.project:
+                record = by_id
+        if record is None:
+            raise RunNotFound(f"no run named {name!r} in project {self.project!r} (see ferry ps -a)")
+        return record
+
+
+def confirm(question: str, *, yes: bool) -> bool:
+    """Ask on the terminal (`-y` answers yes); with no terminal to ask on, a clear error."""
+    if yes:
+        return True
+    from cli.errors import CommandError
+
+    if not sys.stdin.isatty():
+        raise CommandError("no terminal to ask for confirmation on: pass -y to go ahead without asking")
+    import typer
+
+    return typer.confirm(question, default=False, err=True)

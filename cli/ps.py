@@ -1,0 +1,58 @@
+"""`ferry ps`: runs with their jobs, from the store; `-w` keeps the table live."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING
+
+import typer
+from rich.live import Live
+
+from cli import render
+from cli.context import Context
+
+if TYPE_CHECKING:
+    from store import JobSubmissionRecord, RunRecord, Store
+
+WATCH_INTERVAL = 0.5
+
+
+def collect(
+    store: Store, project: str, *, all_runs: bool, limit: int
+) -> list[tuple[RunRecord, list[JobSubmissionRecord]]]:
+    runs = store.list_runs(project, active_only=not all_runs, limit=limit)
+    return [(run, store.list_job_submissions(run.id)) for run in runs]
+
+
+def ps(*, all_runs: bool, watch: bool, as_json: bool, limit: int) -> None:
+    ctx = Context.from_env()
+    ctx.ensure_stack()  # runs move on only while the stack is up
+    store = ctx.store()
+
+    def current() -> list[tuple[RunRecord, list[JobSubmissionRecord]]]:
+        return collect(store, ctx.project, all_runs=all_runs, limit=limit)
+
+    if as_json:
+        typer.echo(json.dumps(render.runs_json(current()), indent=2))
+        return
+    console = render.console()
+    if not watch:
+        console.print(render.runs_table(current()))
+        return
+    try:
+        if console.is_terminal:
+            with Live(console=console, auto_refresh=False) as live:
+                while True:
+                    live.update(render.runs_table(current()), refresh=True)
+                    time.sleep(WATCH_INTERVAL)
+        shown = ""
+        while True:  # piped: a new table only when a status or message changed, not the ages
+            runs = current()
+            key = json.dumps(render.runs_json(runs))
+            if key != shown:
+                console.print(render.runs_table(runs))
+                shown = key
+            time.sleep(WATCH_INTERVAL)
+    except KeyboardInterrupt:
+        return

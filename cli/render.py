@@ -1,0 +1,230 @@
+"""What the CLI shows of runs, jobs and events: the status messages (pure), tables, lines and JSON."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+
+if TYPE_CHECKING:
+    from core.eventlog import Event
+    from store import JobSubmissionRecord, RunRecord
+
+# A job provisioning longer than this is waiting for its instance to have room (the agent refused it).
+CAPACITY_PATIENCE = 3.0
+_PIPED_WIDTH = 240
+
+_REASON_WORDS: dict[JobTerminationReason, str] = {
+    JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY: "no capacity",
+    JobTerminationReason.INSTANCE_UNREACHABLE: "interrupted",
+    JobTerminationReason.INTERRUPTED_BY_NO_CAPACITY: "interrupted",
+    JobTerminationReason.TERMINATED_BY_USER: "stopped",
+    JobTerminationReason.ABORTED_BY_USER: "aborted",
+}
+
+
+def job_message(
+    status: JobStatus,
+    reason: JobTerminationReason | None,
+    exit_status: int | None,
+    *,
+    run_status: RunStatus | None = None,
+    provisioning_for: float = 0.0,
+) -> str:
+    """`ferry ps`'s message for a job: `exited (N)`, `no capacity`, `interrupted`, `stopped`, `aborted`,
+    `retrying`, `waiting for capacity`, or else its status."""
+    if reason is not None and (status.is_finished() or status == JobStatus.TERMINATING):
+        if reason in (JobTerminationReason.DONE_BY_RUNNER, JobTerminationReason.CONTAINER_EXITED_WITH_ERROR):
+            code = exit_status if exit_status is not None else (0 if status == JobStatus.DONE else None)
+            return "exited" if code is None else f"exited ({code})"
+        return _REASON_WORDS.get(reason) or reason.message()
+    if run_status == RunStatus.PENDING:
+        return "retrying"
+    if status == JobStatus.PROVISIONING and provisioning_for >= CAPACITY_PATIENCE:
+        return "waiting for capacity"
+    return status.value
+
+
+def job_record_message(job: JobSubmissionRecord, run: RunRecord, now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    status = JobStatus(job.status)
+    since = job.provisioned_at if job.provisioned_at is not None else job.submitted_at
+    return job_message(
+        status,
+        JobTerminationReason(job.termination_reason) if job.termination_reason else None,
+        job.exit_status,
+        run_status=RunStatus(run.status),
+        provisioning_for=now - since if status == JobStatus.PROVISIONING else 0.0,
+    )
+
+
+def latest_jobs(jobs: Sequence[JobSubmissionRecord]) -> list[JobSubmissionRecord]:
+    """The latest submission of each (replica, job), in order."""
+    latest: dict[tuple[int, int], JobSubmissionRecord] = {}
+    for job in jobs:
+        key = (job.replica_num, job.job_num)
+        if key not in latest or job.submission_num > latest[key].submission_num:
+            latest[key] = job
+    return [latest[key] for key in sorted(latest)]
+
+
+def decisive_job(jobs: Sequence[JobSubmissionRecord]) -> JobSubmissionRecord | None:
+    """The job that explains how a run ended: the first that did not end done, else the first."""
+    latest = latest_jobs(jobs)
+    for job in latest:
+        if JobStatus(job.status).is_finished() and job.status != JobStatus.DONE:
+            return job
+    return latest[0] if latest else None
+
+
+def run_message(run: RunRecord, jobs: Sequence[JobSubmissionRecord], now: float | None = None) -> str:
+    status = RunStatus(run.status)
+    if status == RunStatus.PENDING:
+        return "retrying"
+    if run.termination_reason:
+        return RunTerminationReason(run.termination_reason).value.replace("_", " ")
+    messages = [job_record_message(job, run, now) for job in latest_jobs(jobs)]
+    return "waiting for capacity" if "waiting for capacity" in messages else ""
+
+
+def final_line(run: RunRecord, jobs: Sequence[JobSubmissionRecord]) -> str:
+    """`run NAME: done (all jobs done)`, `run NAME: failed (job failed): exited (3)`..."""
+    line = f"run {run.run_name}: {run.status}"
+    if run.termination_reason:
+        line += f" ({RunTerminationReason(run.termination_reason).value.replace('_', ' ')})"
+    job = decisive_job(jobs)
+    by_user = (RunTerminationReason.STOPPED_BY_USER, RunTerminationReason.ABORTED_BY_USER)
+    if job is None or run.status == RunStatus.DONE or run.termination_reason in by_user:
+        return line
+    message = job_record_message(job, run)
+    if len(latest_jobs(jobs)) > 1:
+        message = f"{job_label(job.replica_num, job.job_num, several_replicas=True)} {message}"
+    line += f": {message}"
+    reason = JobTerminationReason(job.termination_reason) if job.termination_reason else None
+    quiet = (
+        JobTerminationReason.CONTAINER_EXITED_WITH_ERROR,
+        JobTerminationReason.DONE_BY_RUNNER,
+        JobTerminationReason.TERMINATED_BY_USER,
+        JobTerminationReason.ABORTED_BY_USER,
+    )
+    if job.termination_message and reason not in quiet:
+        line += f": {note(job)}"
+    return line
+
+
+def note(job: JobSubmissionRecord) -> str:
+    """The job's termination message on one line, without the `REASON_NAME: ` an activity error adds."""
+    text = " ".join((job.termination_message or "").split())
+    if job.termination_reason:
+        text = text.removeprefix(f"{JobTerminationReason(job.termination_reason).name}: ")
+    return text
+
+
+def job_label(replica: int, job: int, *, several_replicas: bool) -> str:
+    return f"replica {replica} job {job}" if several_replicas else f"job {job}"
+
+
+def ago(timestamp: float | None, now: float | None = None) -> str:
+    if timestamp is None:
+        return ""
+    seconds = max(0.0, (time.time() if now is None else now) - timestamp)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit} ago"
+    return f"{int(seconds)}s ago"
+
+
+def resources_of(run: RunRecord) -> str:
+    try:
+        from core.config import parse_configuration
+
+        return parse_configuration(run.configuration_data()).resources.pretty()
+    except ValueError:
+        return ""
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console that does not wrap when piped: scripts and logs read it, not an 80-column window."""
+    out = Console(stderr=stderr)
+    return out if out.is_terminal else Console(stderr=stderr, width=_PIPED_WIDTH)
+
+
+def runs_table(runs: Sequence[tuple[RunRecord, list[JobSubmissionRecord]]]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("NAME", "REPLICA", "JOB", "SUB", "STATUS", "MESSAGE", "RESOURCES", "INSTANCE"):
+        table.add_column(column, no_wrap=column == "NAME")
+    table.add_column("SUBMITTED", no_wrap=True)
+    table.add_column("ERROR", overflow="fold")
+    now = time.time()
+    for run, jobs in runs:
+        table.add_row(
+            run.run_name, "", "", "", run.status, run_message(run, jobs, now), resources_of(run), "",
+            ago(run.submitted_at, now), "",
+        )  # fmt: skip
+        for job in latest_jobs(jobs):
+            failed = job.status == JobStatus.FAILED
+            table.add_row(
+                "", str(job.replica_num), str(job.job_num), str(job.submission_num), job.status,
+                job_record_message(job, run, now), "", job.instance_name or "", ago(job.submitted_at, now),
+                note(job) if failed else "",
+            )  # fmt: skip
+    return table
+
+
+def runs_json(runs: Sequence[tuple[RunRecord, list[JobSubmissionRecord]]]) -> list[dict[str, Any]]:
+    now = time.time()
+    return [
+        {
+            "id": run.id,
+            "name": run.run_name,
+            "project": run.project,
+            "user": run.user,
+            "type": run.type,
+            "status": run.status,
+            "message": run_message(run, jobs, now),
+            "termination_reason": run.termination_reason,
+            "resources": resources_of(run),
+            "submitted_at": run.submitted_at,
+            "finished_at": run.finished_at,
+            "jobs": [
+                {
+                    "id": job.id,
+                    "replica": job.replica_num,
+                    "job": job.job_num,
+                    "submission": job.submission_num,
+                    "status": job.status,
+                    "message": job_record_message(job, run, now),
+                    "termination_reason": job.termination_reason,
+                    "termination_message": job.termination_message,
+                    "exit_status": job.exit_status,
+                    "instance": job.instance_name,
+                    "submitted_at": job.submitted_at,
+                    "finished_at": job.finished_at,
+                }
+                for job in jobs
+            ],
+        }
+        for run, jobs in runs
+    ]
+
+
+def event_line(event: Event, label: str = "") -> str:
+    """`2025-01-31 12:00:00.123  [label]  name  key=value ...`: an event for people."""
+    when = datetime.fromtimestamp(event.timestamp)
+    stamp = when.strftime("%Y-%m-%d %H:%M:%S") + f".{when.microsecond // 1000:03d}"
+    line = "  ".join([stamp, *([label] if label else []), event.name])
+    words = [f"{key}={_value(value)}" for key, value in event.context.items()]
+    return f"{line}  {' '.join(words)}" if words else line
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, str) and value and not any(c.isspace() for c in value):
+        return value
+    return json.dumps(value, separators=(",", ":"))

@@ -1,0 +1,119 @@
+"""`ferry server [start | stop | status]`: the embedded stack, in the foreground or in the background."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+import typer
+from rich.table import Table
+
+from cli import render
+from cli.context import Context
+from cli.errors import CommandError
+from worker.stack import Stack, StackStatus
+
+NOT_RUNNING_EXIT = 3  # as LSB init scripts say "not running"
+_WATCH_INTERVAL = 0.5
+
+
+def _stack(ctx: Context) -> Stack:
+    return Stack(ctx.settings.home)
+
+
+def status_table(ctx: Context, status: StackStatus) -> Table:
+    table = Table(box=None, show_header=False, pad_edge=False)
+    for _ in range(5):
+        table.add_column()
+    for process in status.processes:
+        detail = f"task queue {status.task_queue}" if process.name == "worker" else process.address or ""
+        table.add_row(
+            process.name,
+            "[green]running[/]" if process.alive else "[red]stopped[/]",
+            f"pid {process.pid}" if process.alive and process.pid else "",
+            detail,
+            process.log,
+        )
+    table.add_row("web ui", "", "", status.ui_url or "-", "")
+    table.add_row("store", "", "", _safe_url(ctx.settings.database_url), "")
+    return table
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # an unparsable URL is shown as the user wrote it, minus nothing to hide
+        return url
+
+
+def print_status(ctx: Context, status: StackStatus) -> None:
+    console = render.console()
+    state = "running" if status.running else "not running"
+    console.print(f"Ferry stack of {status.home}: {state}", highlight=False)
+    console.print(status_table(ctx, status))
+    if not ctx.embedded:
+        console.print(
+            f"note: FERRY_TEMPORAL_ADDRESS={ctx.settings.temporal_address} is set, so commands use that "
+            "server, not this stack",
+            highlight=False,
+        )
+
+
+def start() -> None:
+    ctx = Context.from_env()
+    print_status(ctx, _stack(ctx).start())
+
+
+def stop() -> None:
+    ctx = Context.from_env()
+    stopped = _stack(ctx).stop()
+    typer.echo(f"stopped: {', '.join(stopped)}" if stopped else "the stack was not running")
+
+
+def status(*, as_json: bool) -> int:
+    ctx = Context.from_env()
+    current = _stack(ctx).status()
+    if as_json:
+        typer.echo(current.model_dump_json(indent=2))
+    else:
+        print_status(ctx, current)
+    return 0 if current.running else NOT_RUNNING_EXIT
+
+
+def foreground() -> int:
+    """Run the stack until Ctrl-C or SIGTERM, then stop it; 1 if one of its processes died first."""
+    ctx = Context.from_env()
+    stack = _stack(ctx)
+    if stack.is_running():
+        raise CommandError(
+            f"the stack of {ctx.settings.home} is already running in the background: `ferry server stop` it "
+            "first, or use it as it is"
+        )
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    code = 0
+    try:
+        print_status(ctx, stack.start())
+        typer.echo("Ctrl-C stops it.", err=True)
+        while not done.wait(_WATCH_INTERVAL):
+            dead = [p for p in stack.status().processes if not p.alive]
+            if dead:
+                typer.echo(
+                    f"ferry server: the {dead[0].name} exited (see {dead[0].log}); stopping the stack",
+                    err=True,
+                )
+                code = 1
+                break
+    finally:
+        stopped = stack.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    typer.echo(f"stopped: {', '.join(stopped)}" if stopped else "stopped")
+    return code

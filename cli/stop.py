@@ -1,0 +1,43 @@
+"""`ferry stop RUN [-x] [-y]`: stop (or abort) a run through Temporal, then wait until it has finished."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import typer
+
+from cli import render
+from cli.context import Context, confirm
+from core.status import RunStatus
+
+if TYPE_CHECKING:
+    from store import RunRecord
+
+POLL_INTERVAL = 0.1
+
+
+def stop(run_name: str, *, abort: bool, yes: bool) -> int:
+    ctx = Context.from_env()
+    store = ctx.store()
+    run = ctx.find_run(store, run_name)
+    if RunStatus(run.status).is_finished():
+        typer.echo(f"run {run.run_name} has already finished: {run.status}", err=True)
+        return 0
+    if not confirm(f"{'Abort' if abort else 'Stop'} run {run.run_name}?", yes=yes):
+        return 1
+    return asyncio.run(_stop(ctx, run, abort=abort))
+
+
+async def _stop(ctx: Context, run: RunRecord, *, abort: bool) -> int:
+    api = await ctx.api()
+    await api.stop(run.run_name, abort=abort)
+    console = render.console(stderr=True)
+    console.print(f"run {run.run_name}: {'aborting' if abort else 'stopping'}", highlight=False)
+    while True:
+        current = await asyncio.to_thread(api.store.get_run, run.id)
+        if current is not None and RunStatus(current.status).is_finished():
+            jobs = await asyncio.to_thread(api.store.list_job_submissions, run.id)
+            console.print(render.final_line(current, jobs), highlight=False, markup=False)
+            return 0
+        await asyncio.sleep(POLL_INTERVAL)

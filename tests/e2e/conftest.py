@@ -1,0 +1,91 @@
+"""The real `ferry` command, in a fresh FERRY_HOME with no FERRY_TEMPORAL_ADDRESS: the embedded stack."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+_SCRIPT = Path(sys.executable).parent / "ferry"
+FERRY = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "cli"]
+# Small enough for any machine, so that runs never wait for each other's capacity.
+SMALL = "resources: {cpu: 0.., memory: 0GB.., disk: 0GB..}\n"
+
+
+@dataclass
+class Ferry:
+    """Runs `ferry ARGS...` in its FERRY_HOME, without a terminal, and returns what it did."""
+
+    home: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __call__(
+        self, *args: str, timeout: float = 60, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*FERRY, *args],
+            cwd=ROOT,
+            env={**self.env, **(env or {})},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [*FERRY, *args],
+            cwd=ROOT,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+
+def ferry_env(home: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("FERRY_", "DSTACK_"))}
+    env["FERRY_HOME"] = str(home)
+    env["FERRY_USER"] = "tester"
+    return env
+
+
+@pytest.fixture(scope="module")
+def ferry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ferry]:
+    """One FERRY_HOME (and so one embedded stack) per module; the stack is stopped at the end."""
+    home = tmp_path_factory.mktemp("ferry-home")
+    runner = Ferry(home, ferry_env(home))
+    try:
+        yield runner
+    finally:
+        # Runs a failed test left active are aborted first: their processes outlive the agent by design.
+        listed = runner("ps", "--json")
+        for run in json.loads(listed.stdout) if listed.returncode == 0 else []:
+            runner("stop", "-y", "-x", run["name"])
+        runner("server", "stop")
+
+
+def task(directory: Path, name: str, *commands: str, extra: str = "") -> str:
+    """Writes a small task configuration; returns its path."""
+    path = directory / f"{name}.yml"
+    lines = [
+        f"type: task\nname: {name}\ncommands:\n",
+        *(f"  - {json.dumps(c)}\n" for c in commands),
+        SMALL,
+        extra,
+    ]
+    path.write_text("".join(lines))
+    return str(path)
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""

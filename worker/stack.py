@@ -1,0 +1,313 @@
+"""The embedded stack: a Temporal dev server, one worker and the local agent, under FERRY_HOME/stack.
+
+`ensure_stack` is what every command that needs Temporal calls when no FERRY_TEMPORAL_ADDRESS is set:
+it starts whatever part of the stack is not running (in the background, detached, so that it outlives
+the command) and returns the dev server's address. `ferry server` runs the same stack in the foreground.
+
+Files under FERRY_HOME/stack: stack.json (ports and pids), temporal.pid, worker.pid, worker.ready (the
+worker's pid, written once it polls), temporal.db (the dev server's SQLite), *.log. The agent keeps its
+own files under FERRY_HOME/agent (worker.local_agent). Light to import: no Temporal SDK at module level.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from core.settings import TASK_QUEUE, Settings
+from worker.devserver import dev_server_command, port_open
+from worker.processes import STOP_TIMEOUT, free_port, pid_alive, port_free, terminate
+
+DEFAULT_PORT = 7233
+DEFAULT_UI_PORT = 8233
+START_TIMEOUT = 60.0
+
+
+class StackError(RuntimeError):
+    """The stack could not be started; the message says which part and where its log is."""
+
+
+class StackState(BaseModel):
+    """stack.json: the ports the stack uses (kept across restarts) and the pids of its processes."""
+
+    port: int
+    ui_port: int
+    temporal_pid: int | None = None
+    worker_pid: int | None = None
+
+
+class AgentFile(BaseModel):
+    """What this module reads of worker.local_agent's agent.json (that module imports httpx: slow)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    url: str
+    pid: int
+
+
+class ProcessStatus(BaseModel):
+    name: str
+    pid: int | None
+    alive: bool
+    address: str | None = None
+    log: str
+
+
+class StackStatus(BaseModel):
+    home: str
+    running: bool  # every process alive
+    address: str | None  # the Temporal gRPC address, host:port
+    ui_url: str | None
+    task_queue: str = TASK_QUEUE
+    processes: list[ProcessStatus]
+
+
+class Stack:
+    """The embedded stack of one FERRY_HOME."""
+
+    def __init__(self, home: Path, env: dict[str, str] | None = None) -> None:
+        self.home = home
+        self.dir = home / "stack"
+        self._env = dict(os.environ) if env is None else env
+
+    # --- files ------------------------------------------------------------------------------------
+
+    @property
+    def state_file(self) -> Path:
+        return self.dir / "stack.json"
+
+    @property
+    def db_file(self) -> Path:
+        return self.dir / "temporal.db"
+
+    @property
+    def ready_file(self) -> Path:
+        return self.dir / "worker.ready"
+
+    def log(self, name: str) -> Path:
+        return self.home / "agent" / "agent.log" if name == "agent" else self.dir / f"{name}.log"
+
+    def _read_state(self) -> StackState | None:
+        try:
+            return StackState.model_validate_json(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _write_state(self, state: StackState) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(state.model_dump_json(indent=2))
+        tmp.replace(self.state_file)
+        for name, pid in (("temporal", state.temporal_pid), ("worker", state.worker_pid)):
+            pid_file = self.dir / f"{name}.pid"
+            if pid is None:
+                pid_file.unlink(missing_ok=True)
+            else:
+                pid_file.write_text(f"{pid}\n")
+
+    def _agent(self) -> AgentFile | None:
+        try:
+            return AgentFile.model_validate_json((self.home / "agent" / "agent.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    # What identifies each process in its command line, so a recycled pid is never taken for ours.
+    def _temporal_marker(self) -> str:
+        return str(self.db_file)
+
+    def _worker_marker(self) -> str:
+        return str(self.ready_file)
+
+    def _agent_marker(self) -> str:
+        return str(self.home / "agent" / "token")
+
+    # --- state ------------------------------------------------------------------------------------
+
+    def _temporal_up(self, state: StackState | None) -> bool:
+        return (
+            state is not None
+            and pid_alive(state.temporal_pid, self._temporal_marker())
+            and port_open(state.port)
+        )
+
+    def _worker_up(self, state: StackState | None) -> bool:
+        if state is None or not pid_alive(state.worker_pid, self._worker_marker()):
+            return False
+        try:
+            return int(self.ready_file.read_text()) == state.worker_pid
+        except (OSError, ValueError):
+            return False
+
+    def status(self) -> StackStatus:
+        state = self._read_state()
+        agent = self._agent()
+        temporal_up = self._temporal_up(state)
+        processes = [
+            ProcessStatus(
+                name="temporal",
+                pid=state.temporal_pid if state else None,
+                alive=temporal_up,
+                address=f"127.0.0.1:{state.port}" if state else None,
+                log=str(self.log("temporal")),
+            ),
+            ProcessStatus(
+                name="worker",
+                pid=state.worker_pid if state else None,
+                alive=self._worker_up(state),
+                log=str(self.log("worker")),
+            ),
+            ProcessStatus(
+                name="agent",
+                pid=agent.pid if agent else None,
+                alive=agent is not None and pid_alive(agent.pid, self._agent_marker()),
+                address=agent.url if agent else None,
+                log=str(self.log("agent")),
+            ),
+        ]
+        return StackStatus(
+            home=str(self.home),
+            running=all(p.alive for p in processes),
+            address=f"127.0.0.1:{state.port}" if state and temporal_up else None,
+            ui_url=f"http://127.0.0.1:{state.ui_port}" if state and temporal_up else None,
+            processes=processes,
+        )
+
+    def is_running(self) -> bool:
+        return self.status().running
+
+    # --- start and stop ---------------------------------------------------------------------------
+
+    def start(self, timeout: float = START_TIMEOUT) -> StackStatus:
+        """Start whatever part of the stack is not running; idempotent, and safe to call concurrently."""
+        with self._locked():
+            state = self._read_state()
+            temporal: subprocess.Popen[bytes] | None = None
+            worker: subprocess.Popen[bytes] | None = None
+            if not self._temporal_up(state):
+                if state is not None:
+                    terminate(state.temporal_pid, self._temporal_marker())  # alive without its port
+                state = StackState(
+                    port=self._choose_port(state.port if state else None, DEFAULT_PORT),
+                    ui_port=self._choose_port(state.ui_port if state else None, DEFAULT_UI_PORT),
+                    worker_pid=state.worker_pid if state else None,
+                )
+                temporal = self._spawn("temporal", self._temporal_command(state))
+                state.temporal_pid = temporal.pid
+            assert state is not None
+            if not self._worker_up(state):
+                terminate(state.worker_pid, self._worker_marker())  # alive but never ready
+                self.ready_file.unlink(missing_ok=True)
+                worker = self._spawn("worker", self._worker_command(state), env=self._worker_env(state))
+                state.worker_pid = worker.pid
+            self._write_state(state)
+            agent = self._agent()
+            if agent is None or not pid_alive(agent.pid, self._agent_marker()):
+                # The agent starts while the worker imports; the worker then finds it running.
+                from worker.local_agent import ensure_local_agent
+
+                try:
+                    ensure_local_agent(self.home, startup_timeout=timeout)
+                except RuntimeError as err:
+                    raise StackError(str(err)) from None
+            deadline = time.monotonic() + timeout
+            if temporal is not None:
+                self._wait("temporal", temporal, lambda: port_open(state.port), deadline)
+            if worker is not None:
+                self._wait("worker", worker, lambda: self._worker_up(state), deadline)
+        return self.status()
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> list[str]:
+        """Stop the worker, then the dev server, then the agent; the names of those that were running."""
+        stopped: list[str] = []
+        with self._locked():
+            state = self._read_state()
+            if state is not None:
+                if terminate(state.worker_pid, self._worker_marker(), timeout):
+                    stopped.append("worker")
+                if terminate(state.temporal_pid, self._temporal_marker(), timeout):
+                    stopped.append("temporal")
+                self._write_state(state.model_copy(update={"temporal_pid": None, "worker_pid": None}))
+            self.ready_file.unlink(missing_ok=True)
+            agent = self._agent()
+            if agent is not None:
+                if terminate(agent.pid, self._agent_marker(), timeout):
+                    stopped.append("agent")
+                (self.home / "agent" / "agent.json").unlink(missing_ok=True)
+        return stopped
+
+    def _choose_port(self, recorded: int | None, default: int) -> int:
+        """The port this home used before, else the default, else any free one."""
+        for candidate in (recorded, default):
+            if candidate is not None and port_free(candidate):
+                return candidate
+        return free_port()
+
+    def _temporal_command(self, state: StackState) -> list[str]:
+        return dev_server_command(port=state.port, ui_port=state.ui_port, db_file=self.db_file)
+
+    def _worker_command(self, state: StackState) -> list[str]:
+        return [sys.executable, "-m", "worker.stack_worker", "--ready-file", str(self.ready_file)]
+
+    def _worker_env(self, state: StackState) -> dict[str, str]:
+        env = dict(self._env)
+        env["FERRY_HOME"] = str(self.home)
+        env["FERRY_TEMPORAL_ADDRESS"] = f"127.0.0.1:{state.port}"
+        env.setdefault("FERRY_TEMPORAL_NAMESPACE", "default")
+        return env
+
+    def _spawn(
+        self, name: str, command: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        with open(self.log(name), "ab") as log:  # the child keeps its own copy of the descriptor
+            return subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # outlives the command, and Ctrl-C in its terminal
+                env=env if env is not None else self._env,
+                cwd=self.dir,
+            )
+
+    def _wait(
+        self, name: str, proc: subprocess.Popen[bytes], ready: Callable[[], bool], deadline: float
+    ) -> None:
+        while not ready():
+            if proc.poll() is not None:
+                raise StackError(f"the {name} exited with status {proc.returncode}{self._last_words(name)}")
+            if time.monotonic() > deadline:
+                raise StackError(f"the {name} did not start in time; see {self.log(name)}")
+            time.sleep(0.02)
+
+    def _last_words(self, name: str) -> str:
+        """`: <its last log line> (see <log>)`, for an error message."""
+        try:
+            lines = [line for line in self.log(name).read_text(errors="replace").splitlines() if line.strip()]
+        except OSError:
+            lines = []
+        last = f": {lines[-1].strip()[:200]}" if lines else ""
+        return f"{last} (see {self.log(name)})"
+
+
+def ensure_stack(settings: Settings) -> str:
+    """The Temporal address to use: FERRY_TEMPORAL_ADDRESS if set, else the embedded stack's (started if
+    it is not running)."""
+    if settings.temporal_address is not None:
+        return settings.temporal_address
+    status = Stack(settings.home).start()
+    assert status.address is not None
+    return status.address
