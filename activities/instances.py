@@ -1,12 +1,22 @@
 """The instances this worker can reach, by name: each one's agent client.
 
 Placement decisions travel through Temporal as instance names; the address and token of an agent stay in
-the worker (tokens never go into workflow histories).
+the worker (tokens never go into workflow histories). SSH hosts join as their fleet deploys them (the
+HostPool hands each new client to `add`); a host this worker has not deployed itself (it started after
+the fleet did, or another worker deployed it) is found on first use by `resolve`, through the resolver
+the worker installs (activities.fleet: the store's instance record, then its fleet's configuration).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
 from activities.agent_client import AgentClient
+
+if TYPE_CHECKING:
+    from activities.ssh import HostPool
 
 LOCAL_INSTANCE = "local"
 
@@ -16,11 +26,21 @@ class UnknownInstance(LookupError):
 
 
 class InstanceDirectory:
-    def __init__(self) -> None:
+    def __init__(self, pool: HostPool | None = None) -> None:
         self._clients: dict[str, AgentClient] = {}
+        self.pool = pool
+        self._resolver: Callable[[str], Awaitable[None]] | None = None
+        self._resolving: dict[str, asyncio.Lock] = {}
 
     def add(self, name: str, client: AgentClient) -> None:
         self._clients[name] = client
+
+    def forget(self, name: str) -> None:
+        self._clients.pop(name, None)
+
+    def set_resolver(self, resolver: Callable[[str], Awaitable[None]]) -> None:
+        """`resolver(name)` makes an unknown instance known (it calls `add`), or raises."""
+        self._resolver = resolver
 
     def client(self, name: str) -> AgentClient:
         try:
@@ -28,9 +48,21 @@ class InstanceDirectory:
         except KeyError:
             raise UnknownInstance(f"instance {name!r} is not known to this worker") from None
 
+    async def resolve(self, name: str) -> AgentClient:
+        """The instance's client; an instance this worker has not met yet is looked up first."""
+        if name in self._clients or self._resolver is None:
+            return self.client(name)
+        lock = self._resolving.setdefault(name, asyncio.Lock())
+        async with lock:  # one lookup (and SSH deployment) per instance, however many activities ask
+            if name not in self._clients:
+                await self._resolver(name)
+        return self.client(name)
+
     def names(self) -> list[str]:
         return sorted(self._clients)
 
     async def aclose(self) -> None:
+        if self.pool is not None:
+            await self.pool.aclose()
         for client in self._clients.values():
             await client.aclose()

@@ -1,4 +1,6 @@
-"""The effects of a job's life: placement, the task on its agent, the job's start, watch and stop.
+"""The effects of a job's life: the task on its agent, the job's start, watch and stop, its removal.
+
+Placement is the fleet's scheduler's (workflows/fleet.py); these reach the instance it chose by name.
 
 Every activity here is idempotent: a retry, or an attempt that overlaps a timed-out one, finds the work
 already done (the agent's task ids are the job submission ids, and logs resume from the stored size).
@@ -15,14 +17,12 @@ from collections.abc import AsyncIterator
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.agent_client import AgentError, AgentUnreachable
-from activities.instances import LOCAL_INSTANCE, InstanceDirectory
+from activities.agent_client import AgentClient, AgentError, AgentUnreachable
+from activities.instances import InstanceDirectory
 from core import activity_names as names
-from core.agent_api import ClusterInfo, JobStateEvent, PullResponse, TaskStatus, TaskSubmitRequest
+from core.agent_api import JobStateEvent, PullResponse, TaskStatus, TaskSubmitRequest
 from core.messages import (
-    AllocateRequest,
     JobOutcome,
-    Placement,
     PrepareTask,
     StartJob,
     StopTask,
@@ -49,7 +49,7 @@ def _reason_error(reason: JobTerminationReason, message: str, *, retry: bool = F
 
 
 @contextlib.asynccontextmanager
-async def _heartbeating() -> AsyncIterator[None]:
+async def heartbeating() -> AsyncIterator[None]:
     """Heartbeat while the body runs: the server then knows the attempt lives, and can cancel it."""
 
     async def beat() -> None:
@@ -69,43 +69,10 @@ class JobActivities:
         self._instances = instances
         self._store = store
 
-    @activity.defn(name=names.ALLOCATE)
-    async def allocate(self, request: AllocateRequest) -> Placement:
-        """The local backend: this machine's instance, if it could ever hold the job."""
-        client = self._instances.client(LOCAL_INSTANCE)
-        async with _heartbeating():
-            info = await client.instance_info()
-        total, wanted = info.total, request.resources
-        short = [
-            f"{what} {need:g} > {have:g}"
-            for what, need, have in (
-                ("cpu", wanted.cpu, total.cpu),
-                ("memory GB", wanted.memory, total.memory),
-                ("gpu", wanted.gpu, total.gpu),
-            )
-            if need > have
-        ]
-        if short:
-            raise _reason_error(
-                JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY,
-                f"no instance can ever fit the job: {LOCAL_INSTANCE} has too little ({', '.join(short)})",
-            )
-        ips = ["127.0.0.1"] * request.nodes_num
-        return Placement(
-            instance_name=LOCAL_INSTANCE,
-            cluster=ClusterInfo(
-                node_rank=request.node_rank,
-                nodes_num=request.nodes_num,
-                master_node_ip=ips[0],
-                node_ips=ips,
-                gpus_per_node=request.resources.gpu,
-            ),
-        )
-
     @activity.defn(name=names.PREPARE_TASK)
     async def prepare_task(self, request: PrepareTask) -> None:
         """Submit the task to the instance's agent (the shim role); waits while the agent is busy."""
-        client = self._instances.client(request.instance_name)
+        client = await self._instances.resolve(request.instance_name)
         submit = TaskSubmitRequest(
             id=request.job_submission_id,
             name=request.task_name,
@@ -114,7 +81,7 @@ class JobActivities:
             env=request.env,
         )
         try:
-            async with _heartbeating():
+            async with heartbeating():
                 await client.submit_task(submit)
         except AgentError as err:
             if err.status_code == HTTP_CONFLICT:
@@ -127,11 +94,11 @@ class JobActivities:
     @activity.defn(name=names.START_JOB)
     async def start_job(self, request: StartJob) -> None:
         """Hand the runner its job spec and code, then start it; skips what an earlier attempt did."""
-        async with _heartbeating():
+        async with heartbeating():
             await self._start_job(request)
 
     async def _start_job(self, request: StartJob) -> None:
-        client = self._instances.client(request.instance_name)
+        client = await self._instances.resolve(request.instance_name)
         task = await client.get_task(request.job_submission_id)
         if not task.job_submitted:
             await client.submit_job(request.job_submission_id, request.spec)
@@ -153,7 +120,7 @@ class JobActivities:
 
         Returns INSTANCE_UNREACHABLE once the agent has not answered for `unreachable_after` seconds.
         """
-        client = self._instances.client(request.instance_name)
+        client = await self._instances.resolve(request.instance_name)
         job_id = request.job_submission_id
         offset = await asyncio.to_thread(self._store.log_size, job_id)
         last_answer = time.monotonic()
@@ -201,7 +168,8 @@ class JobActivities:
 
     async def _outcome(self, request: WatchJob, last_state: JobStateEvent | None) -> JobOutcome:
         if last_state is None or last_state.termination_reason is None:
-            task = await self._instances.client(request.instance_name).get_task(request.job_submission_id)
+            client = await self._instances.resolve(request.instance_name)
+            task = await client.get_task(request.job_submission_id)
             reason = task.termination_reason or JobTerminationReason.EXECUTOR_ERROR
             return JobOutcome(
                 termination_reason=reason,
@@ -217,7 +185,7 @@ class JobActivities:
     @activity.defn(name=names.STOP_TASK)
     async def stop_task(self, request: StopTask) -> None:
         """SIGTERM now, SIGKILL after `timeout` (at once for 0): the agent carries out the grace period."""
-        client = self._instances.client(request.instance_name)
+        client = await self._instances.resolve(request.instance_name)
         try:
             await client.terminate(
                 request.job_submission_id,
@@ -232,21 +200,25 @@ class JobActivities:
     @activity.defn(name=names.RELEASE_TASK)
     async def release_task(self, ref: TaskRef) -> None:
         """Make sure the task's process has ended, then remove the task: its capacity is free again."""
-        client = self._instances.client(ref.instance_name)
+        client = await self._instances.resolve(ref.instance_name)
         try:
-            task = await client.get_task(ref.job_submission_id)
-            if task.status != TaskStatus.TERMINATED:
-                await client.terminate(
-                    ref.job_submission_id, reason=JobTerminationReason.TERMINATED_BY_SERVER, timeout=0
-                )
-            while task.status != TaskStatus.TERMINATED:  # SIGKILL takes a moment to be reaped
-                activity.heartbeat()
-                await asyncio.sleep(_POLL_MIN)
-                task = await client.get_task(ref.job_submission_id)
-            await client.remove(ref.job_submission_id)
-        except AgentError as err:
-            if err.status_code != HTTP_NOT_FOUND:
-                raise
+            await remove_task(client, ref.job_submission_id)
         except AgentUnreachable as err:
             # The instance is gone, and its capacity with it; the fleet's health check tells when it is back.
             activity.logger.warning("release of %s skipped: %s", ref.job_submission_id, err)
+
+
+async def remove_task(client: AgentClient, task_id: str) -> None:
+    """Kill the task's process if it still runs, wait until it has ended, remove the task (if still there)."""
+    try:
+        task = await client.get_task(task_id)
+        if task.status != TaskStatus.TERMINATED:
+            await client.terminate(task_id, reason=JobTerminationReason.TERMINATED_BY_SERVER, timeout=0)
+        while task.status != TaskStatus.TERMINATED:  # SIGKILL takes a moment to be reaped
+            activity.heartbeat()
+            await asyncio.sleep(_POLL_MIN)
+            task = await client.get_task(task_id)
+        await client.remove(task_id)
+    except AgentError as err:
+        if err.status_code != HTTP_NOT_FOUND:
+            raise

@@ -65,5 +65,6 @@ class RecordActivities:
                 submitted_at=record.submitted_at,
                 provisioned_at=record.provisioned_at,
                 finished_at=record.finished_at,
+                status_message=record.status_message,
             )
         )

@@ -378,6 +378,14 @@ class HostPool:
             return False
         return True
 
+    async def stop(self, target: SSHTarget) -> None:
+        """Stop the target's agent, if one runs there (no deployment first), and forget the host."""
+        host = self._hosts.pop(target.name, None) or SSHAgentHost(target, self.options)
+        try:
+            await host.stop_agent(await self.bundle())
+        finally:
+            await host.aclose()
+
     async def remove(self, name: str, *, stop_agent: bool = False) -> None:
         host = self._hosts.pop(name, None)
         if host is None:

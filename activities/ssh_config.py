@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from core.config.fleet import FleetConfiguration, ProxyJump, SSHHost
+from core.fleets import instance_name
 
 
 class SSHEndpoint(BaseModel):
@@ -52,7 +53,7 @@ def ssh_targets(fleet: FleetConfiguration, fleet_name: str) -> list[SSHTarget]:
         user = host.user or config.user or ""
         identity = host.identity_file or config.identity_file
         return SSHTarget(
-            name=f"{fleet_name}-{index}",
+            name=instance_name(fleet_name, index),
             hostname=host.hostname,
             port=host.port or config.port or 22,
             user=user,

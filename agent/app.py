@@ -146,8 +146,12 @@ def create_app(registry: TaskRegistry, token: str) -> FastAPI:
         offset: int = Query(default=0, ge=0),
         limit: int = Query(default=DEFAULT_PULL_LIMIT, ge=1, le=MAX_PULL_LIMIT),
         states_offset: int = Query(default=0, ge=0),
+        wait: float = Query(default=0.0, ge=0, le=jobs.MAX_PULL_WAIT),
     ) -> Response:
-        body = jobs.pull(registry, task_id, offset, limit, states_offset)
+        if wait > 0:
+            body = await jobs.pull_waiting(registry, task_id, offset, limit, states_offset, wait)
+        else:
+            body = jobs.pull(registry, task_id, offset, limit, states_offset)
         return Response(content=body, media_type="application/json")
 
     app.include_router(api)

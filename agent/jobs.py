@@ -10,12 +10,19 @@ from pathlib import Path
 
 from agent import executor
 from agent.code import CodeArchiveError, extract_archive, receive_archive
-from agent.logs import OffsetOutOfRange, read_log
+from agent.logs import OffsetOutOfRange, log_size, read_log
 from agent.records import TaskPaths, load_job_spec, save_job_spec
 from agent.tasks import BadTaskRequest, TaskConflict, TaskRegistry
 from agent.volumes import VolumeError, link_volumes, unlink_paths
 from core.agent_api import JobSpec, PullResponse, TaskInfo, TaskStatus, VolumeMount
 from core.status import JobTerminationReason
+
+# A pull that may wait (`wait` > 0) holds the request until the job has news: a new state comes at once
+# (the registry tells), new log bytes within these intervals (the log file's size is looked at, more
+# rarely the longer the job stays quiet, as the worker's own polling did).
+MAX_PULL_WAIT = 30.0
+_WAIT_LOOK_MIN = 0.02
+_WAIT_LOOK_MAX = 0.5
 
 
 def submit_job(registry: TaskRegistry, task_id: str, spec: JobSpec) -> TaskInfo:
@@ -142,3 +149,27 @@ def pull(registry: TaskRegistry, task_id: str, offset: int, limit: int, states_o
     head = reply.model_dump_json(exclude={"logs"}).encode()
     # Base64 needs no JSON escaping, so the bytes go in as they are.
     return b"".join((head[:-1], b',"logs":"', base64.b64encode(data), b'"}'))
+
+
+async def pull_waiting(
+    registry: TaskRegistry, task_id: str, offset: int, limit: int, states_offset: int, wait: float
+) -> bytes:
+    """`pull`, but held up to `wait` seconds while the job has nothing new: no log byte past `offset`,
+    no state past `states_offset`, not finished. One waiting request costs the agent a look at a file's
+    size now and then, where the same watch by polling cost a request, a response and a log read."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(wait, MAX_PULL_WAIT)
+    log = registry.paths(task_id).log
+    interval = _WAIT_LOOK_MIN
+    while True:
+        record = registry.get(task_id)
+        left = deadline - loop.time()
+        quiet = (
+            record.status != TaskStatus.TERMINATED
+            and len(record.job_states) == states_offset
+            and log_size(log) == offset  # past the end is an error: `pull` says which at once
+        )
+        if not quiet or left <= 0:
+            return pull(registry, task_id, offset, limit, states_offset)
+        await registry.wait_for_news(task_id, min(interval, left))
+        interval = min(interval * 1.5, _WAIT_LOOK_MAX)

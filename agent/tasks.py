@@ -56,6 +56,7 @@ class TaskRegistry:
         self._children: set[int] = set()  # wrappers this agent started and must reap
         self.busy: set[str] = set()  # tasks with an upload or a preparation in flight
         self._wake: asyncio.Event | None = None
+        self._news: dict[str, asyncio.Event] = {}  # per task: set when it gets a job state or goes
 
     # --- records ---------------------------------------------------------------------------------------
 
@@ -156,7 +157,26 @@ class TaskRegistry:
             raise TaskConflict(f"task {task_id!r} is {record.status}: terminate it before removing it")
         shutil.rmtree(self.paths(task_id).root, ignore_errors=True)
         del self._records[task_id]
+        self.tell(task_id)
         return record.to_info()
+
+    # --- news, for the pulls that wait for it ------------------------------------------------------
+
+    def tell(self, task_id: str) -> None:
+        """Wake whoever waits on the task: it has a new job state, or it was removed."""
+        news = self._news.pop(task_id, None)
+        if news is not None:
+            news.set()
+
+    async def wait_for_news(self, task_id: str, timeout: float) -> None:
+        """Until `tell(task_id)` or `timeout` seconds, whichever comes first."""
+        news = self._news.get(task_id)
+        if news is None:
+            news = self._news[task_id] = asyncio.Event()
+        # asyncio.timeout, not wait_for: on 3.11 wait_for makes a task of every wait.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await news.wait()
 
     def terminate(self, task_id: str, request: TerminateRequest) -> TaskInfo:
         record = self.get(task_id)
@@ -190,6 +210,7 @@ class TaskRegistry:
             if timeout == 0:
                 record.stop.killed = True
             self.save(record)
+            self.tell(record.id)
             if self._group_is_ours(record):
                 assert record.pid is not None
                 executor.signal_group(record.pid, signal.SIGKILL if timeout == 0 else signal.SIGTERM)
@@ -211,6 +232,7 @@ class TaskRegistry:
         record.job_states.append(JobStateEvent(state=JobStatus.RUNNING, timestamp=now))
         self.save(record)
         self._watched.add(record.id)
+        self.tell(record.id)
 
     def finalize(
         self,
@@ -242,6 +264,7 @@ class TaskRegistry:
         unlink_paths(record.linked_paths)
         self.save(record)
         self._watched.discard(record.id)
+        self.tell(record.id)
 
     def _finish(self, record: TaskRecord, exit_status: int | None, kill_strays: bool) -> None:
         if record.stop is not None:

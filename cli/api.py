@@ -7,6 +7,7 @@ import os
 import secrets
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -15,11 +16,14 @@ from activities.code import pack_repo
 from cli.errors import FerryError, RunActive, RunNotFound
 from core.config import RunConfiguration
 from core.eventlog import Event
-from core.messages import RunInput, StopReply, StopRequest, run_workflow_id
+from core.messages import LOCAL_FLEET, RunInput, StopReply, StopRequest, run_workflow_id
 from core.settings import DEFAULT_PROJECT, TASK_QUEUE
 from core.status import RunStatus
 from store import EventRecord, RunRecord, Store
 from workflows.run import RunWorkflow, run_search_attributes
+
+if TYPE_CHECKING:
+    from cli.fleet_api import FleetAPI
 
 __all__ = ["FerryAPI", "FerryError", "RunActive", "RunNotFound", "default_user", "generated_name"]
 
@@ -36,6 +40,17 @@ class FerryAPI:
         self.store = store
         self.project = project
         self.task_queue = task_queue
+        self._fleet_api: FleetAPI | None = None
+
+    def fleets(self) -> FleetAPI:
+        """Fleets of this project: apply, list, describe, delete; set-priority (cli.fleet_api)."""
+        from cli.fleet_api import FleetAPI
+
+        if self._fleet_api is None:
+            self._fleet_api = FleetAPI(
+                self.client, self.store, project=self.project, task_queue=self.task_queue
+            )
+        return self._fleet_api
 
     async def submit(
         self,
@@ -55,6 +70,11 @@ class FerryAPI:
         except ValueError as err:
             raise FerryError(str(err)) from None
         configuration = configuration.model_copy(update={"env": env})
+        from cli.fleet_api import choose_fleet
+
+        fleet = await choose_fleet(self.store, self.project, configuration)
+        if fleet == LOCAL_FLEET:
+            await self.fleets().ensure_local()
         archive = await asyncio.to_thread(pack_repo, repo_dir)
         code_hash = await asyncio.to_thread(self.store.put_code, archive)
         now = time.time()
@@ -81,6 +101,7 @@ class FerryAPI:
             configuration=configuration,
             code_hash=code_hash,
             submitted_at=now,
+            fleet=fleet,
         )
         await self.client.start_workflow(
             RunWorkflow.run,

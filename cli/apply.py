@@ -34,9 +34,9 @@ def apply(file: str, *, yes: bool, detach: bool, name: str | None, env: list[str
         typer.echo(warning, err=True)
     configuration = loaded.configuration
     if isinstance(configuration, FleetConfiguration):
-        raise CommandError(
-            f"{file}: a fleet configuration: `ferry apply` runs tasks, services and dev environments"
-        )
+        from cli.fleet import apply_fleet
+
+        return apply_fleet(loaded, yes=yes, detach=detach, name=name)
     configuration = with_overrides(configuration, name=name, env=env)
     console = render.console(stderr=True)
     console.print(plan_table(ctx, file, configuration))

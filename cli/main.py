@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from cli.errors import FerryGroup, one_line_errors
+from cli.fleet import fleet_app
 from core.status import RunStatus
 
 HELP = (
@@ -27,6 +28,7 @@ server_app = typer.Typer(
     "Without a subcommand, runs it in the foreground until Ctrl-C.",
 )  # fmt: skip
 app.add_typer(server_app, name="server")
+app.add_typer(fleet_app, name="fleet")
 
 RUN = typer.Argument(..., metavar="RUN", help="The run's name (or id).", show_default=False)
 REPLICA = typer.Option(None, "--replica", help="Only this replica.", show_default=False)
@@ -248,3 +250,15 @@ def server_status(as_json: bool = typer.Option(False, "--json", help="JSON, for 
     from cli.server import status
 
     raise typer.Exit(status(as_json=as_json))
+
+
+@app.command("set-priority")
+@one_line_errors
+def set_priority(
+    run: str = RUN,
+    priority: int = typer.Argument(..., metavar="N", min=0, max=100, help="0-100, higher first."),
+) -> None:
+    """Move a run's waiting jobs in their fleet's queue."""
+    from cli.fleet import set_priority as set_priority_
+
+    set_priority_(run, priority)

@@ -5,9 +5,16 @@ Workflow tests register doubles under the same names.
 
 RECORD_RUN = "record_run"
 RECORD_JOB = "record_job"
-ALLOCATE = "allocate"
 PREPARE_TASK = "prepare_task"
 START_JOB = "start_job"
 WATCH_JOB = "watch_job"
 STOP_TASK = "stop_task"
 RELEASE_TASK = "release_task"
+
+# The fleet scheduler's effects (workflows/fleet.py).
+LOCAL_INSTANCE = "local_instance"
+DEPLOY_INSTANCE = "deploy_instance"
+WATCH_FLEET_HEALTH = "watch_fleet_health"
+CLEAN_INSTANCE = "clean_instance"
+RECORD_FLEET = "record_fleet"
+STOP_FLEET = "stop_fleet"

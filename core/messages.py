@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.agent_api import ClusterInfo, JobSpec, Resources
 from core.config import RunConfiguration
 from core.eventlog import Event
+from core.placement import PlacementRequest
 from core.replay import RunState
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
@@ -29,6 +30,20 @@ def job_workflow_id(run_workflow: str, replica_num: int, job_num: int, submissio
 def job_submission_id(run_id: str, replica_num: int, job_num: int, submission_num: int) -> str:
     """The store's id of a job submission, also its task id on the agent (no slashes allowed there)."""
     return f"{run_id}-r{replica_num}-j{job_num}-s{submission_num}"
+
+
+def placement_request_id(run_id: str, replica_num: int, submission_num: int) -> str:
+    """A replica's placement request (its gang) at one submission, as its fleet's scheduler knows it."""
+    return f"{run_id}-r{replica_num}-s{submission_num}"
+
+
+# The fleet of this machine's agent: every project has one, started on demand, with one instance.
+LOCAL_FLEET = "local"
+
+
+def fleet_workflow_id(project: str, fleet: str) -> str:
+    """The FleetWorkflow (the fleet's scheduler); run names never hold a slash, so no run clashes."""
+    return f"ferry/{project}/fleet/{fleet}"
 
 
 # --- RunWorkflow -------------------------------------------------------------------------------------
@@ -51,11 +66,18 @@ class RunInput(_Message):
     configuration: RunConfiguration
     code_hash: str | None = None
     submitted_at: float
+    fleet: str = LOCAL_FLEET  # where its jobs are placed, decided once at submission
     carry: RunCarry | None = None
 
 
 class StopRequest(_Message):
     abort: bool = False
+
+
+class SetPriority(_Message):
+    """A run's new priority (0-100): its waiting jobs move in their fleet's queue, later ones inherit it."""
+
+    priority: int = Field(ge=0, le=100)
 
 
 class StopReply(_Message):
@@ -78,6 +100,13 @@ class RunResult(_Message):
 # --- JobWorkflow -------------------------------------------------------------------------------------
 
 
+class Enqueue(_Message):
+    """A replica's placement request for its fleet, and the JobWorkflow of each of its nodes' jobs."""
+
+    request: PlacementRequest
+    notify: dict[str, str]  # job id (the job submission id) -> its JobWorkflow's id
+
+
 class JobInput(_Message):
     run_id: str
     run_workflow_id: str
@@ -92,6 +121,9 @@ class JobInput(_Message):
     stop_duration: int | None  # seconds between SIGTERM and SIGKILL when stopped; None: no grace, abort
     priority: int = 0
     first_submitted_at: float
+    fleet_workflow_id: str  # the scheduler that places it
+    request_id: str  # its replica's placement request
+    enqueue: Enqueue | None = None  # node 0 sends its replica's request; the other nodes wait for theirs
 
 
 class TerminateJob(_Message):
@@ -153,13 +185,7 @@ class RecordJob(_Message):
     finished_at: float | None = None
     start_seq: int
     events: list[Event]
-
-
-class AllocateRequest(_Message):
-    job_submission_id: str
-    resources: Resources
-    nodes_num: int
-    node_rank: int
+    status_message: str | None = None  # e.g. "waiting for capacity" while queued in its fleet
 
 
 class Placement(_Message):
@@ -167,6 +193,18 @@ class Placement(_Message):
 
     instance_name: str
     cluster: ClusterInfo
+
+
+class PlacementRefused(_Message):
+    """The fleet can never place the job's replica: the job fails with FAILED_TO_START_DUE_TO_NO_CAPACITY."""
+
+    reason: str
+
+
+class Queued(_Message):
+    """The job's replica waits in its fleet's queue for capacity."""
+
+    position: int
 
 
 class TaskRef(_Message):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.eventlog import JobState
-from core.messages import JobOutcome
+from core.eventlog import Event, JobState
+from core.messages import JobInput, JobOutcome, JobUpdate, RecordJob, job_submission_id
 from core.replay import RunState
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
@@ -64,9 +64,41 @@ def outcome_events(state: JobState, outcome: JobOutcome) -> list[EventSpec]:
     return events
 
 
+def update_events(state: RunState, update: JobUpdate) -> list[EventSpec]:
+    """What a job's news becomes in its run's eventlog: its finish, or its new status (SUBMITTED says
+    nothing new); news of an older submission of a resubmitted replica no longer counts."""
+    current = state.job(update.replica_num, update.job_num)
+    if current is None or current.submission_num != update.submission_num:
+        return []
+    ctx: dict[str, Any] = {"replica": update.replica_num, "job": update.job_num}
+    ctx["submission"] = update.submission_num
+    if update.status.is_finished():
+        finish = dict(
+            status=update.status,
+            reason=update.termination_reason,
+            exit_status=update.exit_status,
+            provisioned=update.instance is not None,
+        )
+        return [("job-finish", {**ctx, **finish})]
+    if update.status != current.status and update.status != JobStatus.SUBMITTED:
+        reason = update.termination_reason if update.status == JobStatus.TERMINATING else None
+        return [("job-status", {**ctx, "status": update.status, "reason": reason})]
+    return []
+
+
 def last_note(state: JobState) -> str | None:
     """Why the job is ending, in the words of its last fatal exception."""
     return next((e.note for e in reversed(state.exceptions) if e.severity == 0), None)
+
+
+WAITING_FOR_CAPACITY = "waiting for capacity"
+
+
+def job_status_message(state: JobState) -> str | None:
+    """A job's one-line status message beside its status: a submitted job its fleet has queued waits."""
+    if state.status == JobStatus.SUBMITTED and state.memo.get("waiting") == "capacity":
+        return WAITING_FOR_CAPACITY
+    return None
 
 
 def stop_reason(abort: bool) -> RunTerminationReason:
@@ -94,3 +126,40 @@ def status_message(state: RunState) -> str | None:
     if state.status == RunStatus.PENDING:
         return "retrying"
     return None
+
+
+def job_record(inp: JobInput, state: JobState, start_seq: int, events: list[Event]) -> RecordJob:
+    """A job submission's new events (from `start_seq`) and its status, for the store."""
+    finished_at = state.times.get(state.status) if state.status.is_finished() else None
+    return RecordJob(
+        job_submission_id=job_submission_id(inp.run_id, inp.replica_num, inp.job_num, inp.submission_num),
+        run_id=inp.run_id,
+        replica_num=inp.replica_num,
+        job_num=inp.job_num,
+        submission_num=inp.submission_num,
+        status=state.status,
+        termination_reason=state.termination_reason,
+        termination_message=last_note(state),
+        exit_status=state.exit_status,
+        instance_name=state.instance,
+        submitted_at=state.times[JobStatus.SUBMITTED],
+        provisioned_at=state.times.get(JobStatus.PROVISIONING),
+        finished_at=finished_at,
+        start_seq=start_seq,
+        events=events,
+        status_message=job_status_message(state),
+    )
+
+
+def job_update(inp: JobInput, state: JobState, now: float) -> JobUpdate:
+    """A job submission's news for its run."""
+    return JobUpdate(
+        replica_num=inp.replica_num,
+        job_num=inp.job_num,
+        submission_num=inp.submission_num,
+        status=state.status,
+        termination_reason=state.termination_reason,
+        exit_status=state.exit_status,
+        instance=state.instance,
+        timestamp=now,
+    )

@@ -1,10 +1,12 @@
-"""sqlmodel tables, engine and migrations (filled by the lifecycle issue)."""
+"""sqlmodel tables, engine and migrations."""
 
 from store.engine import for_writes, make_engine, migrate, open_store
 from store.models import (
     RUN_EVENTLOG,
     CodeArchiveRecord,
     EventRecord,
+    FleetRecord,
+    InstanceRecord,
     JobSubmissionRecord,
     LogChunkRecord,
     RunRecord,
@@ -15,6 +17,8 @@ __all__ = [
     "RUN_EVENTLOG",
     "CodeArchiveRecord",
     "EventRecord",
+    "FleetRecord",
+    "InstanceRecord",
     "JobSubmissionRecord",
     "LogChunkRecord",
     "LogGapError",

@@ -1,4 +1,4 @@
-"""The store's tables: runs, job submissions, eventlogs, log chunks and code archives.
+"""The store's tables: runs, job submissions, eventlogs, log chunks, code archives, fleets and instances.
 
 Every table has a migration in `store/migrations/versions`; a test checks that the two agree.
 There are no foreign keys on purpose: workers write records in whatever order their activities
@@ -67,6 +67,7 @@ class JobSubmissionRecord(SQLModel, table=True):
     submitted_at: float = Field(default_factory=time.time)
     provisioned_at: float | None = None
     finished_at: float | None = None
+    status_message: str | None = Field(default=None, sa_type=Text)  # "waiting for capacity" while queued
     # Bytes of log stored so far. The store keeps it in step with the log chunks: Store.append_log
     # raises it, and Store.put_job_submission ignores whatever value the caller's record carries.
     log_size: int = Field(default=0, sa_type=BigInteger)
@@ -115,3 +116,49 @@ class CodeArchiveRecord(SQLModel, table=True):
     data: bytes = Field(sa_type=LargeBinary)
     size: int = Field(sa_type=BigInteger)
     created_at: float = Field(default_factory=time.time)
+
+
+class FleetRecord(SQLModel, table=True):
+    """A fleet: an applied `type: fleet` configuration (SSH hosts), or a project's local fleet."""
+
+    __tablename__ = "fleets"
+    __table_args__ = (Index("ix_fleets_project_status", "project", "status"),)
+
+    id: str = Field(primary_key=True)  # <project>/<name>: a name is unique within its project
+    project: str
+    name: str
+    backend: str  # ssh or local
+    configuration: str = Field(default="{}", sa_type=Text)  # JSON of the FleetConfiguration ({} for local)
+    status: str  # active, deleting or deleted
+    workflow_id: str  # its FleetWorkflow, ferry/<project>/fleet/<name>
+    created_at: float = Field(default_factory=time.time)
+    updated_at: float = Field(default_factory=time.time)
+
+    def configuration_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.configuration)
+        return data
+
+
+class InstanceRecord(SQLModel, table=True):
+    """An instance of a fleet as its scheduler last recorded it: `ferry fleet list`, and how a worker
+    finds a host it has not deployed itself (the fleet's configuration says how to reach it)."""
+
+    __tablename__ = "instances"
+    __table_args__ = (Index("ix_instances_project_fleet", "project", "fleet"),)
+
+    id: str = Field(primary_key=True)  # <project>/<instance name>
+    project: str
+    fleet: str
+    name: str = Field(index=True)
+    address: str  # the IP the other nodes of a multi-node job reach it at
+    status: str  # ready, unreachable or deleted
+    status_message: str | None = Field(default=None, sa_type=Text)
+    resources: str = Field(default="{}", sa_type=Text)  # JSON of its total: {cpu, memory, gpu}
+    blocks: int | None = None  # None: shared by exact needs (the local instance)
+    busy_blocks: int = 0
+    jobs: int = 0  # jobs placed on it now
+    updated_at: float = Field(default_factory=time.time)
+
+    def resources_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.resources)
+        return data

@@ -22,6 +22,7 @@ from sqlmodel import Session, SQLModel, col, select
 
 from core.status import RunStatus
 from store.engine import for_writes
+from store.fleet_repository import FleetRecords
 from store.models import (
     RUN_EVENTLOG,
     CodeArchiveRecord,
@@ -58,8 +59,8 @@ class RecordNotFoundError(LookupError):
     """An update named a record that is not stored."""
 
 
-class Store:
-    """The store's API over one engine (see store.engine.open_store)."""
+class Store(FleetRecords):
+    """The store's API over one engine (see store.engine.open_store); fleets and instances: FleetRecords."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -288,6 +289,13 @@ class Store:
         # stay loaded (nothing is expired, as nothing is committed).
         with Session(self.engine) as session:
             yield session
+
+    def _upsert_row(self, table: Table, row: dict[str, Any], connection: Connection | None = None) -> None:
+        if connection is not None:
+            _upsert(connection, table, row, keep=())
+            return
+        with self._writer.begin() as connection:
+            _upsert(connection, table, row, keep=())
 
     def _update(self, table: Table, record_id: str, fields: dict[str, Any]) -> None:
         updatable = {column.name for column in table.columns if not column.primary_key}

@@ -12,17 +12,21 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.agent_client import AgentClient
+from activities.fleet import FleetActivities, InstanceResolver
 from activities.instances import LOCAL_INSTANCE, InstanceDirectory
 from activities.jobs import JobActivities
 from activities.records import RecordActivities
+from activities.ssh import HostPool
+from activities.ssh_config import DeployOptions
 from core.settings import TASK_QUEUE, Settings
 from store import Store, open_store
 from worker.local_agent import ensure_local_agent
 from worker.temporal import connect_from_settings
+from workflows.fleet import FleetWorkflow
 from workflows.job import JobWorkflow
 from workflows.run import RunWorkflow
 
-WORKFLOWS: Sequence[type] = (RunWorkflow, JobWorkflow)
+WORKFLOWS: Sequence[type] = (RunWorkflow, JobWorkflow, FleetWorkflow)
 # Per-call timeout for agent requests: short, so a lost host is noticed within the watch's threshold.
 AGENT_REQUEST_TIMEOUT = 5.0
 
@@ -30,23 +34,49 @@ AGENT_REQUEST_TIMEOUT = 5.0
 def activities_for(instances: InstanceDirectory, store: Store) -> list[Callable[..., Any]]:
     jobs = JobActivities(instances, store)
     records = RecordActivities(store)
+    fleets = FleetActivities(instances, store)
+    # A host this worker has not deployed (a fleet older than the worker) is found through the store.
+    instances.set_resolver(InstanceResolver(instances, store))
     return [
         records.record_run,
         records.record_job,
-        jobs.allocate,
         jobs.prepare_task,
         jobs.start_job,
         jobs.watch_job,
         jobs.stop_task,
         jobs.release_task,
+        fleets.local_instance,
+        fleets.deploy_instance,
+        fleets.watch_fleet_health,
+        fleets.clean_instance,
+        fleets.record_fleet,
+        fleets.stop_fleet,
     ]
 
 
-def local_instances(settings: Settings) -> InstanceDirectory:
+def ssh_options(settings: Settings) -> DeployOptions:
+    """How this worker deploys to SSH hosts: FERRY_SSH_KNOWN_HOSTS and FERRY_SSH_PYTHON, see Settings."""
+    return DeployOptions(
+        python=settings.ssh_python,
+        known_hosts=settings.ssh_known_hosts,
+        bundle_cache=settings.home / "agent-bundles",
+    )
+
+
+def local_instances(settings: Settings, ssh: DeployOptions | None = None) -> InstanceDirectory:
+    """The local agent (started if none runs), and the pool SSH fleets' hosts join (one per worker)."""
     agent = ensure_local_agent(settings.home)
     instances = InstanceDirectory()
     instances.add(LOCAL_INSTANCE, AgentClient(agent.url, agent.token, timeout=AGENT_REQUEST_TIMEOUT))
+    instances.pool = HostPool(ssh or ssh_options(settings), on_client=instances.add)
     return instances
+
+
+# Every running job holds an activity slot for its whole life (its watch), and every fleet one (its health
+# watch): with 1000 slots, 1000 running jobs left none for any other step, and a new run waited forever for
+# its first store write (`python -m bench.run --scale 1000`). Watches mostly wait on their agent, so a slot
+# costs little; the CPU, not this number, bounds the work in flight.
+MAX_CONCURRENT_ACTIVITIES = 20_000
 
 
 def build_worker(
@@ -57,7 +87,7 @@ def build_worker(
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
         activities=activities_for(instances, store),
-        max_concurrent_activities=1000,
+        max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
         max_concurrent_workflow_tasks=100,
         graceful_shutdown_timeout=timedelta(seconds=5),
     )

@@ -1,7 +1,11 @@
 """JobWorkflow: one submission of one job (a node of a replica), seed 001's job lifecycle STEP 1-5.
 
-SUBMITTED -> alloc -> PROVISIONING -> task submitted -> PULLING -> job started -> RUNNING -> TERMINATING
--> task stopped and removed, capacity freed -> TERMINATED | DONE | FAILED | ABORTED.
+SUBMITTED -> placed by its fleet -> alloc -> PROVISIONING -> task submitted -> PULLING -> job started ->
+RUNNING -> TERMINATING -> task stopped and removed, capacity released -> TERMINATED | DONE | FAILED | ABORTED.
+Node 0 enqueues its replica in the fleet (workflows/fleet.py); each node waits for `placed`, or
+`placement_refused` (FAILED_TO_START_DUE_TO_NO_CAPACITY), logging once that it is `queued`. Its capacity
+goes back with `release` after its task is removed; sent by a job stopped while it waits, `release`
+withdraws the replica. A lost instance (INSTANCE_UNREACHABLE from the fleet) ends the job at once.
 Every change is an event folded with `core.eventlog.apply_job_event`, flushed to the store and sent to
 the run; the status is never set any other way, so replaying the stored log gives this state.
 """
@@ -20,15 +24,22 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from core import activity_names as names
     from core.eventlog import Event, JobState, apply_job_event
+    from core.fleet_messages import (
+        FLEET_ENQUEUE,
+        FLEET_RELEASE,
+        JOB_PLACED,
+        JOB_QUEUED,
+        JOB_REFUSED,
+        ReleaseJob,
+    )
     from core.messages import (
-        AllocateRequest,
         JobDescription,
         JobInput,
         JobOutcome,
-        JobUpdate,
         Placement,
+        PlacementRefused,
         PrepareTask,
-        RecordJob,
+        Queued,
         StartJob,
         StopTask,
         TaskRef,
@@ -36,8 +47,15 @@ with workflow.unsafe.imports_passed_through():
         WatchJob,
         job_submission_id,
     )
-    from core.status import JobStatus, JobTerminationReason
-    from core.transitions import fatal, last_note, outcome_events, reason_for_failure
+    from core.status import JobTerminationReason
+    from core.transitions import (
+        fatal,
+        job_record,
+        job_update,
+        last_note,
+        outcome_events,
+        reason_for_failure,
+    )
 
 # Effects that talk to an agent retry quickly: a worker restart or a busy agent must not cost seconds.
 _QUICK_RETRY = RetryPolicy(
@@ -48,6 +66,7 @@ _STEP_HEARTBEAT = timedelta(seconds=10)
 # Past this the agent is presumed gone even if it answered before: the grace period has long ended.
 _STOP_MARGIN = timedelta(seconds=30)
 RUN_SIGNAL = "job_update"
+_LOST = JobTerminationReason.INSTANCE_UNREACHABLE
 
 
 class _Terminated(Exception):
@@ -64,13 +83,33 @@ class JobWorkflow:
         self._input: JobInput | None = None
         self._instance: str | None = None
         self._killed = False  # a stop with no grace period (an abort) was sent to the agent
+        self._placement: Placement | None = None
+        self._refused: str | None = None
+        self._queued = False
+        self._waiting = False  # "waiting for capacity" is logged
+        self._withdrawn = False  # stopped while waiting: the fleet must not place it (nor its replica)
+        self._lost = False  # the fleet lost the instance: no stop to send, no task to remove
 
     @workflow.signal
     def terminate(self, request: TerminateJob) -> None:
-        # The first reason wins; a later abort still shortens the grace period.
+        # The first reason wins; a later abort still shortens the grace period, and a lost instance ends
+        # the job at once whatever it was terminating for.
+        self._lost = self._lost or request.reason == _LOST
         if self._terminate is None or (request.abort and not self._terminate.abort):
             reason = request.reason if self._terminate is None else self._terminate.reason
             self._terminate = request.model_copy(update={"reason": reason})
+
+    @workflow.signal(name=JOB_PLACED)
+    def placed(self, placement: Placement) -> None:
+        self._placement = self._placement or placement
+
+    @workflow.signal(name=JOB_REFUSED)
+    def placement_refused(self, refused: PlacementRefused) -> None:
+        self._refused = self._refused or refused.reason
+
+    @workflow.signal(name=JOB_QUEUED)
+    def queued(self, queued: Queued) -> None:
+        self._queued = True
 
     @workflow.query
     def describe(self) -> JobDescription:
@@ -102,19 +141,8 @@ class JobWorkflow:
         return await self._clean_up(inp)
 
     async def _provision_and_run(self, inp: JobInput) -> None:
-        try:
-            placement: Placement = await self._step(
-                names.ALLOCATE,
-                AllocateRequest(
-                    job_submission_id=self._id,
-                    resources=inp.resources,
-                    nodes_num=inp.nodes_num,
-                    node_rank=inp.job_num,
-                ),
-                timeout=timedelta(seconds=60),
-            )
-        except ActivityError as err:
-            self._fail_from(err, JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY)
+        placement = await self._place(inp)
+        if placement is None:
             return
         self._instance = placement.instance_name
         self._log("alloc", instance=placement.instance_name)
@@ -155,6 +183,37 @@ class JobWorkflow:
             self._log(*event)
         await self._publish()
 
+    async def _place(self, inp: JobInput) -> Placement | None:
+        """Wait for the fleet's decision (node 0 asks for the whole replica); None when it is refused."""
+        fleet = workflow.get_external_workflow_handle(inp.fleet_workflow_id)
+        if inp.enqueue is not None:
+            try:
+                await fleet.signal(FLEET_ENQUEUE, inp.enqueue)
+            except FailureError:
+                reason = JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY
+                self._log(*fatal(reason, f"its fleet is not running ({inp.fleet_workflow_id})"))
+                return None
+        while True:
+            await workflow.wait_condition(
+                lambda: (
+                    self._placement is not None
+                    or self._terminate is not None
+                    or self._refused is not None
+                    or (self._queued and not self._waiting)
+                )
+            )
+            if self._placement is not None:
+                return self._placement
+            if self._terminate is not None:
+                self._withdrawn = True  # the clean-up tells the fleet, which drops the replica's request
+                raise _Terminated()
+            if self._refused is not None:
+                self._log(*fatal(JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY, self._refused))
+                return None
+            self._waiting = True
+            self._log("memo", waiting="capacity")
+            await self._publish()
+
     async def _watch(self, instance: str) -> JobOutcome:
         watch = workflow.start_activity(
             names.WATCH_JOB,
@@ -173,6 +232,8 @@ class JobWorkflow:
         # (the agent sends SIGKILL once the grace period is over) so the last log bytes are kept too.
         request = self._log_stop()
         await self._publish()
+        if self._lost:
+            return self._gone(watch)
         await self._stop_task(instance, request)
         # A later abort (`ferry stop -x` during the grace period) kills at once: the agent lets the
         # shorter of two stop requests win.
@@ -181,7 +242,7 @@ class JobWorkflow:
         while not watch.done():
             try:
                 await workflow.wait_condition(
-                    lambda: watch.done() or self._abort_requested(),
+                    lambda: watch.done() or self._abort_requested() or self._lost,
                     timeout=max(deadline - workflow.now(), timedelta(0)),
                 )
             except TimeoutError:
@@ -190,12 +251,19 @@ class JobWorkflow:
                     termination_reason=JobTerminationReason.INSTANCE_UNREACHABLE,
                     termination_message="the job did not end after it was stopped",
                 )
+            if not watch.done() and self._lost:
+                return self._gone(watch)
             if not watch.done() and self._abort_requested():
                 self._killed = True
                 assert self._terminate is not None
                 await self._stop_task(instance, self._terminate)
                 deadline = min(deadline, workflow.now() + _STOP_MARGIN)
         return watch.result()
+
+    def _gone(self, watch: workflow.ActivityHandle[JobOutcome]) -> JobOutcome:
+        """The fleet lost the instance: nothing more will come from there."""
+        _abandon(watch)
+        return JobOutcome(termination_reason=_LOST, termination_message="its instance was lost")
 
     def _abort_requested(self) -> bool:
         """An abort arrived after a graceful stop was sent: the job is still in its grace period."""
@@ -226,7 +294,8 @@ class JobWorkflow:
     def _log_stop(self) -> TerminateJob:
         request = self._terminate
         assert request is not None
-        self._log(*fatal(request.reason, request.message or "stopped by the run", "cancel"))
+        kind = None if request.reason == _LOST else "cancel"
+        self._log(*fatal(request.reason, request.message or "stopped by the run", kind))
         return request
 
     def _fail_from(self, err: ActivityError, reason: JobTerminationReason) -> None:
@@ -251,7 +320,6 @@ class JobWorkflow:
             arg,
             start_to_close_timeout=timeout,
             retry_policy=_QUICK_RETRY,
-            result_type=_RESULT_TYPES.get(activity),
             heartbeat_timeout=_STEP_HEARTBEAT,
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
@@ -260,9 +328,12 @@ class JobWorkflow:
         if handle.done():
             stop_requested.cancel()
             return handle.result()
-        handle.cancel()
-        with contextlib.suppress(ActivityError, CancelledError):
-            await handle
+        if self._lost:  # nothing of the step can land on a lost instance: no need to wait for it
+            _abandon(handle)
+        else:
+            handle.cancel()
+            with contextlib.suppress(ActivityError, CancelledError):
+                await handle
         raise _Terminated()
 
     async def _clean_up(self, inp: JobInput) -> JobOutcome:
@@ -270,23 +341,14 @@ class JobWorkflow:
         state = self._state
         assert state is not None
         if state.allocated and self._instance is not None:
-            ref = TaskRef(job_submission_id=self._id, instance_name=self._instance)
-            try:
-                await workflow.execute_activity(
-                    names.RELEASE_TASK,
-                    ref,
-                    start_to_close_timeout=timedelta(seconds=30),
-                    retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=5)),
-                )
-                self._log("release", ranks="all", final=True)
-            except ActivityError as err:
-                self._log(
-                    "exception",
-                    type="free",
-                    severity=1,
-                    note=f"could not remove the task from {self._instance}: {err.cause or err}",
-                )
+            if self._lost:
+                note = f"{self._instance} is unreachable: its task is removed if it comes back"
+                self._log("exception", type="free", severity=1, note=note)
+            else:
+                await self._remove_task(self._instance)
             self._log("free")
+        if self._placement is not None or self._withdrawn:  # granted, or maybe on its way
+            await self._release(inp)
         state = self._state
         assert state is not None and state.termination_reason is not None
         reason = state.termination_reason
@@ -295,6 +357,26 @@ class JobWorkflow:
         return JobOutcome(
             termination_reason=reason, termination_message=last_note(state), exit_status=state.exit_status
         )
+
+    async def _remove_task(self, instance: str) -> None:
+        ref = TaskRef(job_submission_id=self._id, instance_name=instance)
+        try:
+            await workflow.execute_activity(
+                names.RELEASE_TASK,
+                ref,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=5)),
+            )
+            self._log("release", ranks="all", final=True)
+        except ActivityError as err:
+            note = f"could not remove the task from {instance}: {err.cause or err}"
+            self._log("exception", type="free", severity=1, note=note)
+
+    async def _release(self, inp: JobInput) -> None:
+        """The capacity back to the fleet, once the task is gone (a fleet deleted meanwhile needs nothing)."""
+        fleet = workflow.get_external_workflow_handle(inp.fleet_workflow_id)
+        with contextlib.suppress(FailureError):
+            await fleet.signal(FLEET_RELEASE, ReleaseJob(job_id=self._id))
 
     def _log(self, name: str, context: dict[str, Any] | None = None, /, **more: Any) -> None:
         event = Event(
@@ -309,46 +391,22 @@ class JobWorkflow:
         """Flush new events to the store and tell the run the job's status (each transition)."""
         inp, state = self._input, self._state
         assert inp is not None and state is not None
-        new = self._events[self._flushed :]
-        finished_at = state.times.get(state.status) if state.status.is_finished() else None
         # A regular activity, not a local one: it runs only for a workflow task the server accepted, so
         # the store never keeps events that a failed (and redone) workflow task logged differently.
         await workflow.execute_activity(
             names.RECORD_JOB,
-            RecordJob(
-                job_submission_id=self._id,
-                run_id=inp.run_id,
-                replica_num=inp.replica_num,
-                job_num=inp.job_num,
-                submission_num=inp.submission_num,
-                status=state.status,
-                termination_reason=state.termination_reason,
-                termination_message=last_note(state),
-                exit_status=state.exit_status,
-                instance_name=state.instance,
-                submitted_at=state.times[JobStatus.SUBMITTED],
-                provisioned_at=state.times.get(JobStatus.PROVISIONING),
-                finished_at=finished_at,
-                start_seq=self._flushed,
-                events=new,
-            ),
+            job_record(inp, state, self._flushed, self._events[self._flushed :]),
             start_to_close_timeout=_RECORD_TIMEOUT,
             retry_policy=_QUICK_RETRY,
         )
         self._flushed = len(self._events)
-        update = JobUpdate(
-            replica_num=inp.replica_num,
-            job_num=inp.job_num,
-            submission_num=inp.submission_num,
-            status=state.status,
-            termination_reason=state.termination_reason,
-            exit_status=state.exit_status,
-            instance=state.instance,
-            timestamp=workflow.now().timestamp(),
-        )
+        update = job_update(inp, state, workflow.now().timestamp())
         # A run that has already finished (this was a stopped sibling's last word) needs no news.
         with contextlib.suppress(FailureError):
             await workflow.get_external_workflow_handle(inp.run_workflow_id).signal(RUN_SIGNAL, update)
 
 
-_RESULT_TYPES: dict[str, type] = {names.ALLOCATE: Placement}
+def _abandon(handle: workflow.ActivityHandle[Any]) -> None:
+    """Cancel an activity whose outcome no longer matters."""
+    handle.cancel()
+    handle.add_done_callback(lambda done: None if done.cancelled() else done.exception())

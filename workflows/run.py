@@ -18,25 +18,28 @@ from temporalio.exceptions import FailureError
 with workflow.unsafe.imports_passed_through():
     from core import activity_names as names
     from core.eventlog import Event
-    from core.jobspec import job_resources, job_spec, nodes_count, replica_count
+    from core.fleet_messages import FLEET_SET_PRIORITY, SetQueuedPriority
+    from core.jobspec import nodes_count, replica_count
     from core.messages import (
-        JobInput,
         JobUpdate,
         RecordRun,
         RunCarry,
         RunDescription,
         RunInput,
         RunResult,
+        SetPriority,
         StopReply,
         StopRequest,
         TerminateJob,
+        fleet_workflow_id,
         job_workflow_id,
     )
     from core.replay import RunState, apply_run_event
     from core.retry import pending_backoff
     from core.rules import derive_run_status
-    from core.status import JobStatus, JobTerminationReason, RunStatus
-    from core.transitions import replicas_to_resubmit, status_message, stop_reason
+    from core.status import JobTerminationReason, RunStatus
+    from core.submissions import job_input, waiting_requests
+    from core.transitions import replicas_to_resubmit, status_message, stop_reason, update_events
     from workflows.job import JobWorkflow
 
 SA_RUN_NAME = SearchAttributeKey.for_keyword("FerryRunName")
@@ -81,12 +84,17 @@ class RunWorkflow:
         self._pending_signals: list[Any] = []
         self._terminated: set[tuple[int, int, int, bool]] = set()  # (replica, job, submission, abort) told
         self._stop_news = False
+        self._priorities: list[int] = []  # `ferry set-priority`, not yet logged
 
     # --- messages ---------------------------------------------------------------------------------
 
     @workflow.signal
     def job_update(self, update: JobUpdate) -> None:
         self._updates.append(update)
+
+    @workflow.signal
+    def set_priority(self, request: SetPriority) -> None:
+        self._priorities.append(request.priority)
 
     @workflow.update
     async def stop(self, request: StopRequest) -> StopReply:
@@ -136,12 +144,15 @@ class RunWorkflow:
         if self._retry_at is not None:
             timeout = timedelta(seconds=max(self._retry_at - workflow.now().timestamp(), 0))
         with contextlib.suppress(TimeoutError):
-            await workflow.wait_condition(lambda: bool(self._updates) or self._stop_news, timeout=timeout)
+            await workflow.wait_condition(
+                lambda: bool(self._updates) or self._stop_news or bool(self._priorities), timeout=timeout
+            )
 
     async def _step(self) -> None:
         self._stop_news = False
         for update in self._drain_updates():
             self._apply_update(update)
+        self._apply_priorities()
         if self._stop_pending():
             assert self._stop is not None
             self._retry_at = None  # a PENDING run is not resubmitted
@@ -183,6 +194,10 @@ class RunWorkflow:
         if decision.status != self._state_status() or decision.termination_reason is not None:
             if decision.status == RunStatus.PENDING:
                 self._retry_at = decision.retry_at or now + pending_backoff(state.retries)
+                # Seed 000/001: the old jobs of a retrying replica stop (a node still running after
+                # another failed would hold its instance through the backoff and beyond).
+                for replica in decision.replicas_to_resubmit:
+                    self._stop_replica(replica)
             if decision.status != self._state_status():
                 self._log("status", status=decision.status, reason=decision.termination_reason)
 
@@ -200,13 +215,16 @@ class RunWorkflow:
     # --- jobs -------------------------------------------------------------------------------------
 
     def _submit_replica(self, replica: int) -> None:
-        """Log a new submission of every job of a replica; `_start_children` starts them."""
+        """Log a new submission of every job of a replica; `_start_children` starts them, node 0 last:
+        it enqueues the replica, and the fleet may place it at once, so every node must be there."""
         inp = self._require_input()
+        new = []
         for job in range(nodes_count(inp.configuration)):
             current = self._state.job(replica, job) if self._state is not None else None
             submission = 0 if current is None else current.submission_num + 1
             self._log("job-submit", replica=replica, job=job, submission=submission)
-            self._to_start.append((replica, job, submission))
+            new.append((replica, job, submission))
+        self._to_start += reversed(new)
 
     def _stop_replica(self, replica: int) -> None:
         """Terminate the still-active jobs of a replica that is about to be resubmitted (seed 000)."""
@@ -244,29 +262,11 @@ class RunWorkflow:
 
     async def _start_children(self) -> None:
         inp = self._require_input()
-        conf = inp.configuration
         while self._to_start:
             replica, job, submission = self._to_start.pop(0)
-            state = self._require_state()
-            current = state.job(replica, job)
-            assert current is not None
             await workflow.start_child_workflow(
                 JobWorkflow.run,
-                JobInput(
-                    run_id=inp.run_id,
-                    run_workflow_id=self._workflow_id(),
-                    project=inp.project,
-                    replica_num=replica,
-                    job_num=job,
-                    submission_num=submission,
-                    nodes_num=nodes_count(conf),
-                    spec=job_spec(conf, run_name=inp.run_name, replica_num=replica, job_num=job),
-                    resources=job_resources(conf),
-                    code_hash=inp.code_hash,
-                    stop_duration=conf.stop_duration,
-                    priority=conf.priority,
-                    first_submitted_at=current.first_submitted_at,
-                ),
+                job_input(inp, self._require_state(), self._workflow_id(), replica, job),
                 id=job_workflow_id(self._workflow_id(), replica, job, submission),
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
             )
@@ -275,26 +275,21 @@ class RunWorkflow:
             with contextlib.suppress(FailureError):
                 await self._pending_signals.pop(0)
 
+    def _apply_priorities(self) -> None:
+        """`ferry set-priority`: logged, and the replicas still waiting move in the fleet's queue."""
+        inp = self._require_input()
+        for priority in self._priorities:
+            self._log("priority", priority=priority)
+            requests = waiting_requests(inp, self._require_state())
+            if requests:
+                fleet = workflow.get_external_workflow_handle(fleet_workflow_id(inp.project, inp.fleet))
+                change = SetQueuedPriority(request_ids=requests, priority=priority)
+                self._pending_signals.append(fleet.signal(FLEET_SET_PRIORITY, change))
+        self._priorities = []
+
     def _apply_update(self, update: JobUpdate) -> None:
-        state = self._require_state()
-        current = state.job(update.replica_num, update.job_num)
-        if current is None or current.submission_num != update.submission_num:
-            return  # an older submission of a resubmitted replica: it no longer counts
-        ctx: dict[str, Any] = dict(
-            replica=update.replica_num, job=update.job_num, submission=update.submission_num
-        )
-        if update.status.is_finished():
-            self._log(
-                "job-finish",
-                **ctx,
-                status=update.status,
-                reason=update.termination_reason,
-                exit_status=update.exit_status,
-                provisioned=update.instance is not None,
-            )
-        elif update.status != current.status and update.status != JobStatus.SUBMITTED:
-            reason = update.termination_reason if update.status == JobStatus.TERMINATING else None
-            self._log("job-status", **ctx, status=update.status, reason=reason)
+        for name, context in update_events(self._require_state(), update):
+            self._log(name, **context)
 
     # --- state, events, store ---------------------------------------------------------------------
 
@@ -370,6 +365,7 @@ class RunWorkflow:
             workflow.info().is_continue_as_new_suggested()
             and not self._updates  # news that arrived during the step is not in the carry
             and not self._stop_news
+            and not self._priorities
             and not self._to_start
             and not self._pending_signals
             and workflow.all_handlers_finished()

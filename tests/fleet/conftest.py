@@ -46,3 +46,7 @@ async def pool(network: HostNetwork, workdir: Path, bundle_cache: Path) -> Async
     await asyncio.gather(*(hosts.deploy(target(network, k)) for k in (1, 2, 3)))
     yield hosts
     await hosts.aclose()
+
+
+# A real dev server and store for the runs on these hosts: the lifecycle tests' session fixtures.
+from tests.lifecycle.conftest import ferry_home, temporal_address  # noqa: E402, F401

@@ -15,7 +15,7 @@ import store.models  # noqa: F401  (the tables the migrations must match)
 from store.engine import alembic_config, make_engine, migrate, open_store
 from store.repository import Store
 
-TABLES = {"runs", "job_submissions", "events", "log_chunks", "code_archives"}
+TABLES = {"runs", "job_submissions", "events", "log_chunks", "code_archives", "fleets", "instances"}
 
 
 def _tables(url: str) -> set[str]:
@@ -79,7 +79,7 @@ def test_migrate_twice_is_a_no_op(store: Store, db_url: str) -> None:
     revision = _revision(db_url)
     migrate(db_url)
     migrate(store.engine)
-    assert _revision(db_url) == revision == ("0001",)
+    assert _revision(db_url) == revision == ("0002",)
     assert store.get_code(code_hash) == b"kept"
 
 

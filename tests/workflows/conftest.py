@@ -17,9 +17,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tests.workflows.doubles import FakeBackend
-from tests.workflows.harness import Harness
-from workflows.job import JobWorkflow
-from workflows.run import SEARCH_ATTRIBUTES, RunWorkflow
+from tests.workflows.harness import WORKFLOWS, Harness
+from workflows.run import SEARCH_ATTRIBUTES
 
 KEYWORD = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
 TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
@@ -45,7 +44,7 @@ async def harness() -> AsyncIterator[Harness]:
     worker = Worker(
         env.client,
         task_queue=queue,
-        workflows=[RunWorkflow, JobWorkflow],
+        workflows=WORKFLOWS,
         activities=backend.activities(),
         # Heartbeats reach the server at once, so a cancelled activity hears of it at its next beat.
         default_heartbeat_throttle_interval=timedelta(milliseconds=50),

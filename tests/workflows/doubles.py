@@ -1,9 +1,12 @@
 """Activity doubles for workflow tests: registered under the real activities' names, scripted per test.
 
-Each job submission is known by its (replica, job, submission) key. A test scripts how allocate,
-prepare_task and watch_job behave for a key; stop_task ends a blocked watch the way the real agent does
+Each job submission is known by its (replica, job, submission) key. A test scripts how prepare_task,
+start_job and watch_job behave for a key; stop_task ends a blocked watch the way the real agent does
 (the job ends for the stop's reason), and record_run/record_job keep the flushed eventlogs in memory,
 first write winning per sequence number, as the store does.
+
+Placement is the real FleetWorkflow's: the fleet doubles give it instances (the local one, and SSH hosts
+`instances` scripts by index), and report health changes that a test pushes (`report_health`).
 """
 
 from __future__ import annotations
@@ -18,12 +21,21 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from core import activity_names as names
-from core.agent_api import ClusterInfo
+from core.agent_api import Resources
 from core.eventlog import Event
+from core.fleet_messages import (
+    CleanInstance,
+    DeployInstance,
+    HealthReport,
+    InstanceChange,
+    LocalInstance,
+    RecordFleet,
+    StopFleet,
+    WatchFleet,
+)
+from core.fleets import instance_name
 from core.messages import (
-    AllocateRequest,
     JobOutcome,
-    Placement,
     PrepareTask,
     RecordJob,
     RecordRun,
@@ -32,6 +44,7 @@ from core.messages import (
     TaskRef,
     WatchJob,
 )
+from core.placement import InstanceSlot
 from core.status import JobTerminationReason
 
 Key = tuple[int, int, int]  # (replica, job, submission)
@@ -39,7 +52,7 @@ _KEY = re.compile(r"-r(\d+)-j(\d+)-s(\d+)$")
 HEARTBEAT_EVERY = 0.05
 
 # How a scripted activity behaves for one job submission.
-BLOCK = "block"  # allocate, prepare_task: until cancelled; watch_job: until stop_task or finish_watch
+BLOCK = "block"  # prepare_task: until cancelled; watch_job: until stop_task or finish_watch
 TRAP = "trap"  # watch_job: a job that ignores SIGTERM, so only a stop with timeout 0 (abort) ends it
 
 
@@ -61,11 +74,18 @@ def exited(status: int) -> JobOutcome:
     )
 
 
-def no_capacity() -> ApplicationError:
-    return ApplicationError(
-        "no instance fits",
-        type=JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY.name,
-        non_retryable=True,
+# The local instance of the doubles: a job asking for more CPUs than this can never be placed.
+LOCAL_CPUS = 64
+
+
+def host_slot(name: str, index: int, fleet: str, cpu: float = 8, blocks: int | None = 1) -> InstanceSlot:
+    """An SSH host of the doubles, at 10.0.0.<index + 1>."""
+    return InstanceSlot(
+        name=name,
+        address=f"10.0.0.{index + 1}",
+        total=Resources(cpu=cpu, memory=32),
+        blocks=blocks,
+        fleet=fleet,
     )
 
 
@@ -90,8 +110,7 @@ class FakeBackend:
     """The activity doubles, and what they were asked to do (`calls`, in order)."""
 
     def __init__(self) -> None:
-        # Scripts, by job submission key; a missing key: allocation works, the job exits 0.
-        self.allocate_script: dict[Key, Callable[[], ApplicationError] | str] = {}
+        # Scripts, by job submission key; a missing key: the job starts and exits 0.
         self.prepare_script: dict[Key, str] = {}
         self.start_script: dict[Key, Callable[[], ApplicationError]] = {}
         self.watch_script: dict[Key, JobOutcome | str] = {}
@@ -101,12 +120,23 @@ class FakeBackend:
         self.jobs: dict[Key, Log] = {}
         self._ends: dict[Key, asyncio.Event] = {}
         self._outcomes: dict[Key, JobOutcome] = {}
+        # SSH fleets: the hosts' slots by index (an error string: that host fails to deploy).
+        self.hosts: dict[int, InstanceSlot | str] = {}
+        self.health: asyncio.Queue[InstanceChange] = asyncio.Queue()
+        self.fleet_records: dict[str, RecordFleet] = {}
+        self.cleaned: list[CleanInstance] = []
+        self.stopped: list[str] = []
 
     def activities(self) -> list[Callable[..., Any]]:
         return [
             self.record_run,
             self.record_job,
-            self.allocate,
+            self.local_instance,
+            self.deploy_instance,
+            self.watch_fleet_health,
+            self.clean_instance,
+            self.record_fleet,
+            self.stop_fleet,
             self.prepare_task,
             self.start_job,
             self.watch_job,
@@ -149,25 +179,46 @@ class FakeBackend:
 
     # --- the backend and the agent ------------------------------------------------------------------
 
-    @activity.defn(name=names.ALLOCATE)
-    async def allocate(self, request: AllocateRequest) -> Placement:
-        key = self._call(names.ALLOCATE, request.job_submission_id, request)
-        script = self.allocate_script.get(key)
-        if script == BLOCK:
-            await self._block(names.ALLOCATE, key, asyncio.Event())
-        elif callable(script):
-            raise script()
-        ips = [f"10.0.0.{n + 1}" for n in range(request.nodes_num)]
-        return Placement(
-            instance_name=f"host-{key[0]}-{key[1]}",
-            cluster=ClusterInfo(
-                node_rank=request.node_rank,
-                nodes_num=request.nodes_num,
-                master_node_ip=ips[0],
-                node_ips=ips,
-                gpus_per_node=0,
-            ),
-        )
+    @activity.defn(name=names.LOCAL_INSTANCE)
+    async def local_instance(self, request: LocalInstance) -> InstanceSlot:
+        total = Resources(cpu=LOCAL_CPUS, memory=256)
+        return InstanceSlot(name="local", address="127.0.0.1", total=total, blocks=None, fleet=request.fleet)
+
+    @activity.defn(name=names.DEPLOY_INSTANCE)
+    async def deploy_instance(self, request: DeployInstance) -> InstanceSlot:
+        name = instance_name(request.fleet, request.index)
+        script = self.hosts.get(request.index, host_slot(name, request.index, request.fleet))
+        if isinstance(script, str):
+            raise ApplicationError(script, type="SSHUnreachable", non_retryable=True)
+        return script
+
+    @activity.defn(name=names.WATCH_FLEET_HEALTH)
+    async def watch_fleet_health(self, request: WatchFleet) -> HealthReport:
+        """Until a test reports a change (`report_health`) about an instance this watch looks after."""
+        watched = {*request.ready, *request.unreachable}
+        while True:
+            activity.heartbeat()
+            try:
+                change = await asyncio.wait_for(self.health.get(), HEARTBEAT_EVERY)
+            except TimeoutError:
+                continue
+            if change.name in watched:
+                return HealthReport(changes=[change])
+
+    def report_health(self, change: InstanceChange) -> None:
+        self.health.put_nowait(change)
+
+    @activity.defn(name=names.CLEAN_INSTANCE)
+    async def clean_instance(self, request: CleanInstance) -> None:
+        self.cleaned.append(request)
+
+    @activity.defn(name=names.RECORD_FLEET)
+    async def record_fleet(self, request: RecordFleet) -> None:
+        self.fleet_records[request.fleet] = request
+
+    @activity.defn(name=names.STOP_FLEET)
+    async def stop_fleet(self, request: StopFleet) -> None:
+        self.stopped.append(request.fleet)
 
     @activity.defn(name=names.PREPARE_TASK)
     async def prepare_task(self, request: PrepareTask) -> None:

@@ -8,26 +8,34 @@ from collections.abc import Callable
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from core.config import parse_configuration
+from core.config import FleetConfiguration, parse_configuration
 from core.eventlog import Event, replay_job
+from core.fleet_messages import FleetDescription
+from core.fleets import FleetInput
 from core.messages import (
+    LOCAL_FLEET,
     JobDescription,
     RunDescription,
     RunInput,
     RunResult,
     StopReply,
     StopRequest,
+    fleet_workflow_id,
     job_workflow_id,
     run_workflow_id,
 )
 from core.replay import RunState, replay_run
 from tests.workflows.doubles import FakeBackend, Key
+from workflows.fleet import FleetWorkflow
 from workflows.job import JobWorkflow
 from workflows.run import RunWorkflow
+
+WORKFLOWS = [RunWorkflow, JobWorkflow, FleetWorkflow]
 
 PROJECT = "test"
 WAIT_LIMIT = 30.0  # seconds of real time any one condition may take before the test fails
@@ -52,6 +60,7 @@ class Harness:
         self._env: WorkflowEnvironment | None = env
         self.backend = backend
         self.queue = queue
+        self.fleets: set[str] = set()
 
     @property
     def env(self) -> WorkflowEnvironment:
@@ -65,7 +74,9 @@ class Harness:
     def release(self) -> None:
         self._env = None
 
-    async def run_input(self, conf: Any, name: str = "train") -> RunInput:
+    async def run_input(self, conf: Any, name: str = "train", fleet: str = LOCAL_FLEET) -> RunInput:
+        if fleet == LOCAL_FLEET:
+            await self.start_fleet(LOCAL_FLEET)
         now = await self.env.get_current_time()
         return RunInput(
             run_id=f"{name}-0001",
@@ -74,15 +85,37 @@ class Harness:
             user="tester",
             configuration=conf,
             submitted_at=now.timestamp(),
+            fleet=fleet,
         )
 
-    async def start(self, conf: Any, name: str = "train") -> WorkflowHandle[Any, RunResult]:
+    async def start(
+        self, conf: Any, name: str = "train", fleet: str = LOCAL_FLEET
+    ) -> WorkflowHandle[Any, RunResult]:
         return await self.client.start_workflow(
             RunWorkflow.run,
-            await self.run_input(conf, name),
+            await self.run_input(conf, name, fleet),
             id=run_workflow_id(PROJECT, name),
             task_queue=self.queue,
         )
+
+    async def start_fleet(
+        self, name: str, configuration: FleetConfiguration | None = None
+    ) -> WorkflowHandle[Any, Any]:
+        """The fleet's scheduler (local, or an SSH fleet on the doubles' hosts) unless it runs already."""
+        self.fleets.add(name)
+        return await self.client.start_workflow(
+            FleetWorkflow.run,
+            FleetInput(project=PROJECT, name=name, configuration=configuration),
+            id=fleet_workflow_id(PROJECT, name),
+            task_queue=self.queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+
+    def fleet(self, name: str = LOCAL_FLEET) -> WorkflowHandle[Any, Any]:
+        return self.client.get_workflow_handle(fleet_workflow_id(PROJECT, name))
+
+    async def describe_fleet(self, name: str = LOCAL_FLEET) -> FleetDescription:
+        return await self.fleet(name).query(FleetWorkflow.describe)
 
     async def describe(self, handle: WorkflowHandle[Any, Any]) -> RunDescription:
         return await handle.query(RunWorkflow.describe)
@@ -139,9 +172,10 @@ class Harness:
 
     async def check_histories_replay(self, handle: WorkflowHandle[Any, Any]) -> None:
         """The recorded histories of the run and all its job submissions replay without nondeterminism."""
-        replayer = Replayer(workflows=[RunWorkflow, JobWorkflow], data_converter=pydantic_data_converter)
+        replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
         handles = [handle] + [
             self.client.get_workflow_handle(job_workflow_id(handle.id, *key)) for key in self.backend.jobs
         ]
+        handles += [self.fleet(name) for name in sorted(self.fleets)]
         for h in handles:
             await replayer.replay_workflow(await h.fetch_history())

@@ -8,7 +8,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from core.messages import RunInput, RunResult
-from tests.workflows.harness import Harness, configuration
+from tests.workflows.harness import WORKFLOWS, Harness, configuration
 from workflows.job import JobWorkflow
 from workflows.run import RunWorkflow
 
@@ -29,7 +29,7 @@ async def test_replayer_catches_a_nondeterministic_change(harness: Harness) -> N
     handle = await harness.start(configuration())
     await harness.result(handle)
     history = await handle.fetch_history()
-    same = Replayer(workflows=[RunWorkflow, JobWorkflow], data_converter=pydantic_data_converter)
+    same = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
     await same.replay_workflow(history)
     changed = Replayer(
         workflows=[RunWorkflowThatForgetsTheStore, JobWorkflow], data_converter=pydantic_data_converter

@@ -14,10 +14,12 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 
 from core import activity_names as names
-from core.messages import StopRequest, StopTask, run_workflow_id
+from core.fleet_messages import InstanceChange
+from core.messages import LOCAL_FLEET, StopRequest, StopTask, run_workflow_id
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
-from tests.workflows.doubles import BLOCK, TRAP, exited, no_capacity
-from tests.workflows.harness import PROJECT, Harness, configuration, named
+from tests.workflows.doubles import BLOCK, LOCAL_CPUS, TRAP, exited
+from tests.workflows.harness import PROJECT, SMALL, Harness, configuration, named
+from workflows.fleet import FleetWorkflow
 from workflows.run import SA_STATUS, RunWorkflow
 
 RETRY_ON_ERROR = {"on_events": ["error"], "duration": "1h"}
@@ -114,11 +116,11 @@ async def test_pending_then_resubmitted_after_backoff(harness: Harness) -> None:
 
 
 async def test_retry_window_exceeded(harness: Harness) -> None:
-    """Seed 000/001 'when can the job be retried': no-capacity failures are retried only within
-    `retry.duration` of the first submission; the failure past it ends the run RETRY_LIMIT_EXCEEDED."""
-    for submission in range(5):
-        harness.backend.allocate_script[(0, 0, submission)] = no_capacity
-    conf = configuration(retry={"on_events": ["no-capacity"], "duration": "30s"})
+    """Seed 000/001 'when can the job be retried': no-capacity failures (a job no instance of the fleet
+    could ever hold) are retried only within `retry.duration` of the first submission; the failure past
+    it ends the run RETRY_LIMIT_EXCEEDED."""
+    too_big = {**SMALL, "cpu": f"{LOCAL_CPUS + 1}.."}
+    conf = configuration(retry={"on_events": ["no-capacity"], "duration": "30s"}, resources=too_big)
     handle = await harness.start(conf)
     result = await harness.result(handle)
     assert (result.status, result.termination_reason) == (
@@ -131,6 +133,8 @@ async def test_retry_window_exceeded(harness: Harness) -> None:
     finishes = named(events, "job-finish")
     assert [e.context["submission"] for e in finishes] == [0, 1, 2]
     assert {e.context["reason"] for e in finishes} == {"failed_to_start_due_to_no_capacity"}
+    [refused] = named(harness.job_events((0, 0, 0)), "exception")
+    assert "local: needs 65 CPUs, instance has 64" in refused.context["note"]
     assert finishes[-1].timestamp - finishes[0].timestamp >= 45
     assert harness.backend.called(names.PREPARE_TASK) == []
     assert harness.backend.called(names.RELEASE_TASK) == []  # nothing was ever allocated
@@ -203,9 +207,13 @@ async def test_abort_running_job(harness: Harness) -> None:
 async def test_stop_sent_with_the_start(harness: Harness) -> None:
     """Seed 001 STEP 1 and 4: a stop that reaches the run with its start (update-with-start) waits for
     the run's first step, then terminates it: no job ever runs."""
-    # Placement waits until cancelled: the time-skipping server cannot cancel an activity in the workflow
-    # task that completes it (temporalio/sdk-java#2391), a race a quick double would invite here.
-    harness.backend.allocate_script[(0, 0, 0)] = BLOCK
+    # The job waits for capacity (the local instance is out of service), so none is placed before the
+    # stop: the time-skipping server cannot cancel an activity in the workflow task that completes it
+    # (temporalio/sdk-java#2391), a race a quick placement would invite here.
+    await harness.start_fleet(LOCAL_FLEET)
+    await harness.fleet().signal(
+        FleetWorkflow.instance_unreachable, InstanceChange(name="local", status="ready")
+    )
     start = WithStartWorkflowOperation(
         RunWorkflow.run,
         await harness.run_input(configuration()),
@@ -226,6 +234,8 @@ async def test_stop_sent_with_the_start(harness: Harness) -> None:
     assert harness.backend.called(names.PREPARE_TASK) == []
     job = harness.backend.jobs[(0, 0, 0)]
     assert (job.status, job.reason) == ("terminated", "terminated_by_user")
+    fleet = await harness.describe_fleet()
+    assert fleet.queue == [] and fleet.idle  # the withdrawn job's request left the queue
     await check_logs(harness, handle)
 
 

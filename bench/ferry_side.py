@@ -1,0 +1,490 @@
+"""Ferry's workloads, on the real embedded stack (worker.stack) in a fresh FERRY_HOME.
+
+Every figure comes from the client's clock and the store, the way a user of `ferry` would see it:
+submissions go through FerryAPI, RUNNING is the job's `start` event, DONE is the moment the client hears
+that the run's workflow has completed (its resources were released before: the run's `clean` event
+follows the job's `release`), and a job also writes the time its process started, as Slurm's jobs do in
+../shared/peers/slurm/bench.sh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+
+from bench.common import Clock, Report, cpu_seconds, files_mb, processes_mentioning, rss_mb
+from cli.api import FerryAPI
+from core.config import RunConfiguration, parse_configuration
+from core.jobspec import job_resources
+from core.status import JobStatus, RunStatus
+from store import JobSubmissionRecord, LogChunkRecord, RunRecord, Store, open_store
+from worker.stack import Stack, StackStatus
+from worker.temporal import connect
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# Requests that let any number of jobs share the local instance: every lower bound is 0.
+SHARED = {"cpu": "0..", "memory": "0GB..", "disk": "0GB.."}
+FINISHED_RUN = sorted(s.value for s in RunStatus.finished_statuses())
+
+# The job that prints the logs section's output: a ready line, paced lines, then a flood of blocks.
+# Each paced line and each block starts with `<kind> <seq> <time it was printed>`.
+LOG_GENERATOR = r"""
+import hashlib, json, os, sys, time
+go, meta, flood, paced = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+digest, total = hashlib.sha256(), 0
+def out(data):
+    global total
+    digest.update(data)
+    total += len(data)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(1, view):]
+out(b"R ready\n")
+deadline = time.time() + 120
+while not os.path.exists(go) and time.time() < deadline:
+    time.sleep(0.005)
+for i in range(paced):
+    out(b"P %08d %.6f\n" % (i, time.time()))
+    time.sleep(0.05)
+BLOCK = 100_000
+line = b"x" * 99 + b"\n"
+t0, i, sent = time.time(), 0, 0
+while sent < flood:
+    head = b"B %08d %.6f\n" % (i, time.time())
+    rest = BLOCK - len(head)
+    first = b"x" * (rest % 100 - 1) + b"\n" if rest % 100 else b""
+    out(head + first + line * (rest // 100))
+    sent += BLOCK
+    i += 1
+t1 = time.time()
+with open(meta + ".tmp", "w") as f:
+    json.dump({"flood_start": t0, "flood_end": t1, "flood_bytes": sent, "total_bytes": total,
+               "sha256": digest.hexdigest()}, f)
+os.rename(meta + ".tmp", meta)
+"""
+_HEADER = re.compile(rb"(?m)^(?:R ready|([PB]) (\d{8}) (\d+\.\d+))\n")
+
+
+class FleetFixture(Protocol):
+    """What `recovery` needs from the fleet wiring (SSH test hosts in network namespaces)."""
+
+    def fleet_configuration(self) -> dict[str, Any]:
+        """A `type: fleet` configuration naming the test hosts."""
+        ...
+
+    def lose_host(self, host: str) -> None:
+        """Make `host` unreachable at once (kill its sshd and agent, or drop its link)."""
+        ...
+
+
+@dataclass
+class BurstResult:
+    submit_s: float
+    all_done_s: float
+    completed: int
+    failed: int
+    per_run_s: list[float] = field(default_factory=list)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU time each process used meanwhile
+
+
+def _stack_env(home: Path) -> dict[str, str]:
+    """This environment without any FERRY_* setting (the user's server, store or project), in `home`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FERRY_", "DSTACK_"))}
+    env["FERRY_HOME"] = str(home)
+    return env
+
+
+class FerrySide:
+    """The embedded stack of a temporary FERRY_HOME, and the workloads run on it."""
+
+    def __init__(self, home: Path, report: Report) -> None:
+        self.home = home
+        self.report = report
+        self.env = _stack_env(home)
+        self.stack = Stack(home, self.env)
+        self.repo = home / "repo"
+        self.marks = home / "marks"
+        self.tasks_dir = home / "agent" / "data" / "tasks"  # the agent's; each job's wrapper names its own
+        self._store: Store | None = None
+        self._api: dict[str, FerryAPI] = {}
+        self._client: Any = None
+
+    # --- the stack --------------------------------------------------------------------------------
+
+    def start(self) -> StackStatus:
+        self.repo.mkdir(parents=True, exist_ok=True)
+        self.marks.mkdir(parents=True, exist_ok=True)
+        (self.repo / "gen_logs.py").write_text(LOG_GENERATOR)
+        clock = Clock()
+        status = self.stack.start()
+        self.report.put("stack_start_s", clock.elapsed())
+        return status
+
+    def stop(self) -> None:
+        self.stack.stop()
+        # Whatever job a failed section left behind: the wrappers lead their own process groups.
+        for pid in processes_mentioning(str(self.tasks_dir)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+    @property
+    def address(self) -> str:
+        status = self.stack.status()
+        assert status.address is not None, "the stack is not running"
+        return status.address
+
+    def pid(self, name: str) -> int | None:
+        for process in self.stack.status().processes:
+            if process.name == name:
+                return process.pid
+        return None
+
+    async def connect(self) -> None:
+        self._client = await connect(self.address)
+        self._store = await asyncio.to_thread(open_store, f"sqlite:///{self.home / 'ferry.db'}")
+
+    @property
+    def store(self) -> Store:
+        assert self._store is not None
+        return self._store
+
+    def api(self, project: str) -> FerryAPI:
+        if project not in self._api:
+            self._api[project] = FerryAPI(self._client, self.store, project=project)
+        return self._api[project]
+
+    async def submit(self, project: str, name: str, commands: list[str], **resources: str) -> RunRecord:
+        conf = configuration(commands, {**SHARED, **resources})
+        return await self.api(project).submit(conf, repo_dir=self.repo, run_name=name)
+
+    async def result(self, record: RunRecord) -> None:
+        await self._client.get_workflow_handle(record.workflow_id).result()
+
+    def start_event(self, record: RunRecord) -> float | None:
+        for job in self.store.list_job_submissions(record.id):
+            for event in self.api(record.project).job_events(record, job.id):
+                if event.name == "start":
+                    return event.timestamp
+        return None
+
+    # --- latency ----------------------------------------------------------------------------------
+
+    async def latency_sample(self, index: int) -> tuple[float, float, float]:
+        """One trivial run: (submit -> RUNNING, submit -> process start, submit -> DONE) in seconds."""
+        name = f"lat-{index}-{secrets.token_hex(2)}"
+        mark = self.marks / f"start.{name}"
+        started = time.time()
+        record = await self.submit("latency", name, [f"date +%s.%N > {mark}"])
+        await self.result(record)
+        done = time.time()
+        final = await asyncio.to_thread(self.store.get_run, record.id)
+        assert final is not None and final.status == RunStatus.DONE, final and final.status
+        start = await asyncio.to_thread(self.start_event, record)
+        assert start is not None
+        return start - started, float(mark.read_text()) - started, done - started
+
+    # --- throughput -------------------------------------------------------------------------------
+
+    async def burst(self, count: int, tag: str, **resources: str) -> BurstResult:
+        """`count` trivial runs submitted at once; until all have finished (or 10 min have passed)."""
+        project = f"burst-{tag}"
+        submitted: dict[str, float] = {}
+
+        async def one(index: int) -> None:
+            at = time.time()
+            record = await self.submit(project, f"b{index}", ["true"], **resources)
+            submitted[record.id] = at
+
+        cpu = self._cpu_times()
+        t0 = time.time()
+        await asyncio.gather(*(one(i) for i in range(count)))
+        t1 = time.time()
+        finished: dict[str, tuple[str, float]] = {}
+        deadline = time.monotonic() + 600
+        while len(finished) < count and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            for run_id, status, at in await asyncio.to_thread(self._finished_runs, project):
+                finished[run_id] = (status, at)
+        per_run = [at - submitted[run_id] for run_id, (_, at) in finished.items() if run_id in submitted]
+        last = max((at for _, at in finished.values()), default=time.time())
+        return BurstResult(
+            submit_s=t1 - t0,
+            all_done_s=last - t0,
+            completed=sum(1 for status, _ in finished.values() if status == RunStatus.DONE),
+            failed=sum(1 for status, _ in finished.values() if status != RunStatus.DONE),
+            per_run_s=per_run,
+            cpu_s={name: self._cpu_times()[name] - used for name, used in cpu.items()},
+        )
+
+    def _cpu_times(self) -> dict[str, float]:
+        return {name: cpu_seconds(self.pid(name)) or 0.0 for name in ("worker", "temporal", "agent")}
+
+    def _finished_runs(self, project: str) -> list[tuple[str, str, float]]:
+        runs = RunRecord.__table__.c  # type: ignore[attr-defined]
+        statement = sa.select(runs.id, runs.status, runs.finished_at, runs.updated_at).where(
+            runs.project == project, runs.status.in_(FINISHED_RUN)
+        )
+        with self.store.engine.connect() as connection:
+            return [(row[0], row[1], row[2] or row[3]) for row in connection.execute(statement)]
+
+    def _count_jobs(self, project: str, statuses: list[str]) -> int:
+        runs = RunRecord.__table__.c  # type: ignore[attr-defined]
+        jobs = JobSubmissionRecord.__table__.c  # type: ignore[attr-defined]
+        statement = (
+            sa.select(sa.func.count())
+            .select_from(JobSubmissionRecord.__table__.join(RunRecord.__table__, runs.id == jobs.run_id))
+            .where(runs.project == project, jobs.status.in_(statuses))
+        )
+        with self.store.engine.connect() as connection:
+            return int(connection.execute(statement).scalar() or 0)
+
+    def _count_runs(self, project: str, finished: bool) -> int:
+        runs = RunRecord.__table__.c  # type: ignore[attr-defined]
+        where = runs.status.in_(FINISHED_RUN) if finished else runs.status.not_in(FINISHED_RUN)
+        statement = sa.select(sa.func.count()).where(runs.project == project, where)
+        with self.store.engine.connect() as connection:
+            return int(connection.execute(statement).scalar() or 0)
+
+    # --- scale ------------------------------------------------------------------------------------
+
+    async def scale(self, count: int, *, parallel: int = 32, timeout: float = 420) -> None:
+        """`count` long-running runs sharing the local instance; footprint and one more run meanwhile."""
+        r = self.report
+        conf = configuration(["sleep 3600"], SHARED)
+        resources = job_resources(conf)
+        r.put("scale_runs", count)
+        r.put(
+            "scale_job_allocation", f"cpu={resources.cpu:g} memory={resources.memory:g}GB gpu={resources.gpu}"
+        )
+        project = "scale"
+        names = [f"s{i}" for i in range(count)]
+        gate = asyncio.Semaphore(parallel)
+
+        async def submit(name: str) -> None:
+            async with gate:
+                await self.submit(project, name, ["sleep 3600"])
+
+        before = self._footprint()
+        store_before = files_mb(self._store_files())
+        clock = Clock()
+        await asyncio.gather(*(submit(n) for n in names))
+        r.put("scale_submit_s", clock.elapsed())
+        r.put("scale_submit_rate_runs_per_s", count / clock.elapsed(), 1)
+        running = await self._until(
+            lambda: self._count_jobs(project, [JobStatus.RUNNING.value]) >= count, timeout
+        )
+        r.put("scale_all_running_s", clock.elapsed() if running else float("nan"))
+        if not running:
+            r.note(f"only {self._count_jobs(project, [JobStatus.RUNNING.value])} of {count} jobs RUNNING")
+        await asyncio.sleep(5)  # settle: the footprint of N jobs being watched, not of N being started
+        after = self._footprint()
+        busy = await asyncio.to_thread(self._cpu_percent, 10.0)
+        for name in ("worker", "temporal", "agent"):
+            r.put(f"scale_{name}_rss_mb", after[name] or float("nan"), 1)
+            r.put(f"scale_{name}_rss_before_mb", before[name] or float("nan"), 1)
+            r.put(f"scale_{name}_cpu_percent_while_idle", busy[name], 1)
+        r.put("scale_store_mb", files_mb(self._store_files()), 1)
+        r.put("scale_store_growth_mb", files_mb(self._store_files()) - store_before, 1)
+        r.put("scale_temporal_db_mb", files_mb(self._temporal_files()), 1)
+        # One more run, while all of them are active: submit -> RUNNING and submit -> DONE.
+        samples: list[tuple[float, float, float]] = []
+        for i in range(3):
+            try:
+                samples.append(await asyncio.wait_for(self.latency_sample(1000 + i), 120))
+            except TimeoutError:
+                r.put("scale_one_more_run", "did not finish in 120 s")
+                break
+        r.distribution("scale_one_more_submit_to_running", "ms", [s[0] for s in samples], 1000)
+        r.distribution("scale_one_more_submit_to_done", "ms", [s[2] for s in samples], 1000)
+        # Abort them all; the agent must be left with no task and no job process.
+        clock = Clock()
+        api = self.api(project)
+
+        async def abort(name: str) -> None:
+            async with gate:
+                await api.stop(name, abort=True)
+
+        await asyncio.gather(*(abort(n) for n in names))
+        r.put("scale_abort_requests_s", clock.elapsed())
+        stopped = await self._until(lambda: self._count_runs(project, finished=False) == 0, timeout)
+        r.put("scale_abort_all_finished_s", clock.elapsed() if stopped else float("nan"))
+        tasks = await self._agent_tasks()
+        r.put("scale_agent_tasks_left", tasks)
+        r.put("scale_job_processes_left", len(processes_mentioning(str(self.tasks_dir))))
+
+    def _footprint(self) -> dict[str, float | None]:
+        return {name: rss_mb(self.pid(name)) for name in ("worker", "temporal", "agent")}
+
+    def _cpu_percent(self, seconds: float) -> dict[str, float]:
+        first = self._cpu_times()
+        time.sleep(seconds)
+        return {name: (used - first[name]) / seconds * 100 for name, used in self._cpu_times().items()}
+
+    def _store_files(self) -> list[Path]:
+        db = self.home / "ferry.db"
+        return [db, db.with_name("ferry.db-wal"), db.with_name("ferry.db-shm")]
+
+    def _temporal_files(self) -> list[Path]:
+        db = self.stack.db_file
+        return [db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")]
+
+    async def _agent_tasks(self) -> int:
+        from activities.agent_client import AgentClient
+        from worker.local_agent import ensure_local_agent
+
+        agent = await asyncio.to_thread(ensure_local_agent, self.home)
+        async with AgentClient(agent.url, agent.token) as client:
+            return len(await client.list_tasks())
+
+    async def _until(self, check: Callable[[], bool], timeout: float, every: float = 0.25) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if await asyncio.to_thread(check):
+                return True
+            await asyncio.sleep(every)
+        return False
+
+    # --- logs -------------------------------------------------------------------------------------
+
+    async def logs(self, flood_bytes: int, paced_lines: int = 60) -> None:
+        """A job prints `flood_bytes`; `ferry logs -f` follows it. Throughput, lag and bytes lost."""
+        r = self.report
+        project, name = "logs", f"logs-{secrets.token_hex(2)}"
+        go, meta = self.marks / f"go.{name}", self.marks / f"meta.{name}"
+        command = f"python3 gen_logs.py {go} {meta} {flood_bytes} {paced_lines}"
+        record = await self.submit(project, name, [command])
+        follower = Follower(
+            [sys.executable, "-m", "cli", "logs", "-f", name], {**self.env, "FERRY_PROJECT": project}, go
+        )
+        try:
+            await asyncio.wait_for(self.result(record), timeout=600)
+            await asyncio.to_thread(follower.wait, 120)
+        finally:
+            follower.kill()
+        final = await asyncio.to_thread(self.store.get_run, record.id)
+        r.put("logs_run_status", final.status if final else "missing")
+        written = json.loads(meta.read_text())
+        [job] = await asyncio.to_thread(self.store.list_job_submissions, record.id)
+        stored, stored_hash, last_stored = await asyncio.to_thread(self._stored_log, job.id)
+        flood = written["flood_bytes"] / 1e6
+        r.put("logs_bytes_printed", written["total_bytes"])
+        r.put("logs_job_print_rate_mb_per_s", flood / (written["flood_end"] - written["flood_start"]), 1)
+        r.put("logs_store_throughput_mb_per_s", flood / (last_stored - written["flood_start"]), 1)
+        r.put("logs_follow_throughput_mb_per_s", flood / (follower.last_at - written["flood_start"]), 1)
+        r.put("logs_bytes_lost_store", written["total_bytes"] - stored)
+        r.put("logs_bytes_lost_follow", written["total_bytes"] - follower.received)
+        r.put("logs_store_content_matches", "yes" if stored_hash == written["sha256"] else "NO")
+        r.put(
+            "logs_follow_content_matches", "yes" if follower.digest.hexdigest() == written["sha256"] else "NO"
+        )
+        r.put("logs_follow_blocks_missing", follower.missing_blocks(written["flood_bytes"] // 100_000))
+        r.distribution("logs_follow_lag_paced", "ms", follower.lags["P"], 1000)
+        r.distribution("logs_follow_lag_flood", "ms", follower.lags["B"], 1000)
+
+    def _stored_log(self, job_id: str) -> tuple[int, str, float]:
+        """The stored log's size, its sha256, and when its last chunk was stored."""
+        digest, offset = hashlib.sha256(), 0
+        while True:
+            data, offset = self.store.read_log(job_id, offset, 16 * 2**20)
+            if not data:
+                break
+            digest.update(data)
+        chunks = LogChunkRecord.__table__.c  # type: ignore[attr-defined]
+        with self.store.engine.connect() as connection:
+            last = connection.execute(
+                sa.select(sa.func.max(chunks.timestamp)).where(chunks.job_submission_id == job_id)
+            ).scalar()
+        return offset, digest.hexdigest(), float(last or 0.0)
+
+    # --- recovery ---------------------------------------------------------------------------------
+
+    async def recovery(self, fleet: FleetFixture | None) -> None:
+        """On an SSH fleet of test hosts: a host's loss -> its job INSTANCE_UNREACHABLE, and -> the new
+        submission RUNNING (the run retries on `interruption`).
+
+        To wire: apply `fleet.fleet_configuration()`, submit a `sleep 3600` task with
+        `retry: {on_events: [interruption], duration: 1h}` on it, wait for RUNNING, note the host it
+        landed on, call `fleet.lose_host(host)` and time (from that call) the job's `exception` event
+        with reason instance_unreachable, then the `start` event of submission 1; print
+        `recovery_loss_to_unreachable_s` and `recovery_loss_to_resubmission_running_s`.
+        """
+        if fleet is None:
+            self.report.put("recovery", "skipped (fleet not wired)")
+            return
+        raise NotImplementedError("recovery on an SSH fleet: see the docstring")
+
+
+def configuration(commands: list[str], resources: dict[str, str]) -> RunConfiguration:
+    return parse_configuration({"type": "task", "commands": commands, "resources": resources})
+
+
+class Follower:
+    """`ferry logs -f` in a subprocess; its stdout read in a thread: bytes, hash, lag of each header."""
+
+    def __init__(self, command: list[str], env: dict[str, str], go: Path) -> None:
+        self.go = go
+        self.received = 0
+        self.digest = hashlib.sha256()
+        self.lags: dict[str, list[float]] = {"P": [], "B": []}
+        self.seqs: list[int] = []
+        self.last_at = 0.0
+        self.proc = subprocess.Popen(
+            command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        carry = b""
+        while True:
+            data = os.read(fd, 4 * 2**20)
+            if not data:
+                break
+            now = time.time()
+            self.received += len(data)
+            self.digest.update(data)
+            self.last_at = now
+            # Headers are whole lines; a line cut by the read is looked at with the next read.
+            cut = data.rfind(b"\n") + 1
+            if not cut:
+                carry += data
+                continue
+            text, carry = carry + data[:cut], data[cut:]
+            for match in _HEADER.finditer(text):
+                kind = match.group(1)
+                if kind is None:
+                    self.go.touch()  # the job waits for this before it prints what is timed
+                    continue
+                self.lags[kind.decode()].append(now - float(match.group(3)))
+                if kind == b"B":
+                    self.seqs.append(int(match.group(2)))
+
+    def wait(self, timeout: float) -> None:
+        self.proc.wait(timeout)
+        self._thread.join(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def missing_blocks(self, expected: int) -> int:
+        return expected - len(set(self.seqs))

@@ -1,0 +1,336 @@
+"""Ferry's speed and scale, side by side with Slurm on the same machine: `python -m bench.run`.
+
+Prints `name: value` lines (the unit ends the name; `#` lines are comments). See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import Clock, Report
+from bench.ferry_side import REPO_ROOT, BurstResult, FerrySide, FleetFixture
+from bench.profile import profiled
+from bench.slurm_side import SlurmError, SlurmSide
+
+SECTIONS = ("latency", "throughput", "slots", "skeleton", "logs", "scale", "recovery", "slurm")
+DEFAULT_PEERS = REPO_ROOT.parent / "shared" / "peers"
+
+
+@dataclass
+class Plan:
+    sections: set[str]
+    latency_runs: int
+    burst: int
+    slots_burst: int
+    scale: int
+    log_bytes: int
+    skeleton_runs: int
+    profile_dir: Path | None
+    peers: Path
+
+
+def plan_from(args: argparse.Namespace) -> Plan:
+    sections = set(SECTIONS) if args.only is None else {s.strip() for s in args.only.split(",") if s.strip()}
+    unknown = sections - set(SECTIONS)
+    if unknown:
+        raise SystemExit(f"unknown section(s): {', '.join(sorted(unknown))}; known: {', '.join(SECTIONS)}")
+    if args.no_slurm:
+        sections.discard("slurm")
+    quick = args.quick
+    return Plan(
+        sections=sections,
+        latency_runs=args.latency_runs or (10 if quick else 20),
+        burst=args.burst or (100 if quick else 500),
+        slots_burst=args.slots_burst or (50 if quick else 200),
+        scale=args.scale or (100 if quick else 1000),
+        log_bytes=int((args.log_mb or (20 if quick else 200)) * 1e6) // 100_000 * 100_000,
+        skeleton_runs=100 if quick else 500,
+        profile_dir=args.profile,
+        peers=args.peers,
+    )
+
+
+def header(report: Report) -> None:
+    report.put("bench_started", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    report.put("machine", f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs")
+    with contextlib.suppress(OSError, ValueError):
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        report.put("machine_memory_gb", kib * 1024 / 1e9, 1)
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        commit = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True
+        ).stdout.strip()
+        report.put("ferry_commit", commit or "unknown")
+    report.put("python", platform.python_version())
+
+
+def burst_figures(report: Report, prefix: str, count: int, result: BurstResult) -> None:
+    report.put(f"{prefix}_runs", count)
+    report.put(f"{prefix}_submit_s", result.submit_s)
+    report.put(f"{prefix}_submit_rate_runs_per_s", count / result.submit_s, 1)
+    report.put(f"{prefix}_all_done_s", result.all_done_s)
+    report.put(f"{prefix}_completion_rate_runs_per_s", result.completed / result.all_done_s, 1)
+    report.put(f"{prefix}_completed_ok", result.completed)
+    report.put(f"{prefix}_failed", result.failed)
+    if result.per_run_s:
+        report.put(f"{prefix}_slowest_submit_to_done_s", max(result.per_run_s))
+        report.distribution(f"{prefix}_submit_to_done", "s", result.per_run_s)
+    for name, used in result.cpu_s.items():
+        report.put(f"{prefix}_cpu_{name}_s", used, 1)
+
+
+class Bench:
+    def __init__(self, plan: Plan, report: Report, work: Path) -> None:
+        self.plan = plan
+        self.report = report
+        self.work = work
+        self.ferry = FerrySide(work / "ferry-home", report)
+        self.slurm: SlurmSide | None = None
+
+    def wants(self, section: str) -> bool:
+        return section in self.plan.sections
+
+    @contextlib.contextmanager
+    def profile(self, label: str) -> Iterator[None]:
+        pids = {name: self.ferry.pid(name) for name in ("worker", "agent")}
+        with profiled(self.report, self.plan.profile_dir, label, pids):
+            yield
+
+    # --- Slurm ------------------------------------------------------------------------------------
+
+    def start_slurm(self, profile: str) -> bool:
+        if not self.wants("slurm"):
+            return False
+        if self.slurm is None:
+            side = SlurmSide(self.plan.peers / "slurm", self.work / "slurm", self.report)
+            why = side.unavailable()
+            if why is not None:
+                self.report.put("slurm", f"skipped ({why})")
+                self.plan.sections.discard("slurm")
+                return False
+            self.slurm = side
+        try:
+            self.slurm.setup(profile)
+        except (SlurmError, subprocess.SubprocessError) as err:
+            self.report.put("slurm", f"failed ({err})")
+            self.plan.sections.discard("slurm")
+            self.slurm = None
+            return False
+        return True
+
+    def stop_slurm(self) -> None:
+        if self.slurm is not None:
+            self.slurm.stop()
+
+    # --- sections ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        r = self.report
+        header(r)
+        comparing = self.wants("latency") or self.wants("throughput")
+        if comparing and self.start_slurm("tuned"):
+            assert self.slurm is not None
+            r.put("slurm_version", self.slurm.version())
+        status = await asyncio.to_thread(self.ferry.start)
+        await self.ferry.connect()
+        r.put("ferry_stack", f"temporal {status.address}, home {self.ferry.home}")
+        # Warm up: the first runs pay for connections, imports and caches.
+        for i in range(2):
+            await self.ferry.latency_sample(-1 - i)
+        if self.wants("latency"):
+            await self.section("latency", self.latency())
+        if self.wants("throughput"):
+            await self.section("throughput", self.throughput())
+        if self.wants("skeleton"):
+            await asyncio.to_thread(self.skeleton)
+        if self.wants("logs"):
+            await self.section("logs", self.ferry.logs(self.plan.log_bytes))
+        if self.wants("scale"):
+            await self.section("scale", self.ferry.scale(self.plan.scale))
+        if self.wants("recovery"):
+            await self.ferry.recovery(self.fleet())
+        self.ratios()
+
+    async def section(self, name: str, body: Coroutine[Any, Any, None]) -> None:
+        clock = Clock()
+        try:
+            await body
+        except Exception as err:  # a broken section must not lose the figures of the others
+            self.report.put(f"{name}_error", f"{type(err).__name__}: {err}")
+        self.report.put(f"{name}_wall_s", clock.elapsed(), 1)
+
+    def fleet(self) -> FleetFixture | None:
+        return None  # the SSH fleet is not wired into the bench yet
+
+    async def latency(self) -> None:
+        """N sequential trivial runs, Ferry's and Slurm's alternating sample by sample."""
+        r, n = self.report, self.plan.latency_runs
+        ferry: list[tuple[float, float, float]] = []
+        slurm: list[tuple[float, float]] = []
+        with self.profile("latency"):
+            for i in range(n):
+                ferry.append(await self.ferry.latency_sample(i))
+                if self.slurm is not None:
+                    slurm.append(await asyncio.to_thread(self.slurm.latency_sample, i))
+        r.put("latency_runs", n)
+        r.distribution("latency_submit_to_running", "ms", [s[0] for s in ferry], 1000)
+        r.distribution("latency_submit_to_process_start", "ms", [s[1] for s in ferry], 1000)
+        r.distribution("latency_submit_to_done", "ms", [s[2] for s in ferry], 1000)
+        if slurm:
+            r.distribution("slurm_latency_submit_to_process_start", "ms", [s[0] for s in slurm], 1000)
+            r.distribution("slurm_latency_submit_to_completed", "ms", [s[1] for s in slurm], 1000)
+
+    async def throughput(self) -> None:
+        """The burst: Ferry's (no slot limit) and Slurm's (16 job slots, `tuned`); then, with `slots`,
+        smaller bursts at Slurm's concurrency: Ferry's jobs each ask 1/16 (1/64) of the instance's memory
+        so that at most 16 (64) run at once, and Slurm's with 16 (`tuned`) and 64 (`tuned_os32`) slots."""
+        r, n = self.report, self.plan.burst
+        with self.profile("throughput"):
+            burst_figures(r, "throughput", n, await self.ferry.burst(n, "free"))
+        r.put("throughput_ferry_concurrency", "unlimited (0-resource jobs share the local instance)")
+        slurm = self.slurm
+        if slurm is not None:
+            burst = await asyncio.to_thread(slurm.burst, n)
+            burst_figures(r, f"slurm_throughput_{slurm.job_slots()}slots", n, burst)
+        if self.wants("slots"):
+            m = self.plan.slots_burst
+            if slurm is not None:
+                burst_figures(r, "slurm_slots_16slots", m, await asyncio.to_thread(slurm.burst, m))
+            await self.slotted_burst(16)
+            if slurm is not None and self.start_slurm("tuned_os32"):
+                burst_figures(r, "slurm_slots_64slots", m, await asyncio.to_thread(slurm.burst, m))
+            await self.slotted_burst(64)
+        self.stop_slurm()
+
+    async def slotted_burst(self, slots: int) -> None:
+        """The burst with each job asking 1/slots of the instance's memory: at most `slots` at once."""
+        from activities.agent_client import AgentClient
+        from worker.local_agent import ensure_local_agent
+
+        agent = await asyncio.to_thread(ensure_local_agent, self.ferry.home)
+        async with AgentClient(agent.url, agent.token) as client:
+            total = (await client.instance_info()).total
+        share_mib = int(total.memory * 1024) // slots
+        memory = f"{share_mib / 1024}GB.."
+        n = self.plan.slots_burst
+        result = await self.ferry.burst(n, f"slots{slots}", memory=memory)
+        burst_figures(self.report, f"slots_{slots}slots", n, result)
+
+    def skeleton(self) -> None:
+        """../shared/peers/temporal_skeleton.py on the stack's own dev server: the ceiling."""
+        script = self.plan.peers / "temporal_skeleton.py"
+        if not script.exists():
+            self.report.put("skeleton", f"skipped (no {script})")
+            return
+        clock = Clock()
+        done = subprocess.run(
+            [sys.executable, str(script), self.ferry.address, str(self.plan.skeleton_runs)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        found = re.search(r"latency p50=(\d+)ms\s+N=(\d+) runs/s=([\d.]+)", done.stdout)
+        if not found:
+            self.report.put("skeleton", f"failed: {(done.stderr or done.stdout).strip()[-300:]}")
+            return
+        if done.returncode != 0:  # it has been seen to crash while the interpreter exits, after printing
+            self.report.note(f"temporal_skeleton.py exited {done.returncode} after printing its figures")
+        self.report.put("skeleton_latency_p50_ms", int(found.group(1)))
+        self.report.put("skeleton_runs", int(found.group(2)))
+        self.report.put("skeleton_completion_rate_runs_per_s", float(found.group(3)), 1)
+        self.report.put("skeleton_wall_s", clock.elapsed(), 1)
+
+    def ratios(self) -> None:
+        r, f = self.report, self.report.figures
+        if not any(k.startswith("slurm_") for k in f):
+            return
+        r.note("ratios: Ferry's figure / Slurm's (latency: < 1 is Ferry faster; rates: > 1 is Ferry faster)")
+        r.ratio(
+            "latency_submit_to_running_p50",
+            "latency_submit_to_running_p50_ms",
+            "slurm_latency_submit_to_process_start_p50_ms",
+        )
+        r.ratio(
+            "latency_submit_to_process_start_p50",
+            "latency_submit_to_process_start_p50_ms",
+            "slurm_latency_submit_to_process_start_p50_ms",
+        )
+        r.ratio(
+            "latency_submit_to_done_p50",
+            "latency_submit_to_done_p50_ms",
+            "slurm_latency_submit_to_completed_p50_ms",
+        )
+        r.ratio(
+            "latency_submit_to_done_p90",
+            "latency_submit_to_done_p90_ms",
+            "slurm_latency_submit_to_completed_p90_ms",
+        )
+        for ferry, slurm in (
+            ("throughput", "slurm_throughput_16slots"),  # Ferry unlimited, Slurm 16 job slots
+            ("slots_16slots", "slurm_slots_16slots"),  # both at most 16 jobs at once
+            ("slots_64slots", "slurm_slots_64slots"),  # both at most 64
+        ):
+            if f"{slurm}_runs" not in f or f"{ferry}_runs" not in f:
+                continue
+            for figure in (
+                "completion_rate_runs_per_s",
+                "submit_rate_runs_per_s",
+                "all_done_s",
+                "slowest_submit_to_done_s",
+            ):
+                r.ratio(f"{ferry}_{figure}", f"{ferry}_{figure}", f"{slurm}_{figure}")
+        if "skeleton_completion_rate_runs_per_s" in f and "throughput_completion_rate_runs_per_s" in f:
+            r.put(
+                "ratio_throughput_ferry_over_skeleton",
+                f["throughput_completion_rate_runs_per_s"] / f["skeleton_completion_rate_runs_per_s"],
+                2,
+            )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller workloads: about 3 minutes")
+    parser.add_argument("--only", help=f"comma-separated sections, of: {','.join(SECTIONS)}")
+    parser.add_argument("--no-slurm", action="store_true", help="Ferry alone")
+    parser.add_argument("--latency-runs", type=int, help="sequential runs (20; quick 10)")
+    parser.add_argument("--burst", type=int, help="runs submitted at once (500; quick 100)")
+    parser.add_argument("--slots-burst", type=int, help="runs of the slots section's bursts (200; quick 50)")
+    parser.add_argument("--scale", type=int, help="concurrent long runs (1000; quick 100), e.g. 10000")
+    parser.add_argument("--log-mb", type=float, help="MB the logs job prints (200; quick 20)")
+    parser.add_argument("--profile", type=Path, help="py-spy the worker and agent into this directory")
+    parser.add_argument("--peers", type=Path, default=DEFAULT_PEERS, help=f"default {DEFAULT_PEERS}")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary FERRY_HOME and Slurm files")
+    args = parser.parse_args(argv)
+    plan = plan_from(args)
+    report = Report()
+    work = Path(tempfile.mkdtemp(prefix="ferry-bench-"))
+    bench = Bench(plan, report, work)
+    clock = Clock()
+    try:
+        asyncio.run(bench.run())
+    finally:
+        bench.stop_slurm()
+        bench.ferry.stop()
+        report.put("bench_wall_s", clock.elapsed(), 1)
+        if args.keep:
+            report.note(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

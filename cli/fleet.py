@@ -1,0 +1,220 @@
+"""`ferry fleet list|delete`, `ferry apply -f fleet.yml` (apply_fleet) and `ferry set-priority RUN N`.
+
+Thin commands over cli.fleet_api. `fleet list` reads the store only (no Temporal needed); the others
+reach the fleet's scheduler (FleetWorkflow) or the run's workflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from cli.errors import FerryGroup, one_line_errors
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from cli.context import Context
+    from core.config import FleetConfiguration
+    from core.fleet_messages import FleetDescription
+    from core.loading import LoadedConfiguration
+    from store import FleetRecord, InstanceRecord
+
+DEPLOY_WAIT = 600.0  # seconds `ferry apply` follows a fleet's deployment
+DELETE_WAIT = 120.0
+
+fleet_app = typer.Typer(
+    cls=FerryGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    help="Fleets: the instances runs are placed on (SSH hosts, and this machine as `local`). "
+    "Create one with `ferry apply -f fleet.yml`.",
+)  # fmt: skip
+
+
+@fleet_app.command("list")
+@one_line_errors
+def fleet_list(as_json: bool = typer.Option(False, "--json", help="JSON, for scripts.")) -> None:
+    """Fleets and their instances: status, address, resources, busy and free blocks, jobs."""
+    from cli import render
+    from cli.context import Context
+    from cli.fleet_api import list_fleets
+
+    ctx = Context.from_env()
+    fleets = list_fleets(ctx.store(), ctx.project)
+    if as_json:
+        typer.echo(json.dumps(fleets_json(fleets), indent=2))
+        return
+    render.console().print(fleets_table(fleets))
+
+
+@fleet_app.command("delete")
+@one_line_errors
+def fleet_delete(
+    name: str = typer.Argument(..., metavar="NAME", help="The fleet's name.", show_default=False),
+    yes: bool = typer.Option(False, "-y", "--yes", help="Do not ask for confirmation."),
+) -> None:
+    """Delete a fleet: no new jobs go there; its instances (and their agents) go once their jobs end."""
+    from cli.context import Context, confirm
+
+    ctx = Context.from_env()
+    if not confirm(f"Delete fleet {name}?", yes=yes):
+        raise typer.Exit(1)
+    typer.echo(asyncio.run(_delete(ctx, name)), err=True)
+
+
+async def _delete(ctx: Context, name: str) -> str:
+    api = await ctx.api()
+    described = await api.fleets().delete(name, wait=DELETE_WAIT)
+    if described is None or described.idle:
+        return f"fleet {name} deleted"
+    jobs = sum(len(i.jobs) for i in described.instances)
+    return f"fleet {name} is being deleted: its instances go once their {jobs} job(s) have ended"
+
+
+def set_priority(run: str, priority: int) -> None:
+    """`ferry set-priority RUN N`: the run's waiting jobs move in their fleet's queue (0-100, high first)."""
+    from cli.context import Context
+
+    ctx = Context.from_env()
+
+    async def change() -> None:
+        api = await ctx.api()
+        await api.fleets().set_priority(run, priority)
+
+    asyncio.run(change())
+    typer.echo(f"run {run}: priority {priority}", err=True)
+
+
+def apply_fleet(loaded: LoadedConfiguration, *, yes: bool, detach: bool, name: str | None = None) -> int:
+    """`ferry apply -f fleet.yml`: create the fleet, then follow its hosts' deployment (not with -d).
+
+    Exits 0 once every host is deployed (with -d: once the fleet is created), 1 otherwise."""
+    from cli import render
+    from cli.context import Context, confirm
+    from core.config import FleetConfiguration
+
+    configuration = loaded.configuration
+    assert isinstance(configuration, FleetConfiguration)
+    fleet_name = name or configuration.name
+    ctx = Context.from_env()
+    console = render.console(stderr=True)
+    console.print(plan_table(ctx, loaded.file, configuration, fleet_name))
+    if not confirm("Create the fleet?", yes=yes):
+        return 1
+    ctx.prepare_stack()
+    return asyncio.run(_apply(ctx, configuration, fleet_name, console, detach=detach))
+
+
+async def _apply(
+    ctx: Context, configuration: FleetConfiguration, name: str | None, console: Console, *, detach: bool
+) -> int:
+    api = await ctx.api()
+    record, created = await api.fleets().apply(configuration, name)
+    hosts = len(configuration.ssh_config.hosts) if configuration.ssh_config else 0
+    word = "created" if created else "unchanged"
+    console.print(f"fleet {record.name} {word} ({hosts} host(s))", highlight=False)
+    if detach:
+        return 0
+    described = await api.fleets().wait_deployed(record.name, DEPLOY_WAIT)
+    fleets = await asyncio.to_thread(api.fleets().list)
+    console.print(fleets_table([(f, i) for f, i in fleets if f.name == record.name]))
+    return _deployment_result(described, console)
+
+
+def _deployment_result(described: FleetDescription, console: Console) -> int:
+    if not described.deployed:
+        console.print(f"fleet {described.name}: still deploying after {DEPLOY_WAIT:.0f}s", highlight=False)
+        return 1
+    for host, why in sorted(described.pending.items()):
+        console.print(f"{host}: not deployed (tried again every few seconds): {why}", highlight=False)
+    return 1 if described.pending else 0
+
+
+# --- what is shown ---------------------------------------------------------------------------------------
+
+
+def plan_table(ctx: Context, file: str, configuration: FleetConfiguration, name: str | None) -> Table:
+    from rich.table import Table
+
+    ssh = configuration.ssh_config
+    hosts = [h.hostname + (f":{h.port}" if h.port else "") for h in ssh.hosts] if ssh else []
+    table = Table(box=None, show_header=False, pad_edge=False, title="Plan", title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    rows = [
+        ("Project", ctx.project),
+        ("Configuration", file),
+        ("Type", "fleet"),
+        ("Name", name or "(none: set `name` or pass -n)"),
+        ("Hosts", ", ".join(hosts) or "-"),
+        ("User", (ssh.user or "-") if ssh else "-"),
+        ("Blocks", str(configuration.blocks)),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def resources_text(resources: dict[str, Any]) -> str:
+    """`cpu=4 mem=15.5GB` (with `gpu=N` when it has GPUs)."""
+    cpu, memory, gpu = resources.get("cpu", 0), resources.get("memory", 0), resources.get("gpu", 0)
+    text = f"cpu={cpu:g} mem={memory:.1f}GB"
+    return f"{text} gpu={gpu}" if gpu else text
+
+
+def _blocks(instance: InstanceRecord) -> tuple[str, str]:
+    if instance.blocks is None:
+        return "-", "shared"
+    return str(instance.busy_blocks), str(max(instance.blocks - instance.busy_blocks, 0))
+
+
+def fleets_table(fleets: list[tuple[FleetRecord, list[InstanceRecord]]]) -> Table:
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    for column in ("FLEET", "INSTANCE", "STATUS", "ADDRESS", "RESOURCES", "BUSY", "FREE", "JOBS"):
+        table.add_column(column, no_wrap=column != "RESOURCES")
+    for fleet, instances in fleets:
+        table.add_row(fleet.name, "", fleet.status, "", fleet.backend, "", "", "")
+        for instance in instances:
+            busy, free = _blocks(instance)
+            status = instance.status + (f" ({instance.status_message})" if instance.status_message else "")
+            table.add_row(
+                "",
+                instance.name,
+                status,
+                instance.address,
+                resources_text(instance.resources_data()),
+                busy,
+                free,
+                str(instance.jobs),
+            )
+    return table
+
+
+def fleets_json(fleets: list[tuple[FleetRecord, list[InstanceRecord]]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": fleet.name,
+            "backend": fleet.backend,
+            "status": fleet.status,
+            "instances": [
+                {
+                    "name": i.name,
+                    "status": i.status,
+                    "message": i.status_message,
+                    "address": i.address,
+                    "resources": i.resources_data(),
+                    "blocks": i.blocks,
+                    "busy_blocks": i.busy_blocks,
+                    "free_blocks": None if i.blocks is None else max(i.blocks - i.busy_blocks, 0),
+                    "jobs": i.jobs,
+                }
+                for i in instances
+            ],
+        }
+        for fleet, instances in fleets
+    ]

@@ -1,0 +1,228 @@
+"""Fleets in Ferry's Python API: apply, describe, list and delete them; where a run goes; set-priority.
+
+A fleet is a FleetRecord in the store and a FleetWorkflow (its scheduler). The store answers `ferry fleet
+list` without Temporal; the workflow answers what is live (the queue, the deployment's progress).
+Every project has a `local` fleet (this machine's agent), started on demand by its first run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from cli.api import FerryError, RunNotFound
+from core.config import FleetConfiguration, RunConfiguration
+from core.fleet_messages import FleetDescription
+from core.fleets import FleetInput, instance_name
+from core.messages import LOCAL_FLEET, SetPriority, fleet_workflow_id
+from core.status import RunStatus
+from store import FleetRecord, InstanceRecord, Store
+from store.fleet_repository import fleet_id
+from workflows.fleet import FleetWorkflow
+from workflows.run import RunWorkflow
+
+ACTIVE = "active"
+DELETING = "deleting"
+DELETED = "deleted"
+_POLL = 0.1
+
+
+class FleetNotFound(FerryError):
+    pass
+
+
+async def choose_fleet(store: Store, project: str, configuration: RunConfiguration) -> str:
+    """Where a run goes, decided once at submission: the first of its `fleets` that exists, else the
+    project's newest SSH fleet, else this machine (`local`)."""
+    fleets = await asyncio.to_thread(store.list_fleets, project)
+    active = {f.name: f for f in fleets if f.status == ACTIVE}
+    if configuration.fleets:
+        for name in configuration.fleets:
+            if name == LOCAL_FLEET or name in active:
+                return name
+        names = ", ".join(configuration.fleets)
+        if len(configuration.fleets) == 1:
+            raise FleetNotFound(f"no fleet named {names} in project {project!r} (see ferry fleet list)")
+        raise FleetNotFound(f"none of the fleets {names} exists in project {project!r}")
+    ssh = [f for f in fleets if f.status == ACTIVE and f.backend == "ssh"]
+    return ssh[0].name if ssh else LOCAL_FLEET
+
+
+def list_fleets(store: Store, project: str) -> list[tuple[FleetRecord, list[InstanceRecord]]]:
+    """The project's fleets and their instances, from the store alone (newest fleet first)."""
+    return [(fleet, store.list_instances(project, fleet.name)) for fleet in store.list_fleets(project)]
+
+
+class FleetAPI:
+    def __init__(self, client: Client, store: Store, *, project: str, task_queue: str) -> None:
+        self.client = client
+        self.store = store
+        self.project = project
+        self.task_queue = task_queue
+        self._local_started = False
+
+    # --- the local fleet -----------------------------------------------------------------------------------
+
+    async def ensure_local(self) -> None:
+        """The project's local fleet: recorded, and its scheduler running (started if it is not)."""
+        if self._local_started:
+            return
+        record = await asyncio.to_thread(self.store.get_fleet, self.project, LOCAL_FLEET)
+        if record is None or record.status != ACTIVE:
+            await asyncio.to_thread(self.store.put_fleet, self._record(LOCAL_FLEET, None))
+        await self.client.start_workflow(
+            FleetWorkflow.run,
+            FleetInput(project=self.project, name=LOCAL_FLEET),
+            id=fleet_workflow_id(self.project, LOCAL_FLEET),
+            task_queue=self.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        self._local_started = True
+
+    # --- SSH fleets ----------------------------------------------------------------------------------------
+
+    async def apply(
+        self, configuration: FleetConfiguration, name: str | None = None
+    ) -> tuple[FleetRecord, bool]:
+        """The fleet created (its hosts then deploy), or the same fleet again unchanged; True if created."""
+        name = name or configuration.name
+        if name is None:
+            raise FerryError("a fleet needs a name: set `name` in the file or pass -n NAME")
+        if name == LOCAL_FLEET:
+            raise FerryError(f"{LOCAL_FLEET} is the name of this machine's fleet: choose another name")
+        if configuration.ssh_config is None:
+            raise FerryError(
+                "only SSH fleets (ssh_config with hosts) can be created: `nodes` needs a cloud backend"
+            )
+        configuration = configuration.model_copy(update={"name": name})
+        existing = await asyncio.to_thread(self.store.get_fleet, self.project, name)
+        if existing is not None and existing.status != DELETED:
+            if existing.status == DELETING:
+                raise FerryError(f"fleet {name} is being deleted: apply it again once it is gone")
+            if existing.configuration != configuration.model_dump_json():
+                raise FerryError(
+                    f"fleet {name} exists with another configuration: "
+                    f"delete it first (ferry fleet delete {name})"
+                )
+            await self._start(configuration, name, conflict=WorkflowIDConflictPolicy.USE_EXISTING)
+            return existing, False
+        await self._check_names(configuration, name)
+        try:
+            await self._start(configuration, name, conflict=WorkflowIDConflictPolicy.FAIL)
+        except WorkflowAlreadyStartedError:
+            raise FerryError(f"an earlier fleet {name} is still being deleted: try again shortly") from None
+        record = self._record(name, configuration)
+        await asyncio.to_thread(self.store.put_fleet, record)
+        return record, True
+
+    async def _check_names(self, configuration: FleetConfiguration, name: str) -> None:
+        """Instance names are unique among the instances that exist (workers know hosts by name)."""
+        hosts = configuration.ssh_config.hosts if configuration.ssh_config else []
+        for index in range(len(hosts)):
+            found = await asyncio.to_thread(self.store.find_instance, instance_name(name, index))
+            if found is not None and (found.project, found.fleet) != (self.project, name):
+                raise FerryError(
+                    f"instance name {found.name} is taken by fleet {found.fleet} of project {found.project}: "
+                    "choose another fleet name"
+                )
+
+    async def _start(
+        self, configuration: FleetConfiguration, name: str, conflict: WorkflowIDConflictPolicy
+    ) -> None:
+        await self.client.start_workflow(
+            FleetWorkflow.run,
+            FleetInput(project=self.project, name=name, configuration=configuration),
+            id=fleet_workflow_id(self.project, name),
+            task_queue=self.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=conflict,
+        )
+
+    def _record(self, name: str, configuration: FleetConfiguration | None) -> FleetRecord:
+        now = time.time()
+        return FleetRecord(
+            id=fleet_id(self.project, name),
+            project=self.project,
+            name=name,
+            backend="local" if configuration is None else "ssh",
+            configuration="{}" if configuration is None else configuration.model_dump_json(),
+            status=ACTIVE,
+            workflow_id=fleet_workflow_id(self.project, name),
+            created_at=now,
+            updated_at=now,
+        )
+
+    # --- reading -------------------------------------------------------------------------------------------
+
+    async def describe(self, name: str) -> FleetDescription:
+        """The fleet as its scheduler sees it now: instances, capacity, the queue."""
+        handle = self.client.get_workflow_handle_for(FleetWorkflow.run, fleet_workflow_id(self.project, name))
+        try:
+            return await handle.query(FleetWorkflow.describe)
+        except RPCError as err:
+            raise FleetNotFound(
+                f"fleet {name} is not running in project {self.project!r}: {err.message}"
+            ) from None
+
+    async def wait_deployed(self, name: str, timeout: float) -> FleetDescription:
+        """Until the fleet's first deployment has ended (or `timeout` seconds): its description then."""
+        deadline = time.monotonic() + timeout
+        while True:
+            described = await self.describe(name)
+            if described.deployed or time.monotonic() > deadline:
+                return described
+            await asyncio.sleep(_POLL)
+
+    def list(self) -> list[tuple[FleetRecord, list[InstanceRecord]]]:
+        return list_fleets(self.store, self.project)
+
+    # --- deleting ------------------------------------------------------------------------------------------
+
+    async def delete(self, name: str, *, wait: float | None = None) -> FleetDescription | None:
+        """No new jobs on the fleet; its instances go once their jobs have ended, then the fleet.
+
+        Waits up to `wait` seconds for the fleet to be gone when nothing runs on it; None if it was not
+        running.
+        """
+        if name == LOCAL_FLEET:
+            raise FerryError(f"{LOCAL_FLEET} is this machine's fleet: it cannot be deleted")
+        record = await asyncio.to_thread(self.store.get_fleet, self.project, name)
+        if record is None or record.status == DELETED:
+            raise FleetNotFound(f"no fleet named {name} in project {self.project!r} (see ferry fleet list)")
+        await asyncio.to_thread(self.store.update_fleet, self.project, name, status=DELETING)
+        handle = self.client.get_workflow_handle_for(FleetWorkflow.run, record.workflow_id)
+        try:
+            described = await handle.execute_update(FleetWorkflow.delete)
+        except (RPCError, WorkflowUpdateFailedError):
+            described = None
+        if described is None or (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+            await asyncio.to_thread(self._forget, name)
+            return described
+        if wait is not None and described.idle:
+            await asyncio.wait_for(handle.result(), wait)
+        return described
+
+    def _forget(self, name: str) -> None:
+        self.store.put_instances(self.project, name, [])
+        self.store.update_fleet(self.project, name, status=DELETED)
+
+    # --- runs ----------------------------------------------------------------------------------------------
+
+    async def set_priority(self, run_name: str, priority: int) -> None:
+        """The run's new priority (0-100): its waiting replicas move in their fleet's queue at once."""
+        if not 0 <= priority <= 100:
+            raise FerryError(f"priority {priority} is not within 0..100")
+        record = await asyncio.to_thread(self.store.find_run, self.project, run_name)
+        if record is None:
+            raise RunNotFound(f"no run named {run_name!r} in project {self.project!r}")
+        if RunStatus(record.status).is_finished():
+            raise FerryError(f"run {run_name} has finished ({record.status})")
+        handle = self.client.get_workflow_handle_for(RunWorkflow.run, record.workflow_id)
+        await handle.signal(RunWorkflow.set_priority, SetPriority(priority=priority))
+        await asyncio.to_thread(self.store.update_run, record.id, priority=priority)

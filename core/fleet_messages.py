@@ -1,0 +1,166 @@
+"""The messages of FleetWorkflow, the fleet's scheduler: its signals, its notices to jobs, its activities'.
+
+One pydantic model in, one out (DESIGN §5). Placement decisions travel as instance names: addresses of
+agents and their tokens stay in the workers (activities.instances).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from core.agent_api import Resources
+from core.config import FleetConfiguration
+from core.messages import Enqueue, Placement
+from core.placement import Frozen, InstanceSlot, InstanceStatus
+from core.scheduling import InstanceCapacity
+
+# Signals of FleetWorkflow, and the ones it sends to JobWorkflows.
+FLEET_ENQUEUE = "enqueue"
+FLEET_RELEASE = "release"
+FLEET_CANCEL = "cancel"
+FLEET_SET_PRIORITY = "set_priority"
+FLEET_INSTANCE_UNREACHABLE = "instance_unreachable"
+FLEET_INSTANCE_READY = "instance_ready"
+JOB_PLACED = "placed"
+JOB_REFUSED = "placement_refused"
+JOB_QUEUED = "queued"
+JOB_TERMINATE = "terminate"
+
+
+# --- the scheduler's messages ---------------------------------------------------------------------------
+
+
+class ReleaseJob(Frozen):
+    job_id: str
+
+
+class CancelRequest(Frozen):
+    request_id: str
+
+
+class SetQueuedPriority(Frozen):
+    request_ids: list[str]
+    priority: int = Field(ge=0, le=100)
+
+
+class InstanceChange(Frozen):
+    """An instance lost (UNREACHABLE) or back in service (READY, with what its agent reports now)."""
+
+    name: str
+    status: InstanceStatus
+    slot: InstanceSlot | None = None
+    note: str | None = None
+
+
+class DeleteFleet(Frozen):
+    pass
+
+
+class NoticeKind(StrEnum):
+    PLACED = JOB_PLACED
+    REFUSED = JOB_REFUSED
+    QUEUED = JOB_QUEUED
+    TERMINATE = JOB_TERMINATE
+
+
+class Notice(Frozen):
+    """A signal for one JobWorkflow."""
+
+    kind: NoticeKind
+    job_id: str
+    workflow_id: str
+    placement: Placement | None = None
+    message: str | None = None  # why it is refused or terminated
+    position: int | None = None  # in the queue, for QUEUED
+
+
+class QueuedRequest(Frozen):
+    request_id: str
+    priority: int
+    position: int
+    jobs: list[str]
+
+
+class InstanceView(Frozen):
+    """One instance as the store keeps it for `ferry fleet list`."""
+
+    name: str
+    status: str
+    address: str
+    total: Resources
+    blocks: int | None
+    busy_blocks: int
+    jobs: int
+    message: str | None = None
+
+
+class FleetDescription(Frozen):
+    name: str
+    local: bool
+    deployed: bool  # the first deployment has ended (every host deployed, or why not in `pending`)
+    deleting: bool
+    instances: list[InstanceCapacity]
+    pending: dict[str, str]  # hosts not deployed, and why
+    queue: list[QueuedRequest]
+    idle: bool  # nothing allocated, nothing waiting
+
+
+FleetCommand = Enqueue | ReleaseJob | CancelRequest | SetQueuedPriority | InstanceChange | DeleteFleet
+
+
+# --- activities ----------------------------------------------------------------------------------------
+
+
+class LocalInstance(Frozen):
+    fleet: str
+
+
+class DeployInstance(Frozen):
+    """Deploy the agent on host `index` of an SSH fleet; its InstanceSlot comes back."""
+
+    project: str
+    fleet: str
+    index: int
+    configuration: FleetConfiguration
+
+
+class WatchFleet(Frozen):
+    """Check the agents of `ready` instances every few seconds, and deploy `unreachable` ones again."""
+
+    project: str
+    fleet: str
+    configuration: FleetConfiguration
+    ready: list[str]
+    unreachable: list[str]
+
+
+class HealthReport(Frozen):
+    changes: list[InstanceChange]
+
+
+class CleanInstance(Frozen):
+    """Remove these jobs' tasks from an instance that is back (they failed when it was lost)."""
+
+    instance: str
+    job_ids: list[str]
+
+
+class RecordFleet(Frozen):
+    project: str
+    fleet: str
+    status: str  # a FleetRecord status: active, deleting or deleted
+    instances: list[InstanceView]
+
+
+class StopFleet(Frozen):
+    """Stop the agents of a deleted SSH fleet's hosts and forget them."""
+
+    project: str
+    fleet: str
+    configuration: FleetConfiguration | None  # None: the local fleet, whose agent stays
+
+
+class FleetResult(Frozen):
+    deleted: bool = True

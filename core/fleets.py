@@ -1,0 +1,372 @@
+"""The fleet scheduler's book and its decisions, pure: what FleetWorkflow keeps and what it does next.
+
+`FleetWorkflow` (workflows/fleet.py) is an entity workflow, one per fleet. Every message it hears (a
+replica to place, a job's capacity back, a lost host...) is applied here to its `FleetBook`, which returns
+the new book and the `Notice`s for JobWorkflows; the workflow only sends them and runs the activities.
+The book is also the workflow's continue-as-new argument, so it holds everything: the scheduler's state
+(core.scheduling), whom to tell about each job, the jobs a lost host took with it, the hosts not deployed.
+
+- A replica is placed whole or not at all, by priority then submission order (core.scheduling).
+- A replica no instance could ever hold is refused at once (FAILED_TO_START_DUE_TO_NO_CAPACITY); one that
+  waits is told so once (`queued`), for `ferry ps` to say "waiting for capacity".
+- A lost host's jobs are told to terminate (INSTANCE_UNREACHABLE); their capacity stays held until each
+  job releases it, and their tasks are removed from the host when it is back, before it takes new jobs.
+- The local fleet shares its one instance by exact needs, so a gang's nodes may share it (no spread).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from core.agent_api import ClusterInfo, Resources
+from core.config import FleetConfiguration, RunConfiguration
+from core.fleet_messages import (
+    CancelRequest,
+    DeleteFleet,
+    FleetCommand,
+    FleetDescription,
+    InstanceChange,
+    InstanceView,
+    Notice,
+    NoticeKind,
+    QueuedRequest,
+    ReleaseJob,
+    SetQueuedPriority,
+)
+from core.jobspec import job_resources
+from core.messages import Enqueue, Placement, job_submission_id, placement_request_id
+from core.placement import Frozen, InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
+from core.scheduling import SchedulerState
+
+__all__ = ["DeleteFleet", "FleetBook", "FleetInput", "apply", "deployed", "replica_enqueue", "schedule"]
+
+
+def instance_name(fleet: str, index: int) -> str:
+    """The name of an SSH fleet's host, by its position in `ssh_config.hosts`."""
+    return f"{fleet}-{index}"
+
+
+def replica_enqueue(
+    configuration: RunConfiguration,
+    *,
+    run_id: str,
+    replica_num: int,
+    submissions: list[int],
+    job_workflow_ids: list[str],
+    priority: int,
+) -> Enqueue:
+    """A replica's placement request: one node per job (node j at submission `submissions[j]`)."""
+    resources = job_resources(configuration)
+    job_ids = [job_submission_id(run_id, replica_num, job, s) for job, s in enumerate(submissions)]
+    request = PlacementRequest(
+        request_id=placement_request_id(run_id, replica_num, submissions[0]),
+        priority=priority,
+        nodes=[NodeRequest(job_id=job, resources=resources, spec=configuration.resources) for job in job_ids],
+    )
+    return Enqueue(request=request, notify=dict(zip(job_ids, job_workflow_ids, strict=True)))
+
+
+# --- the book ------------------------------------------------------------------------------------------
+
+
+class FleetBook(Frozen):
+    name: str
+    local: bool
+    scheduler: SchedulerState = Field(default_factory=SchedulerState)
+    notify: dict[str, str] = Field(default_factory=dict, description="job id -> JobWorkflow id")
+    told_queued: list[str] = Field(default_factory=list, description="requests whose jobs know they wait")
+    lost: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="instance -> jobs failed by its loss, whose tasks go when it is back",
+    )
+    pending: dict[str, str] = Field(default_factory=dict, description="hosts not deployed yet, and why")
+    gone: list[str] = Field(
+        default_factory=list, description="jobs that ended before their replica was enqueued (the last few)"
+    )
+    deployed: bool = False
+    deleting: bool = False
+
+    def copy_with(self, **update: Any) -> FleetBook:
+        return self.model_copy(update=update)
+
+    def describe(self) -> FleetDescription:
+        waiting = self.scheduler.waiting()
+        queue = [
+            QueuedRequest(
+                request_id=r.request_id, priority=r.priority, position=n, jobs=[x.job_id for x in r.nodes]
+            )
+            for n, r in enumerate(waiting, start=1)
+        ]
+        return FleetDescription(
+            name=self.name,
+            local=self.local,
+            deployed=self.deployed,
+            deleting=self.deleting,
+            instances=self.scheduler.capacity(),
+            pending=dict(self.pending),
+            queue=queue,
+            idle=self.scheduler.idle(),
+        )
+
+    def finished(self) -> bool:
+        """A deleted fleet whose last job has released its capacity: the workflow may end."""
+        return self.deleting and not self.scheduler.instances and not self.scheduler.queue
+
+    def views(self) -> list[InstanceView]:
+        rows = [
+            InstanceView(
+                name=c.name,
+                status=c.status.value,
+                address=c.address,
+                total=c.total,
+                blocks=c.blocks,
+                busy_blocks=c.busy_blocks,
+                jobs=len(c.jobs),
+            )
+            for c in self.scheduler.capacity()
+        ]
+        rows += [
+            InstanceView(
+                name=name,
+                status=InstanceStatus.UNREACHABLE.value,
+                address="",
+                total=Resources(),
+                blocks=None,
+                busy_blocks=0,
+                jobs=0,
+                message=why,
+            )
+            for name, why in sorted(self.pending.items())
+        ]
+        return sorted(rows, key=lambda row: row.name)
+
+    def knows(self, request_id: str) -> bool:
+        queued = any(r.request_id == request_id for r in self.scheduler.queue)
+        return queued or self.scheduler.grant(request_id) is not None
+
+
+class FleetInput(Frozen):
+    project: str
+    name: str
+    configuration: FleetConfiguration | None = None  # None: the local fleet
+    carry: FleetBook | None = None  # a continued-as-new execution's book
+
+    @property
+    def local(self) -> bool:
+        return self.configuration is None
+
+
+Step = tuple[FleetBook, list[Notice]]
+GONE_KEPT = 1000
+
+
+def _refusals(notify: dict[str, str], request: PlacementRequest, why: str) -> list[Notice]:
+    return [
+        Notice(kind=NoticeKind.REFUSED, job_id=n.job_id, workflow_id=notify[n.job_id], message=why)
+        for n in request.nodes
+        if n.job_id in notify
+    ]
+
+
+def deployed(book: FleetBook, slots: list[InstanceSlot], failed: dict[str, str]) -> Step:
+    """The first deployment is over: its instances join, and what waited for them is checked."""
+    scheduler = book.scheduler
+    for slot in slots:
+        scheduler = scheduler.add_instance(slot)
+    book = book.copy_with(scheduler=scheduler, pending={**book.pending, **failed}, deployed=True)
+    return _refuse_unplaceable(book)
+
+
+def _refuse_unplaceable(book: FleetBook) -> Step:
+    notices: list[Notice] = []
+    for request_id, why in book.scheduler.unplaceable().items():
+        [request] = [r for r in book.scheduler.queue if r.request_id == request_id]
+        notices += _refusals(book.notify, request, f"no instance of fleet {book.name} can ever fit it: {why}")
+        book = _forget(book.copy_with(scheduler=book.scheduler.cancel(request_id)), request)
+    return book, notices
+
+
+def _forget(book: FleetBook, request: PlacementRequest) -> FleetBook:
+    jobs = {node.job_id for node in request.nodes}
+    return book.copy_with(
+        notify={job: wid for job, wid in book.notify.items() if job not in jobs},
+        told_queued=[r for r in book.told_queued if r != request.request_id],
+    )
+
+
+def apply(book: FleetBook, command: FleetCommand) -> Step:
+    """One message heard by the fleet, applied to its book."""
+    if isinstance(command, Enqueue):
+        return _enqueue(book, command)
+    if isinstance(command, ReleaseJob):
+        return _release(book, command.job_id)
+    if isinstance(command, CancelRequest):
+        return _cancel(book, command.request_id), []
+    if isinstance(command, SetQueuedPriority):
+        scheduler = book.scheduler
+        for request_id in command.request_ids:
+            scheduler = scheduler.set_priority(request_id, command.priority)
+        return book.copy_with(scheduler=scheduler), []
+    if isinstance(command, InstanceChange):
+        if command.status == InstanceStatus.UNREACHABLE:
+            return _lost(book, command)
+        return _back(book, command), []
+    return _delete(book)
+
+
+def _release(book: FleetBook, job_id: str) -> Step:
+    """A job gives its capacity back; one that never got any (stopped while waiting) withdraws its replica."""
+    if book.scheduler.job_instance(job_id) is not None:
+        notify = {job: wid for job, wid in book.notify.items() if job != job_id}
+        return book.copy_with(scheduler=book.scheduler.release(job_id), notify=notify), []
+    request = next((r for r in book.scheduler.queue if any(n.job_id == job_id for n in r.nodes)), None)
+    if request is None:  # its replica is not enqueued yet (or was dropped): it must not be placed later
+        return book.copy_with(gone=[*book.gone, job_id][-GONE_KEPT:]), []
+    others = {job: wid for job, wid in book.notify.items() if job != job_id}
+    notices = _refusals(others, request, "another node of its replica was stopped before it was placed")
+    return _cancel(book, request.request_id), notices
+
+
+def _enqueue(book: FleetBook, command: Enqueue) -> Step:
+    request = command.request
+    request = request.model_copy(update={"fleets": None, "spread": request.spread and not book.local})
+    if book.knows(request.request_id):
+        return book, []
+    withdrawn = {n.job_id for n in request.nodes} & set(book.gone)
+    if withdrawn:
+        gone = [job for job in book.gone if job not in withdrawn]
+        notify = {job: wid for job, wid in command.notify.items() if job not in withdrawn}
+        stopped = "another node of its replica was stopped before it was placed"
+        return book.copy_with(gone=gone), _refusals(notify, request, stopped)
+    if book.deleting:
+        return book, _refusals(command.notify, request, f"fleet {book.name} is being deleted")
+    why = book.scheduler.never_fits(request) if book.deployed else None
+    if why is not None:
+        return book, _refusals(
+            command.notify, request, f"no instance of fleet {book.name} can ever fit it: {why}"
+        )
+    try:
+        scheduler = book.scheduler.enqueue(request)
+    except ValueError as err:
+        return book, _refusals(command.notify, request, str(err))
+    return book.copy_with(scheduler=scheduler, notify={**book.notify, **command.notify}), []
+
+
+def _cancel(book: FleetBook, request_id: str) -> FleetBook:
+    queued = [r for r in book.scheduler.queue if r.request_id == request_id]
+    grant = book.scheduler.grant(request_id)
+    jobs = {n.job_id for r in queued for n in r.nodes} | {
+        p.job_id for p in (grant.placements if grant else [])
+    }
+    return book.copy_with(
+        scheduler=book.scheduler.cancel(request_id),
+        notify={job: wid for job, wid in book.notify.items() if job not in jobs},
+        told_queued=[r for r in book.told_queued if r != request_id],
+    )
+
+
+def _lost(book: FleetBook, change: InstanceChange) -> Step:
+    slot = book.scheduler.instances.get(change.name)
+    if slot is None or slot.status != InstanceStatus.READY:
+        return book, []
+    scheduler, jobs = book.scheduler.mark_unreachable(change.name)
+    message = f"instance {change.name} is unreachable" + (f": {change.note}" if change.note else "")
+    notices = [
+        Notice(kind=NoticeKind.TERMINATE, job_id=job, workflow_id=book.notify[job], message=message)
+        for job in jobs
+        if job in book.notify
+    ]
+    lost = {**book.lost, change.name: sorted({*book.lost.get(change.name, []), *jobs})}
+    return book.copy_with(scheduler=scheduler, lost=lost), notices
+
+
+def _back(book: FleetBook, change: InstanceChange) -> FleetBook:
+    """A host deployed at last, or back after it was lost (its lost jobs' tasks removed already)."""
+    known = book.scheduler.instances.get(change.name)
+    pending = {name: why for name, why in book.pending.items() if name != change.name}
+    lost = {name: jobs for name, jobs in book.lost.items() if name != change.name}
+    if book.deleting or (known is not None and known.status == InstanceStatus.DELETED):
+        return book.copy_with(pending=pending)
+    scheduler = book.scheduler
+    if change.slot is not None and (known is None or not known.allocations or _same_size(known, change.slot)):
+        scheduler = scheduler.add_instance(change.slot.model_copy(update={"status": InstanceStatus.READY}))
+    elif known is not None:
+        scheduler = scheduler.mark_ready(change.name)
+    return book.copy_with(scheduler=scheduler, pending=pending, lost=lost)
+
+
+def _same_size(known: InstanceSlot, slot: InstanceSlot) -> bool:
+    return (known.total, known.blocks) == (slot.total, slot.blocks)
+
+
+def _delete(book: FleetBook) -> Step:
+    """No new placements; idle instances go now, busy ones once their jobs end; waiting replicas fail."""
+    scheduler = book.scheduler
+    for name in sorted(scheduler.instances):
+        scheduler = scheduler.remove_instance(name)
+    book = book.copy_with(scheduler=scheduler, deleting=True, pending={})
+    notices: list[Notice] = []
+    for request in book.scheduler.waiting():
+        notices += _refusals(book.notify, request, f"fleet {book.name} is being deleted")
+        book = _forget(book.copy_with(scheduler=book.scheduler.cancel(request.request_id)), request)
+    return book, notices
+
+
+def schedule(book: FleetBook) -> Step:
+    """Grant what fits now (whole replicas, by priority), then tell the replicas that wait, once."""
+    if not book.deployed:
+        return book, []
+    requests = {r.request_id: r for r in book.scheduler.queue}
+    scheduler, grants = book.scheduler.schedule()
+    notices: list[Notice] = []
+    for grant in grants:
+        request = requests[grant.request_id]
+        addresses = grant.addresses
+        for placement in grant.placements:
+            node = request.nodes[placement.node]
+            cluster = ClusterInfo(
+                node_rank=placement.node,
+                nodes_num=len(request.nodes),
+                master_node_ip=addresses[0],
+                node_ips=addresses,
+                gpus_per_node=node.resources.gpu,
+            )
+            notices.append(
+                Notice(
+                    kind=NoticeKind.PLACED,
+                    job_id=placement.job_id,
+                    workflow_id=book.notify[placement.job_id],
+                    placement=Placement(instance_name=placement.instance, cluster=cluster),
+                )
+            )
+    granted = {grant.request_id for grant in grants}
+    told = [r for r in book.told_queued if r not in granted]
+    for position, request in enumerate(scheduler.waiting(), start=1):
+        if request.request_id not in told:
+            told.append(request.request_id)
+            notices += [
+                Notice(
+                    kind=NoticeKind.QUEUED,
+                    job_id=n.job_id,
+                    workflow_id=book.notify[n.job_id],
+                    position=position,
+                )
+                for n in request.nodes
+                if n.job_id in book.notify
+            ]
+    return book.copy_with(scheduler=scheduler, told_queued=told), notices
+
+
+def undelivered(book: FleetBook, notice: Notice) -> FleetBook:
+    """A notice whose JobWorkflow has ended: capacity granted to it comes back, a request it waits in goes."""
+    if notice.kind == NoticeKind.PLACED:
+        return apply(book, ReleaseJob(job_id=notice.job_id))[0]
+    if notice.kind == NoticeKind.QUEUED:
+        request = next(
+            (r for r in book.scheduler.queue if any(n.job_id == notice.job_id for n in r.nodes)), None
+        )
+        if request is not None:
+            return _cancel(book, request.request_id)
+    return book

@@ -1,0 +1,74 @@
+"""What RunWorkflow gives each job submission it starts: its spec, its resources, and its placement.
+
+Pure: the workflow passes its input and its state. Node 0 of a replica carries the replica's placement
+request (every node's job, by its JobWorkflow id) for the run's fleet; every node knows the request's id.
+"""
+
+from __future__ import annotations
+
+from core.fleets import replica_enqueue
+from core.jobspec import job_resources, job_spec, nodes_count
+from core.messages import (
+    JobInput,
+    RunInput,
+    fleet_workflow_id,
+    job_workflow_id,
+    placement_request_id,
+)
+from core.replay import RunState
+
+
+def run_priority(inp: RunInput, state: RunState) -> int:
+    """The configuration's priority, unless `ferry set-priority` changed it (a `priority` event)."""
+    return state.priority if state.priority is not None else inp.configuration.priority
+
+
+def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int, job: int) -> JobInput:
+    """The latest submission of (replica, job), as its JobWorkflow starts."""
+    conf = inp.configuration
+    nodes = nodes_count(conf)
+    current = state.job(replica, job)
+    siblings = [state.job(replica, n) for n in range(nodes)]
+    assert current is not None and all(s is not None for s in siblings)
+    submissions = [s.submission_num for s in siblings if s is not None]
+    enqueue = None
+    if job == 0:
+        enqueue = replica_enqueue(
+            conf,
+            run_id=inp.run_id,
+            replica_num=replica,
+            submissions=submissions,
+            job_workflow_ids=[
+                job_workflow_id(run_workflow_id, replica, n, s) for n, s in enumerate(submissions)
+            ],
+            priority=run_priority(inp, state),
+        )
+    return JobInput(
+        run_id=inp.run_id,
+        run_workflow_id=run_workflow_id,
+        project=inp.project,
+        replica_num=replica,
+        job_num=job,
+        submission_num=current.submission_num,
+        nodes_num=nodes,
+        spec=job_spec(conf, run_name=inp.run_name, replica_num=replica, job_num=job),
+        resources=job_resources(conf),
+        code_hash=inp.code_hash,
+        stop_duration=conf.stop_duration,
+        priority=run_priority(inp, state),
+        first_submitted_at=current.first_submitted_at,
+        fleet_workflow_id=fleet_workflow_id(inp.project, inp.fleet),
+        request_id=placement_request_id(inp.run_id, replica, submissions[0]),
+        enqueue=enqueue,
+    )
+
+
+def waiting_requests(inp: RunInput, state: RunState) -> list[str]:
+    """The placement requests of the replicas whose latest submission may still wait in the fleet's queue."""
+    return sorted(
+        {
+            placement_request_id(inp.run_id, j.replica_num, j.submission_num)
+            for j in state.jobs
+            if j.job_num == 0 and j.status.is_active() and j.status.value == "submitted"
+        }
+    )

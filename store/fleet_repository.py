@@ -1,0 +1,116 @@
+"""The store's fleets and instances: what `ferry fleet list` shows, and how a worker finds a host.
+
+A mixin of `Store` (store.repository): idempotent writes, as activities may repeat them.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import AbstractContextManager
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Table, update
+from sqlmodel import Session, col, select
+
+from store.models import FleetRecord, InstanceRecord
+
+_FLEETS: Table = FleetRecord.__table__  # type: ignore[attr-defined]
+_INSTANCES: Table = InstanceRecord.__table__  # type: ignore[attr-defined]
+
+DELETED = "deleted"
+
+
+def fleet_id(project: str, name: str) -> str:
+    return f"{project}/{name}"
+
+
+def instance_id(project: str, name: str) -> str:
+    return f"{project}/{name}"
+
+
+class FleetRecords:
+    """Fleet and instance records; `Store` provides the engine, sessions and upserts."""
+
+    engine: Engine
+    _writer: Engine
+
+    def _session(self) -> AbstractContextManager[Session]:
+        raise NotImplementedError
+
+    def _update(self, table: Table, record_id: str, fields: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _upsert_row(self, table: Table, row: dict[str, Any], connection: Connection | None = None) -> None:
+        raise NotImplementedError
+
+    # Fleets
+
+    def put_fleet(self, record: FleetRecord) -> None:
+        """Inserts the fleet, or replaces every field of the stored one with the same id."""
+        self._upsert_row(_FLEETS, _row(_FLEETS, record))
+
+    def get_fleet(self, project: str, name: str) -> FleetRecord | None:
+        with self._session() as session:
+            return session.get(FleetRecord, fleet_id(project, name))
+
+    def update_fleet(self, project: str, name: str, **fields: Any) -> None:
+        """Sets these fields (and updated_at unless given); RecordNotFoundError if there is no such fleet."""
+        fields.setdefault("updated_at", time.time())
+        self._update(_FLEETS, fleet_id(project, name), fields)
+
+    def list_fleets(self, project: str, *, include_deleted: bool = False) -> list[FleetRecord]:
+        """The project's fleets, newest first."""
+        statement = select(FleetRecord).where(col(FleetRecord.project) == project)
+        if not include_deleted:
+            statement = statement.where(col(FleetRecord.status) != DELETED)
+        statement = statement.order_by(col(FleetRecord.created_at).desc(), col(FleetRecord.name))
+        with self._session() as session:
+            return list(session.exec(statement).all())
+
+    # Instances
+
+    def put_instances(self, project: str, fleet: str, records: list[InstanceRecord]) -> None:
+        """The fleet's instances as they are now: these upserted, any other one of the fleet deleted."""
+        now = time.time()
+        names = [record.name for record in records]
+        with self._writer.begin() as connection:
+            for record in records:
+                self._upsert_row(_INSTANCES, _row(_INSTANCES, record), connection)
+            connection.execute(
+                update(_INSTANCES)
+                .where(
+                    _INSTANCES.c.project == project,
+                    _INSTANCES.c.fleet == fleet,
+                    _INSTANCES.c.name.not_in(names),
+                    _INSTANCES.c.status != DELETED,
+                )
+                .values(status=DELETED, busy_blocks=0, jobs=0, updated_at=now)
+            )
+
+    def list_instances(
+        self, project: str, fleet: str | None = None, *, include_deleted: bool = False
+    ) -> list[InstanceRecord]:
+        """The project's instances (of one fleet if given), by fleet and name."""
+        statement = select(InstanceRecord).where(col(InstanceRecord.project) == project)
+        if fleet is not None:
+            statement = statement.where(col(InstanceRecord.fleet) == fleet)
+        if not include_deleted:
+            statement = statement.where(col(InstanceRecord.status) != DELETED)
+        statement = statement.order_by(col(InstanceRecord.fleet), col(InstanceRecord.name))
+        with self._session() as session:
+            return list(session.exec(statement).all())
+
+    def find_instance(self, name: str) -> InstanceRecord | None:
+        """The instance of this name that is not deleted, in any project (names are unique among those)."""
+        statement = (
+            select(InstanceRecord)
+            .where(col(InstanceRecord.name) == name, col(InstanceRecord.status) != DELETED)
+            .order_by(col(InstanceRecord.updated_at).desc())
+            .limit(1)
+        )
+        with self._session() as session:
+            return session.exec(statement).first()
+
+
+def _row(table: Table, record: Any) -> dict[str, Any]:
+    return {column.name: getattr(record, column.name) for column in table.columns}

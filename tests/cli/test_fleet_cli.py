@@ -1,0 +1,124 @@
+"""`ferry fleet list` and the choice of a run's fleet, on a store of their own (no server)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from cli.api import FerryError
+from cli.fleet import fleets_json, fleets_table
+from cli.fleet_api import choose_fleet, list_fleets
+from core.config import TaskConfiguration, parse_configuration
+from store import FleetRecord, InstanceRecord, Store
+from store.engine import make_engine, migrate
+from store.fleet_repository import fleet_id, instance_id
+
+SMALL = {"cpu": "0..", "memory": "0GB..", "disk": "0GB.."}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'ferry.db'}")
+    migrate(engine)
+    yield Store(engine)
+    engine.dispose()
+
+
+def fleet(store: Store, name: str, backend: str = "ssh", status: str = "active", at: float = 1.0) -> None:
+    store.put_fleet(
+        FleetRecord(
+            id=fleet_id("p", name),
+            project="p",
+            name=name,
+            backend=backend,
+            status=status,
+            workflow_id=f"ferry/p/fleet/{name}",
+            created_at=at,
+            updated_at=at,
+        )
+    )
+
+
+def instance(
+    name: str, fleet_name: str, blocks: int | None, busy: int, status: str = "ready"
+) -> InstanceRecord:
+    return InstanceRecord(
+        id=instance_id("p", name),
+        project="p",
+        fleet=fleet_name,
+        name=name,
+        address="10.0.0.1",
+        status=status,
+        status_message="cannot connect" if status == "unreachable" else None,
+        resources='{"cpu": 4.0, "memory": 15.5, "gpu": 1}',
+        blocks=blocks,
+        busy_blocks=busy,
+        jobs=busy,
+    )
+
+
+def task(**fields: object) -> TaskConfiguration:
+    conf = parse_configuration({"type": "task", "commands": ["x"], "resources": SMALL, **fields})
+    assert isinstance(conf, TaskConfiguration)
+    return conf
+
+
+async def test_a_run_goes_to_its_named_fleet_else_the_newest_ssh_fleet_else_local(store: Store) -> None:
+    assert await choose_fleet(store, "p", task()) == "local"
+    fleet(store, "old", at=1.0)
+    fleet(store, "new", at=2.0)
+    fleet(store, "gone", status="deleted", at=3.0)
+    fleet(store, "local", backend="local", at=4.0)
+    assert await choose_fleet(store, "p", task()) == "new"
+    assert await choose_fleet(store, "p", task(fleets=["gone", "old"])) == "old"
+    assert await choose_fleet(store, "p", task(fleets=["local"])) == "local"
+    with pytest.raises(FerryError, match="no fleet named gone in project 'p'"):
+        await choose_fleet(store, "p", task(fleets=["gone"]))
+    with pytest.raises(FerryError, match="none of the fleets aa, bb exists"):
+        await choose_fleet(store, "p", task(fleets=["aa", "bb"]))
+
+
+def test_fleet_list_shows_each_instance_with_its_busy_and_free_blocks(store: Store) -> None:
+    fleet(store, "lab")
+    store.put_instances(
+        "p", "lab", [instance("lab-0", "lab", 2, 1), instance("lab-1", "lab", 2, 0, "unreachable")]
+    )
+    fleet(store, "local", backend="local", at=0.5)
+    store.put_instances("p", "local", [instance("local", "local", None, 0)])
+    listed = list_fleets(store, "p")
+    assert [f.name for f, _ in listed] == ["lab", "local"]
+    data = fleets_json(listed)
+    assert data[0]["instances"][0] == {
+        "name": "lab-0",
+        "status": "ready",
+        "message": None,
+        "address": "10.0.0.1",
+        "resources": {"cpu": 4.0, "memory": 15.5, "gpu": 1},
+        "blocks": 2,
+        "busy_blocks": 1,
+        "free_blocks": 1,
+        "jobs": 1,
+    }
+    assert data[1]["instances"][0]["free_blocks"] is None
+    out = io.StringIO()
+    Console(file=out, width=200).print(fleets_table(listed))
+    lines = [" ".join(line.split()) for line in out.getvalue().splitlines()]
+    assert "lab-0 ready 10.0.0.1 cpu=4 mem=15.5GB gpu=1 1 1 1" in lines
+    assert "lab-1 unreachable (cannot connect) 10.0.0.1 cpu=4 mem=15.5GB gpu=1 0 2 0" in lines
+    assert "local ready 10.0.0.1 cpu=4 mem=15.5GB gpu=1 - shared 0" in lines
+
+
+def test_fleet_list_reads_the_store_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from cli.fleet import fleet_app
+
+    monkeypatch.setenv("FERRY_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("FERRY_DATABASE_URL", raising=False)
+    monkeypatch.setenv("FERRY_PROJECT", "p")
+    result = CliRunner().invoke(fleet_app, ["list", "--json"])
+    assert result.exit_code == 0 and result.stdout.strip() == "[]"

@@ -1,0 +1,180 @@
+"""The fleet scheduler's book (core.fleets): what FleetWorkflow does on each message, without Temporal."""
+
+from __future__ import annotations
+
+from core.agent_api import Resources
+from core.config import parse_configuration
+from core.fleet_messages import (
+    CancelRequest,
+    DeleteFleet,
+    InstanceChange,
+    Notice,
+    NoticeKind,
+    ReleaseJob,
+    SetQueuedPriority,
+)
+from core.fleets import FleetBook, apply, deployed, replica_enqueue, schedule, undelivered
+from core.messages import Enqueue, job_submission_id
+from core.placement import InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
+
+SMALL = {"cpu": "0..", "memory": "0GB..", "disk": "0GB.."}
+
+
+def host(n: int, blocks: int | None = 1, cpu: float = 8) -> InstanceSlot:
+    return InstanceSlot(
+        name=f"h-{n}",
+        address=f"10.0.0.{n + 1}",
+        total=Resources(cpu=cpu, memory=32),
+        blocks=blocks,
+        fleet="h",
+    )
+
+
+def book(hosts: int = 3, local: bool = False, blocks: int | None = 1) -> FleetBook:
+    made, notices = deployed(FleetBook(name="h", local=local), [host(n, blocks) for n in range(hosts)], {})
+    assert notices == []
+    return made
+
+
+def gang(name: str, nodes: int = 1, priority: int = 0, cpu: float = 1) -> Enqueue:
+    jobs = [f"{name}-j{n}" for n in range(nodes)]
+    request = PlacementRequest(
+        request_id=name,
+        priority=priority,
+        nodes=[NodeRequest(job_id=job, resources=Resources(cpu=cpu)) for job in jobs],
+    )
+    return Enqueue(request=request, notify={job: f"wf/{job}" for job in jobs})
+
+
+def step(state: FleetBook, *commands: object) -> tuple[FleetBook, list[Notice]]:
+    """Apply the commands in order, then schedule: one turn of the workflow's loop."""
+    notices: list[Notice] = []
+    for command in commands:
+        state, more = apply(state, command)  # type: ignore[arg-type]
+        notices += more
+    state, more = schedule(state)
+    return state, notices + more
+
+
+def kinds(notices: list[Notice]) -> list[tuple[str, str]]:
+    return [(n.kind.value, n.job_id) for n in notices]
+
+
+def test_a_gang_is_placed_whole_on_distinct_instances_with_its_masters_address() -> None:
+    state, notices = step(book(), gang("a", nodes=2))
+    placed = [n for n in notices if n.kind == NoticeKind.PLACED]
+    assert [n.workflow_id for n in placed] == ["wf/a-j0", "wf/a-j1"]
+    clusters = [n.placement.cluster for n in placed if n.placement is not None]
+    instances = {n.placement.instance_name for n in placed if n.placement is not None}
+    assert len(instances) == 2
+    assert [c.node_rank for c in clusters] == [0, 1] and {c.nodes_num for c in clusters} == {2}
+    assert clusters[0].master_node_ip == clusters[1].master_node_ip == clusters[0].node_ips[0]
+    assert state.scheduler.check() == []
+
+
+def test_the_local_fleet_lets_a_gang_share_its_one_instance() -> None:
+    state = book(hosts=1, local=True, blocks=None)
+    state, notices = step(state, gang("a", nodes=2))
+    assert kinds(notices) == [("placed", "a-j0"), ("placed", "a-j1")]
+
+
+def test_a_gang_that_never_fits_is_refused_at_once_and_one_that_waits_is_told_once() -> None:
+    state, notices = step(book(), gang("big", nodes=4))
+    assert [n.kind for n in notices] == [NoticeKind.REFUSED] * 4
+    assert "4 nodes need distinct instances" in (notices[0].message or "")
+    assert state.scheduler.queue == []
+    state, _ = step(state, gang("a"), gang("b"), gang("c"))
+    state, notices = step(state, gang("d", priority=5))
+    assert kinds(notices) == [("queued", "d-j0")] and notices[0].position == 1
+    state, notices = step(state, gang("e"))
+    assert kinds(notices) == [("queued", "e-j0")] and notices[0].position == 2
+    state, notices = step(state)
+    assert notices == []
+
+
+def test_priority_then_submission_order_and_set_priority() -> None:
+    state, _ = step(book(hosts=1), gang("busy"))
+    state, _ = step(state, gang("low", priority=10), gang("high", priority=50), gang("later", priority=5))
+    assert [r.request_id for r in state.scheduler.waiting()] == ["high", "low", "later"]
+    state, _ = step(state, SetQueuedPriority(request_ids=["later", "unknown"], priority=60))
+    assert [r.request_id for r in state.scheduler.waiting()] == ["later", "high", "low"]
+    state, notices = step(state, ReleaseJob(job_id="busy-j0"))
+    assert kinds(notices) == [("placed", "later-j0")]
+
+
+def test_a_lost_instance_terminates_its_jobs_keeps_their_capacity_and_is_cleaned_when_back() -> None:
+    state, _ = step(book(hosts=2), gang("a"), gang("b"))
+    where = {job: state.scheduler.job_instance(job) for job in ("a-j0", "b-j0")}
+    lost = where["a-j0"]
+    assert lost is not None
+    state, notices = step(state, InstanceChange(name=lost, status=InstanceStatus.UNREACHABLE, note="silent"))
+    assert kinds(notices) == [("terminate", "a-j0")]
+    assert notices[0].message == f"instance {lost} is unreachable: silent"
+    assert state.lost == {lost: ["a-j0"]}
+    state, notices = step(state, gang("c"))
+    assert kinds(notices) == [("queued", "c-j0")]  # no grant on the lost instance, held capacity or not
+    state, notices = step(state, ReleaseJob(job_id="a-j0"))
+    assert notices == []
+    state, notices = step(
+        state, InstanceChange(name=lost, status=InstanceStatus.READY, slot=host(int(lost[-1])))
+    )
+    assert kinds(notices) == [("placed", "c-j0")] and state.lost == {}
+
+
+def test_a_job_stopped_while_it_waits_withdraws_its_replica_whenever_it_is_heard() -> None:
+    state, _ = step(book(hosts=2), gang("busy-1"), gang("busy-2"))
+    # Heard after its replica was enqueued: the request goes, and its other node is told.
+    state, _ = step(state, gang("pair", nodes=2), gang("trio", nodes=1))
+    state, notices = step(state, ReleaseJob(job_id="pair-j0"))
+    assert [r.request_id for r in state.scheduler.queue] == ["trio"]
+    assert kinds(notices) == [("placement_refused", "pair-j1")]
+    # Heard before: the replica is never enqueued.
+    state, notices = step(state, ReleaseJob(job_id="early-j1"))
+    state, notices = step(state, gang("early", nodes=2))
+    assert kinds(notices) == [("placement_refused", "early-j0")]
+    assert [r.request_id for r in state.scheduler.queue] == ["trio"] and state.gone == []
+
+
+def test_a_placement_that_cannot_be_delivered_is_given_back() -> None:
+    state, notices = step(book(hosts=1), gang("a"))
+    assert state.scheduler.job_instance("a-j0") is not None
+    state = undelivered(state, notices[0])
+    assert state.scheduler.idle()
+
+
+def test_cancel_takes_back_a_waiting_or_granted_request() -> None:
+    state, _ = step(book(hosts=1), gang("a"), gang("b"))
+    state, _ = step(state, CancelRequest(request_id="b"), CancelRequest(request_id="a"))
+    assert state.scheduler.idle() and state.notify == {}
+
+
+def test_delete_refuses_what_waits_and_ends_once_the_last_job_is_released() -> None:
+    state, _ = step(book(hosts=2), gang("a"), gang("b", nodes=2))
+    state, notices = step(state, DeleteFleet())
+    assert kinds(notices) == [("placement_refused", "b-j0"), ("placement_refused", "b-j1")]
+    assert state.deleting and not state.finished()
+    state, notices = step(state, gang("c"))
+    assert [n.kind for n in notices] == [NoticeKind.REFUSED]
+    state, _ = step(state, ReleaseJob(job_id="a-j0"))
+    assert state.finished() and state.views() == []
+
+
+def test_hosts_not_deployed_are_recorded_and_join_when_they_are() -> None:
+    state, _ = deployed(FleetBook(name="h", local=False), [host(0)], {"h-1": "cannot connect"})
+    assert [(v.name, v.status, v.message) for v in state.views()] == [
+        ("h-0", "ready", None),
+        ("h-1", "unreachable", "cannot connect"),
+    ]
+    state, _ = step(state, InstanceChange(name="h-1", status=InstanceStatus.READY, slot=host(1)))
+    assert state.pending == {} and sorted(state.scheduler.instances) == ["h-0", "h-1"]
+
+
+def test_a_replicas_request_from_a_run_configuration() -> None:
+    conf = parse_configuration({"type": "task", "commands": ["x"], "nodes": 2, "resources": SMALL})
+    enqueue = replica_enqueue(
+        conf, run_id="r-1", replica_num=0, submissions=[1, 1], job_workflow_ids=["w0", "w1"], priority=7
+    )
+    jobs = [job_submission_id("r-1", 0, n, 1) for n in range(2)]
+    assert enqueue.request.request_id == "r-1-r0-s1" and enqueue.request.priority == 7
+    assert [n.job_id for n in enqueue.request.nodes] == jobs
+    assert enqueue.notify == dict(zip(jobs, ["w0", "w1"], strict=True))

@@ -1,0 +1,113 @@
+"""Runs on an SSH fleet of doubles (FleetWorkflow with the fleet activities replaced): the placement of a
+multi-node task, and a lost host whose job fails with INSTANCE_UNREACHABLE and runs again elsewhere."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core import activity_names as names
+from core.config import FleetConfiguration, parse_configuration
+from core.fleet_messages import InstanceChange
+from core.placement import InstanceStatus
+from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+from tests.workflows.doubles import BLOCK, host_slot
+from tests.workflows.harness import Harness, configuration, named
+
+FLEET = "lab"
+
+
+def lab(hosts: int = 3) -> FleetConfiguration:
+    conf = parse_configuration(
+        {
+            "type": "fleet",
+            "name": FLEET,
+            "ssh_config": {"user": "root", "hosts": [f"host{n}.example" for n in range(hosts)]},
+        }
+    )
+    assert isinstance(conf, FleetConfiguration)
+    return conf
+
+
+async def check_logs(harness: Harness, handle: Any) -> None:
+    await harness.check_eventlogs_replay(handle)
+    await harness.check_histories_replay(handle)
+
+
+async def test_a_two_node_task_gets_two_hosts_and_its_masters_address(harness: Harness) -> None:
+    await harness.start_fleet(FLEET, lab())
+    handle = await harness.start(configuration(nodes=2), fleet=FLEET)
+    result = await harness.result(handle)
+    assert result.status == RunStatus.DONE
+    starts = {s.spec.job_num: s for s in harness.backend.called(names.START_JOB)}
+    assert starts[0].instance_name != starts[1].instance_name
+    clusters = [starts[n].spec.cluster_info for n in (0, 1)]
+    master = clusters[0].node_ips[0]
+    assert [c.master_node_ip for c in clusters] == [master, master] and [c.node_rank for c in clusters] == [
+        0,
+        1,
+    ]
+    index = int(starts[0].instance_name.rsplit("-", 1)[1])
+    assert master == f"10.0.0.{index + 1}"  # node 0's host, as the doubles number them
+    described = await harness.describe_fleet(FLEET)
+    assert described.idle and [i.name for i in described.instances] == ["lab-0", "lab-1", "lab-2"]
+    await check_logs(harness, handle)
+
+
+async def test_a_lost_host_fails_its_job_which_is_retried_on_another(harness: Harness) -> None:
+    """A service of two replicas: replica 0's host is lost; its job fails with INSTANCE_UNREACHABLE and,
+    the other replica being active, is resubmitted at once (seed 001 STEP 2) on the third host."""
+    backend = harness.backend
+    backend.watch_script = {(0, 0, 0): BLOCK, (1, 0, 0): BLOCK, (0, 0, 1): BLOCK}
+    await harness.start_fleet(FLEET, lab())
+    conf = configuration("service", replicas=2, retry={"on_events": ["interruption"], "duration": "1h"})
+    handle = await harness.start(conf, fleet=FLEET)
+    await harness.wait_until("both replicas to run", lambda: len(backend.called(names.WATCH_JOB)) == 2)
+    [first] = backend.called(names.START_JOB, (0, 0, 0))
+    [other] = backend.called(names.START_JOB, (1, 0, 0))
+    backend.report_health(
+        InstanceChange(name=first.instance_name, status=InstanceStatus.UNREACHABLE, note="silent")
+    )
+    await harness.wait_until(
+        "the new submission to run", lambda: bool(backend.called(names.WATCH_JOB, (0, 0, 1)))
+    )
+    lost = backend.jobs[(0, 0, 0)]
+    assert (lost.status, lost.reason) == (JobStatus.FAILED, JobTerminationReason.INSTANCE_UNREACHABLE)
+    events = harness.job_events((0, 0, 0))
+    [exception] = named(events, "exception", severity=0)
+    assert exception.context["type"] == "lost" and "silent" in exception.context["note"]
+    assert named(events, "release") == [] and named(events, "free") != []
+    # Nothing was asked of the lost host: no stop, no removal of the task.
+    assert backend.called(names.STOP_TASK) == [] and backend.called(names.RELEASE_TASK, (0, 0, 0)) == []
+    [second] = backend.called(names.START_JOB, (0, 0, 1))
+    assert second.instance_name not in (first.instance_name, other.instance_name)
+
+    # The host comes back: its lost job's task is removed before it takes jobs again.
+    slot = host_slot(first.instance_name, int(first.instance_name.rsplit("-", 1)[1]), FLEET)
+    backend.report_health(InstanceChange(name=first.instance_name, status=InstanceStatus.READY, slot=slot))
+    await harness.wait_until("the host to be cleaned", lambda: bool(backend.cleaned))
+    assert [(c.instance, c.job_ids) for c in backend.cleaned] == [
+        (first.instance_name, [first.job_submission_id])
+    ]
+    await harness.stop(handle)
+    result = await harness.result(handle)
+    assert (result.status, result.termination_reason) == (
+        RunStatus.TERMINATED,
+        RunTerminationReason.STOPPED_BY_USER,
+    )
+    described = await harness.describe_fleet(FLEET)
+    assert described.idle and {i.status for i in described.instances} == {InstanceStatus.READY}
+    await check_logs(harness, handle)
+
+
+async def test_a_host_that_fails_to_deploy_is_left_out_and_a_task_too_big_is_refused(
+    harness: Harness,
+) -> None:
+    harness.backend.hosts = {1: "cannot connect"}
+    await harness.start_fleet(FLEET, lab(hosts=2))
+    handle = await harness.start(configuration(nodes=2), fleet=FLEET)
+    result = await harness.result(handle)
+    assert (result.status, result.termination_reason) == (RunStatus.FAILED, RunTerminationReason.JOB_FAILED)
+    assert {log.reason for log in harness.backend.jobs.values()} == {"failed_to_start_due_to_no_capacity"}
+    described = await harness.describe_fleet(FLEET)
+    assert described.pending == {"lab-1": "cannot connect"} and described.idle
+    await check_logs(harness, handle)

@@ -1,0 +1,350 @@
+"""FleetWorkflow: one fleet's scheduler, an entity workflow (id ferry/<project>/fleet/<name>), DESIGN §4.
+
+It deploys the fleet's instances, then serves its jobs for as long as the fleet lives: node 0 of each
+replica enqueues the replica's placement request, the scheduler grants whole replicas by priority and
+signals each node's JobWorkflow where it goes (`placed`), that it waits (`queued`), or that it can never
+be placed (`placement_refused`); jobs give their capacity back (`release`) once their task is removed.
+A heartbeating activity watches the instances' health: a lost host's jobs are terminated with
+INSTANCE_UNREACHABLE, and a host that comes back is cleaned of their tasks and returns to service.
+
+Every decision is `core.fleets`'s, on the `FleetBook` this workflow keeps (and continues as new with);
+this workflow only runs the activities and sends the signals. Signals are applied in the order they
+arrived, after the step in progress, so capacity is never granted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, CancelledError, FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from core import activity_names as names
+    from core.fleet_messages import (
+        FLEET_CANCEL,
+        FLEET_ENQUEUE,
+        FLEET_INSTANCE_READY,
+        FLEET_INSTANCE_UNREACHABLE,
+        FLEET_RELEASE,
+        FLEET_SET_PRIORITY,
+        CancelRequest,
+        CleanInstance,
+        DeleteFleet,
+        DeployInstance,
+        FleetCommand,
+        FleetDescription,
+        FleetResult,
+        HealthReport,
+        InstanceChange,
+        InstanceView,
+        LocalInstance,
+        Notice,
+        NoticeKind,
+        RecordFleet,
+        ReleaseJob,
+        SetQueuedPriority,
+        StopFleet,
+        WatchFleet,
+    )
+    from core.fleets import FleetBook, FleetInput, apply, deployed, instance_name, schedule, undelivered
+    from core.messages import Enqueue, PlacementRefused, Queued, TerminateJob
+    from core.placement import InstanceSlot, InstanceStatus
+    from core.status import JobTerminationReason
+
+_QUICK_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=2)
+)
+_DEPLOY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
+_DEPLOY_TIMEOUT = timedelta(minutes=3)
+_HEARTBEAT = timedelta(seconds=10)
+# The health watch's heartbeats carry its cancellation (the SDK sends them at most every 0.8 x this):
+# a short one lets a watch that the fleet replaced or ended stop soon.
+_HEALTH_HEARTBEAT = timedelta(seconds=4)
+
+
+@workflow.defn
+class FleetWorkflow:
+    def __init__(self) -> None:
+        self._input: FleetInput | None = None
+        self._book: FleetBook | None = None
+        self._inbox: list[FleetCommand] = []
+        self._health: workflow.ActivityHandle[HealthReport] | None = None
+        self._health_view: tuple[list[str], list[str]] | None = None
+        self._recording: workflow.ActivityHandle[None] | None = None
+        self._recorded: tuple[str, list[InstanceView]] | None = None
+
+    # --- messages ---------------------------------------------------------------------------------------
+
+    @workflow.signal(name=FLEET_ENQUEUE)
+    def enqueue(self, command: Enqueue) -> None:
+        self._inbox.append(command)
+
+    @workflow.signal(name=FLEET_RELEASE)
+    def release(self, command: ReleaseJob) -> None:
+        self._inbox.append(command)
+
+    @workflow.signal(name=FLEET_CANCEL)
+    def cancel(self, command: CancelRequest) -> None:
+        self._inbox.append(command)
+
+    @workflow.signal(name=FLEET_SET_PRIORITY)
+    def set_priority(self, command: SetQueuedPriority) -> None:
+        self._inbox.append(command)
+
+    @workflow.signal(name=FLEET_INSTANCE_UNREACHABLE)
+    def instance_unreachable(self, change: InstanceChange) -> None:
+        self._inbox.append(change.model_copy(update={"status": InstanceStatus.UNREACHABLE, "slot": None}))
+
+    @workflow.signal(name=FLEET_INSTANCE_READY)
+    def instance_ready(self, change: InstanceChange) -> None:
+        self._inbox.append(change.model_copy(update={"status": InstanceStatus.READY}))
+
+    @workflow.update
+    async def delete(self) -> FleetDescription:
+        """No new placements; the instances go once their jobs have ended, then the workflow ends."""
+        self._inbox.append(DeleteFleet())
+        # Handlers may run before `run` on the first activation: the book may not be there yet.
+        await workflow.wait_condition(lambda: self._book is not None and self._book.deleting)
+        return self._require_book().describe()
+
+    @workflow.query
+    def describe(self) -> FleetDescription:
+        if self._book is None:  # the very first activation has not run yet
+            return FleetBook(name="", local=False).describe()
+        return self._book.describe()
+
+    # --- the loop ---------------------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, inp: FleetInput) -> FleetResult:
+        self._input = inp
+        if inp.carry is not None:
+            self._book = inp.carry
+        else:
+            self._book = FleetBook(name=inp.name, local=inp.local)
+            slots, failed = await self._deploy(inp)
+            self._book, notices = deployed(self._book, slots, failed)
+            await self._send(notices)
+        while True:
+            await self._process()
+            self._record()
+            if self._require_book().finished():
+                await self._finish()
+                return FleetResult()
+            if await self._continued_as_new():
+                continue
+            self._watch_health()
+            await workflow.wait_condition(
+                lambda: bool(self._inbox) or self._health_reported() or self._record_due()
+            )
+
+    async def _process(self) -> None:
+        """Apply what was heard, in order; grant what fits; tell the jobs."""
+        if self._health is not None and self._health.done():
+            handle, self._health, self._health_view = self._health, None, None
+            with contextlib.suppress(ActivityError, CancelledError):
+                self._inbox.extend(handle.result().changes)
+        notices: list[Notice] = []
+        while self._inbox:
+            command = self._inbox.pop(0)
+            if isinstance(command, InstanceChange) and command.status == InstanceStatus.READY:
+                await self._clean(command.name)
+            self._book, more = apply(self._require_book(), command)
+            notices += more
+        self._book, more = schedule(self._require_book())
+        await self._send(notices + more)
+
+    async def _send(self, notices: list[Notice]) -> None:
+        """Signal each job; a job that has ended gets nothing: what it was granted or waits for goes."""
+        while notices:
+            results = await asyncio.gather(*(self._signal(n) for n in notices), return_exceptions=True)
+            failed = [notice for notice, result in zip(notices, results, strict=True) if result is not None]
+            for notice in failed:
+                self._book = undelivered(self._require_book(), notice)
+            notices = []
+            if any(n.kind in (NoticeKind.PLACED, NoticeKind.QUEUED) for n in failed):
+                self._book, notices = schedule(self._require_book())
+
+    async def _signal(self, notice: Notice) -> None:
+        handle = workflow.get_external_workflow_handle(notice.workflow_id)
+        if notice.kind == NoticeKind.PLACED:
+            await handle.signal(notice.kind.value, notice.placement)
+        elif notice.kind == NoticeKind.REFUSED:
+            await handle.signal(notice.kind.value, PlacementRefused(reason=notice.message or "no capacity"))
+        elif notice.kind == NoticeKind.QUEUED:
+            await handle.signal(notice.kind.value, Queued(position=notice.position or 0))
+        else:
+            reason = JobTerminationReason.INSTANCE_UNREACHABLE
+            await handle.signal(notice.kind.value, TerminateJob(reason=reason, message=notice.message))
+
+    # --- activities -------------------------------------------------------------------------------------
+
+    async def _deploy(self, inp: FleetInput) -> tuple[list[InstanceSlot], dict[str, str]]:
+        """The first deployment: every host at once; a host that fails is tried again by the health watch."""
+        if inp.configuration is None:
+            slot = await workflow.execute_activity(
+                names.LOCAL_INSTANCE,
+                LocalInstance(fleet=inp.name),
+                result_type=InstanceSlot,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=_QUICK_RETRY,
+            )
+            return [slot], {}
+        hosts = len(inp.configuration.ssh_config.hosts) if inp.configuration.ssh_config else 0
+        results = await asyncio.gather(
+            *(
+                workflow.execute_activity(
+                    names.DEPLOY_INSTANCE,
+                    DeployInstance(
+                        project=inp.project, fleet=inp.name, index=index, configuration=inp.configuration
+                    ),
+                    result_type=InstanceSlot,
+                    start_to_close_timeout=_DEPLOY_TIMEOUT,
+                    heartbeat_timeout=_HEARTBEAT,
+                    retry_policy=_DEPLOY_RETRY,
+                )
+                for index in range(hosts)
+            ),
+            return_exceptions=True,
+        )
+        slots = [r for r in results if isinstance(r, InstanceSlot)]
+        failed = {
+            instance_name(inp.name, index): _why(r)
+            for index, r in enumerate(results)
+            if isinstance(r, BaseException)
+        }
+        return slots, failed
+
+    async def _clean(self, name: str) -> None:
+        """Before a lost host takes jobs again: the tasks of the jobs that failed with it removed."""
+        jobs = self._require_book().lost.get(name, [])
+        if not jobs:
+            return
+        with contextlib.suppress(ActivityError):
+            await workflow.execute_activity(
+                names.CLEAN_INSTANCE,
+                CleanInstance(instance=name, job_ids=jobs),
+                start_to_close_timeout=timedelta(minutes=1),
+                heartbeat_timeout=_HEARTBEAT,
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )
+
+    def _watch_health(self) -> None:
+        """The health watch of the SSH instances, started again whenever the instances' statuses change."""
+        view = self._health_watched()
+        if self._health is not None and view == self._health_view:
+            return
+        if self._health is not None:
+            _drop(self._health)
+            self._health = self._health_view = None
+        if view is None:
+            return
+        inp = self._require_input()
+        assert inp.configuration is not None
+        self._health_view = view
+        self._health = workflow.start_activity(
+            names.WATCH_FLEET_HEALTH,
+            WatchFleet(
+                project=inp.project,
+                fleet=inp.name,
+                configuration=inp.configuration,
+                ready=view[0],
+                unreachable=view[1],
+            ),
+            result_type=HealthReport,
+            start_to_close_timeout=timedelta(days=365),
+            heartbeat_timeout=_HEALTH_HEARTBEAT,
+            retry_policy=_QUICK_RETRY,
+        )
+
+    def _health_watched(self) -> tuple[list[str], list[str]] | None:
+        """(ready, unreachable or never deployed) SSH instances; None when there is nothing to watch."""
+        book = self._require_book()
+        if self._require_input().configuration is None or book.deleting:
+            return None
+        instances = book.scheduler.instances.values()
+        ready = sorted(i.name for i in instances if i.status == InstanceStatus.READY)
+        lost = sorted([*(i.name for i in instances if i.status == InstanceStatus.UNREACHABLE), *book.pending])
+        return (ready, lost) if ready or lost else None
+
+    def _health_reported(self) -> bool:
+        return self._health is not None and self._health.done()
+
+    def _record(self) -> None:
+        """The instances as `ferry fleet list` shows them, written when they change (one write at a time)."""
+        if self._recording is not None and not self._recording.done():
+            return
+        inp, current = self._require_input(), self._views()
+        if current == self._recorded:
+            return
+        self._recorded = current
+        status, views = current
+        self._recording = workflow.start_activity(
+            names.RECORD_FLEET,
+            RecordFleet(project=inp.project, fleet=inp.name, status=status, instances=views),
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=_QUICK_RETRY,
+        )
+
+    def _record_due(self) -> bool:
+        return (self._recording is None or self._recording.done()) and self._views() != self._recorded
+
+    def _views(self) -> tuple[str, list[InstanceView]]:
+        book = self._require_book()
+        return ("deleting" if book.deleting else "active"), book.views()
+
+    async def _settle(self) -> None:
+        """The health watch stopped and the last record written, before the workflow ends or goes on anew."""
+        if self._health is not None:
+            self._health.cancel()
+            with contextlib.suppress(ActivityError, CancelledError):
+                await self._health
+            self._health = self._health_view = None
+        if self._recording is not None:
+            with contextlib.suppress(ActivityError):
+                await self._recording
+
+    async def _finish(self) -> None:
+        await self._settle()
+        inp = self._require_input()
+        await workflow.execute_activity(
+            names.STOP_FLEET,
+            StopFleet(project=inp.project, fleet=inp.name, configuration=inp.configuration),
+            start_to_close_timeout=timedelta(minutes=2),
+            heartbeat_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_attempts=3),
+        )
+
+    async def _continued_as_new(self) -> bool:
+        """Continue as new with the whole book when the history grows long; False if news came first."""
+        if not workflow.info().is_continue_as_new_suggested() or self._inbox:
+            return False
+        await self._settle()
+        if self._inbox or not workflow.all_handlers_finished():
+            return False
+        inp = self._require_input()
+        workflow.continue_as_new(inp.model_copy(update={"carry": self._require_book()}))
+
+    def _require_book(self) -> FleetBook:
+        assert self._book is not None
+        return self._book
+
+    def _require_input(self) -> FleetInput:
+        assert self._input is not None
+        return self._input
+
+
+def _drop(handle: workflow.ActivityHandle[HealthReport]) -> None:
+    """Cancel an activity whose result no longer matters (its cancellation is its outcome)."""
+    handle.cancel()
+    handle.add_done_callback(lambda done: None if done.cancelled() else done.exception())
+
+
+def _why(error: BaseException) -> str:
+    cause = error.cause if isinstance(error, ActivityError) else None
+    text = cause.message if isinstance(cause, FailureError) else str(error)
+    return " ".join(text.split())[:300]
