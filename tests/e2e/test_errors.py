@@ -48,7 +48,6 @@ def check_one_line(result: object, code: int, *, expected: str) -> None:
         (["logs", "x", "--since", "yesterday"], 2, "ferry logs: --since: expected a duration"),
         (["apply", "-y", "-f", "examples/hello.yml", "-n", "Bad_Name"], 2, "ferry apply: -n: invalid name"),
         (["apply", "-y", "-f", "examples/hello.yml", "-e", "1X=2"], 2, "ferry apply: -e '1X=2'"),
-        (["apply", "-y", "-f", "examples/fleet-ssh.yml"], 1, "a fleet configuration"),
         (["no-such-command"], 2, "ferry: no such command 'no-such-command'"),
         (["server", "restart"], 2, "ferry server: no such command 'restart'"),
     ],
