@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import sqlalchemy as sa
+from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
 from bench.common import Clock, Report, cpu_seconds, files_mb, processes_mentioning, rss_mb
 from cli.api import FerryAPI
@@ -316,11 +317,20 @@ class FerrySide:
         clock = Clock()
         api = self.api(project)
 
-        async def abort(name: str) -> None:
-            async with gate:
-                await api.stop(name, abort=True)
+        async def abort(name: str) -> bool:
+            """`ferry stop -x`; True once the run took it (an update may time out while the stack is
+            saturated: it is tried again, up to three times)."""
+            for _ in range(3):
+                async with gate:
+                    try:
+                        await api.stop(name, abort=True)
+                        return True
+                    except WorkflowUpdateRPCTimeoutOrCancelledError:
+                        continue
+            return False
 
-        await asyncio.gather(*(abort(n) for n in names))
+        taken = await asyncio.gather(*(abort(n) for n in names))
+        r.put("scale_abort_requests_failed", taken.count(False))
         r.put("scale_abort_requests_s", clock.elapsed())
         stopped = await self._until(lambda: self._count_runs(project, finished=False) == 0, timeout)
         r.put("scale_abort_all_finished_s", clock.elapsed() if stopped else float("nan"))

@@ -55,6 +55,8 @@ def job_message(
 def job_record_message(job: JobSubmissionRecord, run: RunRecord, now: float | None = None) -> str:
     now = time.time() if now is None else now
     status = JobStatus(job.status)
+    if status == JobStatus.SUBMITTED and job.status_message and run.status != RunStatus.PENDING:
+        return job.status_message  # "waiting for capacity": queued in its fleet
     since = job.provisioned_at if job.provisioned_at is not None else job.submitted_at
     return job_message(
         status,

@@ -108,3 +108,10 @@ def test_ago() -> None:
     assert [render.ago(t, now=100_000.0) for t in (99_999.0, 99_000.0, 90_000.0, 0.0, None)] == [
         "1s ago", "16m ago", "2h ago", "1d ago", "",
     ]  # fmt: skip
+
+
+def test_a_job_queued_in_its_fleet_is_waiting_for_capacity() -> None:
+    queued = job_record(0, "submitted", None, status_message="waiting for capacity")
+    assert render.job_record_message(queued, run_record("submitted")) == "waiting for capacity"
+    # A pending run's message says why it waits: it is retrying, not queued.
+    assert render.job_record_message(queued, run_record("pending")) != "waiting for capacity"

@@ -7,7 +7,10 @@ key-only root login with an ed25519 key made for the run, TCP forwarding and int
 and interfaces are named after the test process (`ft<pid>-...`), so parallel runs do not meet, and `up()`
 first removes what a crashed earlier run left behind. `down()` removes everything it made.
 
-The hosts share this machine's filesystem and users: give each its own remote directory.
+The hosts share this machine's filesystem and users: give each its own remote directory. Each host's
+sessions get a home of their own (`SetEnv HOME`), so root's dotfiles here stay out of them: a shell
+startup that takes a lock (pyenv's rehash) and is killed with its host would otherwise hold up every
+later SSH session on this machine.
 """
 
 from __future__ import annotations
@@ -171,6 +174,7 @@ class HostNetwork:
     def _start_sshd(self, host: Host) -> None:
         home = self.workdir / host.hostname
         home.mkdir(exist_ok=True)
+        (home / "home").mkdir(exist_ok=True)
         _keygen(home / "hostkey")
         config = home / "sshd_config"
         config.write_text(
@@ -179,6 +183,7 @@ class HostNetwork:
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
             "UsePAM no\nStrictModes no\nAllowTcpForwarding yes\nUseDNS no\nPrintMotd no\n"
             "Subsystem sftp internal-sftp\nMaxStartups 50\nMaxSessions 50\n"
+            f"SetEnv HOME={home / 'home'}\n"
         )
         script = f"hostname {host.hostname} && exec {SSHD} -D -e -f {config}"
         command = ["ip", "netns", "exec", host.namespace, "unshare", "--uts", "sh", "-c", script]
