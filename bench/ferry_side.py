@@ -31,7 +31,7 @@ from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
 from bench.common import Clock, Report, cpu_seconds, files_mb, processes_mentioning, rss_mb
 from cli.api import FerryAPI
-from core.config import RunConfiguration, parse_configuration
+from core.config import RunConfiguration, TaskConfiguration, parse_configuration
 from core.jobspec import job_resources
 from core.status import JobStatus, RunStatus
 from store import JobSubmissionRecord, LogChunkRecord, RunRecord, Store, open_store
@@ -249,7 +249,7 @@ class FerrySide:
         jobs = JobSubmissionRecord.__table__.c  # type: ignore[attr-defined]
         statement = (
             sa.select(sa.func.count())
-            .select_from(JobSubmissionRecord.__table__.join(RunRecord.__table__, runs.id == jobs.run_id))
+            .select_from(_table(JobSubmissionRecord).join(_table(RunRecord), runs.id == jobs.run_id))
             .where(runs.project == project, jobs.status.in_(statuses))
         )
         with self.store.engine.connect() as connection:
@@ -441,7 +441,14 @@ class FerrySide:
 
 
 def configuration(commands: list[str], resources: dict[str, str]) -> RunConfiguration:
-    return parse_configuration({"type": "task", "commands": commands, "resources": resources})
+    conf = parse_configuration({"type": "task", "commands": commands, "resources": resources})
+    assert isinstance(conf, TaskConfiguration)
+    return conf
+
+
+def _table(model: type[Any]) -> sa.Table:
+    table: sa.Table = model.__table__
+    return table
 
 
 class Follower:

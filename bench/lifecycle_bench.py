@@ -21,7 +21,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from cli.api import FerryAPI  # noqa: E402
-from core.config import parse_configuration  # noqa: E402
+from core.config import TaskConfiguration, parse_configuration  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from store import open_store  # noqa: E402
 from worker.devserver import dev_server_command, wait_for_port  # noqa: E402
@@ -55,7 +55,9 @@ async def measure(runs: int, home: Path, address: str) -> tuple[list[float], lis
     async with build_worker(client, instances, store, task_queue=queue):
         for n in range(runs + 1):  # the first run warms caches and connections; it is not counted
             started = time.time()
-            record = await api.submit(parse_configuration(TRIVIAL), repo_dir=repo, run_name=f"bench-{n}")
+            conf = parse_configuration(TRIVIAL)
+            assert isinstance(conf, TaskConfiguration)
+            record = await api.submit(conf, repo_dir=repo, run_name=f"bench-{n}")
             final = await api.wait(record.run_name)
             assert final.status == "done", final.status
             [job] = store.list_job_submissions(final.id)

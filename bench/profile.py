@@ -66,8 +66,9 @@ _FRAME = re.compile(r"^(?P<func>[^ ]+) \((?P<file>[^:]+)(?::\d+)?\)$")
 # Leaf frames of a thread that waits: an event loop's select, an idle pool thread, a lock or a wake-up.
 _IDLE = ("EpollSelector.select", "_worker (thread.py)", "Condition.wait", "_write_to_self", "_read_from_self")
 # Frames every busy sample of a thread sits under (the event loop's, a pool thread's, the entry point's).
-_SCAFFOLD_FILES = ("(base_events.py)", "(events.py)", "(runners.py)", "(<frozen runpy>)", "(threading.py)")
-_SCAFFOLD_FILES += ("(thread.py)", "(_compat.py)", "(server.py)", "(stack_worker.py)", "(main.py)")
+_SCAFFOLD_FILES: tuple[str, ...] = ("(base_events.py)", "(events.py)", "(runners.py)", "(<frozen runpy>)")
+_SCAFFOLD_FILES += ("(threading.py)", "(thread.py)", "(_compat.py)", "(server.py)", "(stack_worker.py)")
+_SCAFFOLD_FILES += ("(main.py)",)
 
 
 def _short(frame: str) -> str:
