@@ -32,14 +32,16 @@ from core.messages import (
 from core.status import JobTerminationReason
 from store import Store
 
-# The watch polls fast while a job is young or printing, and backs off while it is quiet.
+# The watch long-polls: the agent answers as soon as there is news, or after this many seconds (at most
+# half the silence that makes an instance unreachable). A quiet job then costs a request per wait.
+_PULL_WAIT = 5.0
 _POLL_MIN = 0.02
-_POLL_MAX = 0.5
+_RETRY_UNREACHABLE = 0.5
 _PULL_LIMIT = 4 * 1024 * 1024
 HTTP_CONFLICT = 409
 HTTP_NOT_FOUND = 404
-# The job workflow gives its steps a heartbeat timeout of 10 s: a lost worker is noticed, and a stop
-# that cancels a step is heard, within that.
+# The job workflow gives its steps a heartbeat timeout of 10 s (the watch 20 s): a lost worker is
+# noticed, and a stop that cancels a step is heard, within that.
 _HEARTBEAT_EVERY = 1.0
 
 
@@ -126,11 +128,16 @@ class JobActivities:
         last_answer = time.monotonic()
         last_state: JobStateEvent | None = None
         states_offset = 0
-        interval = _POLL_MIN
+        wait = min(_PULL_WAIT, request.unreachable_after / 2)
+        more = True  # the first pull answers at once
         while True:
             try:
                 pulled: PullResponse = await client.pull(
-                    job_id, offset=offset, limit=_PULL_LIMIT, states_offset=states_offset
+                    job_id,
+                    offset=offset,
+                    limit=_PULL_LIMIT,
+                    states_offset=states_offset,
+                    wait=0.0 if more else wait,
                 )
             except AgentUnreachable as err:
                 silent = time.monotonic() - last_answer
@@ -140,7 +147,7 @@ class JobActivities:
                         termination_message=f"{request.instance_name} silent for {silent:.0f}s: {err}",
                     )
                 activity.heartbeat(offset)
-                await asyncio.sleep(min(interval, 0.5))
+                await asyncio.sleep(_RETRY_UNREACHABLE)
                 continue
             except AgentError as err:
                 if err.status_code == HTTP_NOT_FOUND:
@@ -158,13 +165,10 @@ class JobActivities:
                 offset = await asyncio.to_thread(
                     self._store.append_log, job_id, pulled.offset, data, time.time()
                 )
-                interval = _POLL_MIN
             activity.heartbeat(offset)
             if pulled.finished and not pulled.has_more:
                 return await self._outcome(request, last_state)
-            if not pulled.has_more:
-                await asyncio.sleep(interval)
-                interval = min(interval * 1.5, _POLL_MAX)
+            more = pulled.has_more
 
     async def _outcome(self, request: WatchJob, last_state: JobStateEvent | None) -> JobOutcome:
         if last_state is None or last_state.termination_reason is None:

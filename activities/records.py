@@ -1,4 +1,4 @@
-"""Store writes for the workflows: each transition's new events and status, flushed as it happens.
+"""Store writes for the workflows: a run's new events and status, and its jobs', flushed as they happen.
 
 Run as regular activities, not local ones: a local activity runs inside a workflow task, and when the
 server rejects that task (a signal or a child's end arriving as the run completes, or a worker dying
@@ -30,41 +30,37 @@ class RecordActivities:
 
     @activity.defn(name=names.RECORD_RUN)
     async def record_run(self, record: RecordRun) -> None:
+        """The run's new events and status, and its jobs' news, in one transaction."""
         await asyncio.to_thread(self._record_run, record)
 
     def _record_run(self, record: RecordRun) -> None:
-        self._store.append_events(record.run_id, None, record.start_seq, _rows(record.events))
-        self._store.update_run(
+        self._store.record_changes(
             record.run_id,
-            status=record.status.value,
-            termination_reason=record.termination_reason.value if record.termination_reason else None,
-            status_message=record.status_message,
-            finished_at=record.finished_at,
+            {
+                "status": record.status.value,
+                "termination_reason": record.termination_reason.value if record.termination_reason else None,
+                "status_message": record.status_message,
+                "finished_at": record.finished_at,
+            },
+            (record.start_seq, _rows(record.events)),
+            [(job_submission_record(job), job.start_seq, _rows(job.events)) for job in record.jobs],
         )
 
-    @activity.defn(name=names.RECORD_JOB)
-    async def record_job(self, record: RecordJob) -> None:
-        await asyncio.to_thread(self._record_job, record)
 
-    def _record_job(self, record: RecordJob) -> None:
-        self._store.append_events(
-            record.run_id, record.job_submission_id, record.start_seq, _rows(record.events)
-        )
-        self._store.put_job_submission(
-            JobSubmissionRecord(
-                id=record.job_submission_id,
-                run_id=record.run_id,
-                replica_num=record.replica_num,
-                job_num=record.job_num,
-                submission_num=record.submission_num,
-                status=record.status.value,
-                termination_reason=record.termination_reason.value if record.termination_reason else None,
-                termination_message=record.termination_message,
-                exit_status=record.exit_status,
-                instance_name=record.instance_name,
-                submitted_at=record.submitted_at,
-                provisioned_at=record.provisioned_at,
-                finished_at=record.finished_at,
-                status_message=record.status_message,
-            )
-        )
+def job_submission_record(record: RecordJob) -> JobSubmissionRecord:
+    return JobSubmissionRecord(
+        id=record.job_submission_id,
+        run_id=record.run_id,
+        replica_num=record.replica_num,
+        job_num=record.job_num,
+        submission_num=record.submission_num,
+        status=record.status.value,
+        termination_reason=record.termination_reason.value if record.termination_reason else None,
+        termination_message=record.termination_message,
+        exit_status=record.exit_status,
+        instance_name=record.instance_name,
+        submitted_at=record.submitted_at,
+        provisioned_at=record.provisioned_at,
+        finished_at=record.finished_at,
+        status_message=record.status_message,
+    )

@@ -4,7 +4,6 @@ Workflow tests register doubles under the same names.
 """
 
 RECORD_RUN = "record_run"
-RECORD_JOB = "record_job"
 PREPARE_TASK = "prepare_task"
 START_JOB = "start_job"
 WATCH_JOB = "watch_job"

@@ -56,6 +56,7 @@ class RunCarry(_Message):
     next_seq: int  # the run eventlog's next sequence number (earlier events are in the store)
     stop: StopRequest | None = None
     retry_at: float | None = None
+    unheard: list[str] = []  # JobWorkflow ids started whose last word the run has not heard yet
 
 
 class RunInput(_Message):
@@ -134,17 +135,52 @@ class TerminateJob(_Message):
     message: str | None = None
 
 
-class JobUpdate(_Message):
-    """A job submission's news for its run, sent as a signal at each status change."""
+class RecordJob(_Message):
+    """A job submission's new events (from `start_seq`) and current status, for the store (via its run)."""
 
+    job_submission_id: str
+    run_id: str
     replica_num: int
     job_num: int
     submission_num: int
     status: JobStatus
     termination_reason: JobTerminationReason | None = None
+    termination_message: str | None = None
     exit_status: int | None = None
-    instance: str | None = None
+    instance_name: str | None = None
+    submitted_at: float
+    provisioned_at: float | None = None
+    finished_at: float | None = None
+    start_seq: int
+    events: list[Event]
+    status_message: str | None = None  # e.g. "waiting for capacity" while queued in its fleet
+
+
+class JobUpdate(_Message):
+    """A job submission's news for its run, sent as a signal at each status change: its status, and what
+    the run stores for it (its eventlog is therefore part of the run's history)."""
+
+    replica_num: int
+    job_num: int
+    submission_num: int
     timestamp: float
+    record: RecordJob
+
+    @property
+    def status(self) -> JobStatus:
+        return self.record.status
+
+    @property
+    def termination_reason(self) -> JobTerminationReason | None:
+        return self.record.termination_reason
+
+    @property
+    def exit_status(self) -> int | None:
+        return self.record.exit_status
+
+    @property
+    def instance(self) -> str | None:
+        return self.record.instance_name
 
 
 class JobDescription(_Message):
@@ -165,27 +201,7 @@ class RecordRun(_Message):
     start_seq: int
     events: list[Event]
     finished_at: float | None = None
-
-
-class RecordJob(_Message):
-    """Flush a job submission's new events and current status to the store."""
-
-    job_submission_id: str
-    run_id: str
-    replica_num: int
-    job_num: int
-    submission_num: int
-    status: JobStatus
-    termination_reason: JobTerminationReason | None = None
-    termination_message: str | None = None
-    exit_status: int | None = None
-    instance_name: str | None = None
-    submitted_at: float
-    provisioned_at: float | None = None
-    finished_at: float | None = None
-    start_seq: int
-    events: list[Event]
-    status_message: str | None = None  # e.g. "waiting for capacity" while queued in its fleet
+    jobs: list[RecordJob] = []  # the jobs' news heard since the last flush, stored in the same transaction
 
 
 class Placement(_Message):

@@ -151,15 +151,12 @@ def job_record(inp: JobInput, state: JobState, start_seq: int, events: list[Even
     )
 
 
-def job_update(inp: JobInput, state: JobState, now: float) -> JobUpdate:
-    """A job submission's news for its run."""
+def job_update(inp: JobInput, state: JobState, now: float, start_seq: int, events: list[Event]) -> JobUpdate:
+    """A job submission's news for its run: its status, and its new events (from `start_seq`) to store."""
     return JobUpdate(
         replica_num=inp.replica_num,
         job_num=inp.job_num,
         submission_num=inp.submission_num,
-        status=state.status,
-        termination_reason=state.termination_reason,
-        exit_status=state.exit_status,
-        instance=state.instance,
         timestamp=now,
+        record=job_record(inp, state, start_seq, events),
     )

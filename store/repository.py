@@ -112,11 +112,7 @@ class Store(FleetRecords):
     def put_job_submission(self, record: JobSubmissionRecord) -> None:
         """Inserts the submission, or replaces the stored one's fields; log_size stays the store's own."""
         with self._writer.begin() as connection:
-            _lock_log(connection, record.id)
-            row = _row(_JOBS, record)
-            # A record written after some of its log (or a stale copy of one) must not reset log_size.
-            row["log_size"] = _stored_log_size(connection, record.id)
-            _upsert(connection, _JOBS, row, keep=("log_size",))
+            _put_job(connection, record)
 
     def update_job_submission(self, job_submission_id: str, **fields: Any) -> None:
         """Sets these fields of a stored submission (log_size excepted); RecordNotFoundError if none."""
@@ -150,28 +146,39 @@ class Store(FleetRecords):
         run_id: str,
         job_submission_id: str | None,
         start_seq: int,
-        events: Sequence[tuple[float, str, Mapping[str, Any]]],
+        events: Sequence[EventRow],
     ) -> None:
         """Stores (timestamp, name, context) events as seq start_seq, start_seq+1, ... of the eventlog.
 
         job_submission_id None names the run's own eventlog. An event whose seq is stored already
         is skipped (the first write wins), so a retried call may resend any of them.
         """
-        rows = [
-            {
-                "run_id": run_id,
-                "job_submission_id": job_submission_id or RUN_EVENTLOG,
-                "seq": start_seq + index,
-                "timestamp": timestamp,
-                "name": name,
-                "context": json.dumps(dict(context), separators=(",", ":")),
-            }
-            for index, (timestamp, name, context) in enumerate(events)
-        ]
+        rows = _event_rows(run_id, job_submission_id, start_seq, events)
         if not rows:
             return
         with self._writer.begin() as connection:
             _insert_ignore(connection, _EVENTS, rows, _EVENT_KEY)
+
+    def record_changes(
+        self,
+        run_id: str,
+        run_fields: dict[str, Any],
+        run_events: tuple[int, Sequence[EventRow]],
+        jobs: Sequence[tuple[JobSubmissionRecord, int, Sequence[EventRow]]] = (),
+    ) -> None:
+        """A run's news in one transaction: its new events from seq run_events[0] and these fields, and
+        each job submission's record and new events (the same submission may come more than once: the
+        last copy wins). Idempotent, as append_events and put_job_submission are."""
+        rows = _event_rows(run_id, None, *run_events)
+        for record, start_seq, events in jobs:
+            rows += _event_rows(run_id, record.id, start_seq, events)
+        run_fields.setdefault("updated_at", time.time())
+        with self._writer.begin() as connection:
+            if rows:
+                _insert_ignore(connection, _EVENTS, rows, _EVENT_KEY)
+            for record, _, _ in jobs:
+                _put_job(connection, record)
+            _update_row(connection, _RUNS, run_id, run_fields)
 
     def read_events(
         self, run_id: str, job_submission_id: str | None, after_seq: int = -1
@@ -305,9 +312,40 @@ class Store(FleetRecords):
         if not fields:
             return
         with self._writer.begin() as connection:
-            result = connection.execute(update(table).where(table.c.id == record_id).values(**fields))
-            if result.rowcount == 0:
-                raise RecordNotFoundError(f"no {table.name} record {record_id!r}")
+            _update_row(connection, table, record_id, fields)
+
+
+EventRow = tuple[float, str, Mapping[str, Any]]  # (timestamp, name, context)
+
+
+def _event_rows(
+    run_id: str, job_submission_id: str | None, start_seq: int, events: Sequence[EventRow]
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "run_id": run_id,
+            "job_submission_id": job_submission_id or RUN_EVENTLOG,
+            "seq": start_seq + index,
+            "timestamp": timestamp,
+            "name": name,
+            "context": json.dumps(dict(context), separators=(",", ":")),
+        }
+        for index, (timestamp, name, context) in enumerate(events)
+    ]
+
+
+def _update_row(connection: Connection, table: Table, record_id: str, fields: dict[str, Any]) -> None:
+    result = connection.execute(update(table).where(table.c.id == record_id).values(**fields))
+    if result.rowcount == 0:
+        raise RecordNotFoundError(f"no {table.name} record {record_id!r}")
+
+
+def _put_job(connection: Connection, record: JobSubmissionRecord) -> None:
+    _lock_log(connection, record.id)
+    row = _row(_JOBS, record)
+    # A record written after some of its log (or a stale copy of one) must not reset log_size.
+    row["log_size"] = _stored_log_size(connection, record.id)
+    _upsert(connection, _JOBS, row, keep=("log_size",))
 
 
 def _row(table: Table, record: SQLModel) -> dict[str, Any]:

@@ -39,7 +39,6 @@ def activities_for(instances: InstanceDirectory, store: Store) -> list[Callable[
     instances.set_resolver(InstanceResolver(instances, store))
     return [
         records.record_run,
-        records.record_job,
         jobs.prepare_task,
         jobs.start_job,
         jobs.watch_job,
@@ -77,6 +76,7 @@ def local_instances(settings: Settings, ssh: DeployOptions | None = None) -> Ins
 # its first store write (`python -m bench.run --scale 1000`). Watches mostly wait on their agent, so a slot
 # costs little; the CPU, not this number, bounds the work in flight.
 MAX_CONCURRENT_ACTIVITIES = 20_000
+MAX_CACHED_WORKFLOWS = 10_000
 
 
 def build_worker(
@@ -89,6 +89,9 @@ def build_worker(
         activities=activities_for(instances, store),
         max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
         max_concurrent_workflow_tasks=100,
+        # Every run is at least two workflows (the run and a job) besides the fleets': a cache smaller than
+        # what is active evicts them, and each eviction costs a replay of the whole history at the next task.
+        max_cached_workflows=MAX_CACHED_WORKFLOWS,
         graceful_shutdown_timeout=timedelta(seconds=5),
     )
 

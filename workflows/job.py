@@ -6,8 +6,8 @@ Node 0 enqueues its replica in the fleet (workflows/fleet.py); each node waits f
 `placement_refused` (FAILED_TO_START_DUE_TO_NO_CAPACITY), logging once that it is `queued`. Its capacity
 goes back with `release` after its task is removed; sent by a job stopped while it waits, `release`
 withdraws the replica. A lost instance (INSTANCE_UNREACHABLE from the fleet) ends the job at once.
-Every change is an event folded with `core.eventlog.apply_job_event`, flushed to the store and sent to
-the run; the status is never set any other way, so replaying the stored log gives this state.
+Every change is an event folded with `core.eventlog.apply_job_event` and sent to the run, which stores it;
+the status is never set any other way, so replaying the stored log gives this state.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ with workflow.unsafe.imports_passed_through():
     from core.status import JobTerminationReason
     from core.transitions import (
         fatal,
-        job_record,
         job_update,
         last_note,
         outcome_events,
@@ -61,8 +60,10 @@ with workflow.unsafe.imports_passed_through():
 _QUICK_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=2)
 )
-_RECORD_TIMEOUT = timedelta(seconds=10)
 _STEP_HEARTBEAT = timedelta(seconds=10)
+# The watch long-polls its agent up to 5 s per request; the SDK sends heartbeats at most every 0.8 x this,
+# so a longer timeout means fewer of them for every running job, at the cost of noticing a dead worker later.
+_WATCH_HEARTBEAT = timedelta(seconds=20)
 # Past this the agent is presumed gone even if it answered before: the grace period has long ended.
 _STOP_MARGIN = timedelta(seconds=30)
 RUN_SIGNAL = "job_update"
@@ -89,6 +90,7 @@ class JobWorkflow:
         self._waiting = False  # "waiting for capacity" is logged
         self._withdrawn = False  # stopped while waiting: the fleet must not place it (nor its replica)
         self._lost = False  # the fleet lost the instance: no stop to send, no task to remove
+        self._sending: asyncio.Future[None] | None = None  # the news signal in flight (see _publish)
 
     @workflow.signal
     def terminate(self, request: TerminateJob) -> None:
@@ -132,12 +134,12 @@ class JobWorkflow:
             submission=inp.submission_num,
             priority=inp.priority,
         )
-        await self._publish()
+        self._publish()
         try:
             await self._provision_and_run(inp)
         except _Terminated:
             self._log_stop()
-            await self._publish()
+            self._publish()
         return await self._clean_up(inp)
 
     async def _provision_and_run(self, inp: JobInput) -> None:
@@ -146,7 +148,7 @@ class JobWorkflow:
             return
         self._instance = placement.instance_name
         self._log("alloc", instance=placement.instance_name)
-        await self._publish()
+        self._publish()
         try:
             await self._step(
                 names.PREPARE_TASK,
@@ -160,7 +162,7 @@ class JobWorkflow:
                 timeout=timedelta(minutes=10),
             )
             self._log("pull")
-            await self._publish()
+            self._publish()
             spec = inp.spec.model_copy(update={"cluster_info": placement.cluster})
             await self._step(
                 names.START_JOB,
@@ -176,12 +178,12 @@ class JobWorkflow:
             self._fail_from(err, JobTerminationReason.EXECUTOR_ERROR)
             return
         self._log("start")
-        await self._publish()
+        self._publish()
         outcome = await self._watch(placement.instance_name)
         assert self._state is not None
         for event in outcome_events(self._state, outcome):
             self._log(*event)
-        await self._publish()
+        self._publish()
 
     async def _place(self, inp: JobInput) -> Placement | None:
         """Wait for the fleet's decision (node 0 asks for the whole replica); None when it is refused."""
@@ -212,7 +214,7 @@ class JobWorkflow:
                 return None
             self._waiting = True
             self._log("memo", waiting="capacity")
-            await self._publish()
+            self._publish()
 
     async def _watch(self, instance: str) -> JobOutcome:
         watch = workflow.start_activity(
@@ -220,7 +222,7 @@ class JobWorkflow:
             WatchJob(job_submission_id=self._id, instance_name=instance),
             result_type=JobOutcome,
             start_to_close_timeout=timedelta(days=365),
-            heartbeat_timeout=timedelta(seconds=10),
+            heartbeat_timeout=_WATCH_HEARTBEAT,
             retry_policy=_QUICK_RETRY,
         )
         stop_requested = asyncio.ensure_future(workflow.wait_condition(lambda: self._terminate is not None))
@@ -231,7 +233,7 @@ class JobWorkflow:
         # Stopping a running job: log why, ask the agent, then keep watching until the process has ended
         # (the agent sends SIGKILL once the grace period is over) so the last log bytes are kept too.
         request = self._log_stop()
-        await self._publish()
+        self._publish()
         if self._lost:
             return self._gone(watch)
         await self._stop_task(instance, request)
@@ -353,7 +355,8 @@ class JobWorkflow:
         assert state is not None and state.termination_reason is not None
         reason = state.termination_reason
         self._log("clean", status=reason.to_status(), reason=reason)
-        await self._publish()
+        self._publish()
+        await self._published()
         return JobOutcome(
             termination_reason=reason, termination_message=last_note(state), exit_status=state.exit_status
         )
@@ -387,23 +390,32 @@ class JobWorkflow:
         self._state = apply_job_event(self._state, event)
         self._events.append(event)
 
-    async def _publish(self) -> None:
-        """Flush new events to the store and tell the run the job's status (each transition)."""
-        inp, state = self._input, self._state
-        assert inp is not None and state is not None
-        # A regular activity, not a local one: it runs only for a workflow task the server accepted, so
-        # the store never keeps events that a failed (and redone) workflow task logged differently.
-        await workflow.execute_activity(
-            names.RECORD_JOB,
-            job_record(inp, state, self._flushed, self._events[self._flushed :]),
-            start_to_close_timeout=_RECORD_TIMEOUT,
-            retry_policy=_QUICK_RETRY,
-        )
-        self._flushed = len(self._events)
-        update = job_update(inp, state, workflow.now().timestamp())
-        # A run that has already finished (this was a stopped sibling's last word) needs no news.
-        with contextlib.suppress(FailureError):
-            await workflow.get_external_workflow_handle(inp.run_workflow_id).signal(RUN_SIGNAL, update)
+    def _publish(self) -> None:
+        """Send the run the job's news: its status and the new events, which the run stores.
+
+        The job goes on meanwhile (the signal leaves in the same workflow task as its next step). One
+        signal is in flight at a time, so the run hears them in order; what is logged meanwhile goes
+        with the next one."""
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.ensure_future(self._send_news())
+
+    async def _send_news(self) -> None:
+        inp = self._input
+        assert inp is not None
+        run = workflow.get_external_workflow_handle(inp.run_workflow_id)
+        while self._flushed < len(self._events):
+            state = self._state
+            assert state is not None
+            start, self._flushed = self._flushed, len(self._events)
+            update = job_update(inp, state, workflow.now().timestamp(), start, self._events[start:])
+            # The run waits for every job's last word, so it is there; unless it was terminated.
+            with contextlib.suppress(FailureError):
+                await run.signal(RUN_SIGNAL, update)
+
+    async def _published(self) -> None:
+        """Every event logged has reached the run."""
+        while self._sending is not None and not self._sending.done():
+            await self._sending
 
 
 def _abandon(handle: workflow.ActivityHandle[Any]) -> None:

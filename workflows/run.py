@@ -7,6 +7,7 @@ durable timer, or terminate every job and assign the finished status. It is the 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import timedelta
 from typing import Any
@@ -22,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from core.jobspec import nodes_count, replica_count
     from core.messages import (
         JobUpdate,
+        RecordJob,
         RecordRun,
         RunCarry,
         RunDescription,
@@ -85,6 +87,8 @@ class RunWorkflow:
         self._terminated: set[tuple[int, int, int, bool]] = set()  # (replica, job, submission, abort) told
         self._stop_news = False
         self._priorities: list[int] = []  # `ferry set-priority`, not yet logged
+        self._job_news: list[RecordJob] = []  # heard from the jobs, to store with the next flush
+        self._unheard: set[str] = set()  # jobs started whose last word has not come yet
 
     # --- messages ---------------------------------------------------------------------------------
 
@@ -125,11 +129,12 @@ class RunWorkflow:
             self._log("submit", run_name=inp.run_name, project=inp.project, user=inp.user, type=conf.type)
             for replica in range(replica_count(conf)):
                 self._submit_replica(replica)
-            await self._flush()
-            await self._start_children()
+            await self._flush_and_start()
         else:
             self._resume(inp.carry)
-        while not self._finished():
+        # A finished run still hears its jobs' last words (a stopped sibling's clean-up may end after the
+        # run's status is final): it is the one that stores their events.
+        while not self._finished() or self._unheard:
             await self._wait_for_news()
             await self._step()
             if self._can_continue_as_new():
@@ -152,6 +157,9 @@ class RunWorkflow:
         self._stop_news = False
         for update in self._drain_updates():
             self._apply_update(update)
+        if self._finished():
+            await self._flush()
+            return
         self._apply_priorities()
         if self._stop_pending():
             assert self._stop is not None
@@ -168,8 +176,11 @@ class RunWorkflow:
                 final = state.termination_reason
                 assert final is not None
                 self._log("clean", status=final.to_status(), reason=final)
-        await self._flush()
-        await self._start_children()
+        await self._flush_and_start()
+
+    async def _flush_and_start(self) -> None:
+        # In one workflow task: the store write and the new children need not wait for each other.
+        await asyncio.gather(self._flush(), self._start_children())
 
     def _decide(self) -> None:
         inp = self._require_input()
@@ -264,10 +275,12 @@ class RunWorkflow:
         inp = self._require_input()
         while self._to_start:
             replica, job, submission = self._to_start.pop(0)
+            child_id = job_workflow_id(self._workflow_id(), replica, job, submission)
+            self._unheard.add(child_id)
             await workflow.start_child_workflow(
                 JobWorkflow.run,
                 job_input(inp, self._require_state(), self._workflow_id(), replica, job),
-                id=job_workflow_id(self._workflow_id(), replica, job, submission),
+                id=child_id,
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
             )
         while self._pending_signals:
@@ -288,6 +301,12 @@ class RunWorkflow:
         self._priorities = []
 
     def _apply_update(self, update: JobUpdate) -> None:
+        self._job_news.append(update.record)
+        if update.status.is_finished():
+            key = (update.replica_num, update.job_num, update.submission_num)
+            self._unheard.discard(job_workflow_id(self._workflow_id(), *key))
+        if self._finished():
+            return
         for name, context in update_events(self._require_state(), update):
             self._log(name, **context)
 
@@ -309,7 +328,8 @@ class RunWorkflow:
         inp, state = self._require_input(), self._require_state()
         start = self._flushed
         new = self._events[start - self._first_seq :]
-        if not new:
+        jobs, self._job_news = self._job_news, []
+        if not new and not jobs:
             return
         # A regular activity, not a local one: see JobWorkflow._publish.
         await workflow.execute_activity(
@@ -322,6 +342,7 @@ class RunWorkflow:
                 start_seq=start,
                 events=new,
                 finished_at=state.status_since if state.status.is_finished() else None,
+                jobs=jobs,
             ),
             start_to_close_timeout=timedelta(seconds=10),
             retry_policy=_RECORD_RETRY,
@@ -368,6 +389,7 @@ class RunWorkflow:
             and not self._priorities
             and not self._to_start
             and not self._pending_signals
+            and not self._job_news
             and workflow.all_handlers_finished()
         )
 
@@ -379,6 +401,7 @@ class RunWorkflow:
                     next_seq=self._flushed,
                     stop=self._stop,
                     retry_at=self._retry_at,
+                    unheard=sorted(self._unheard),
                 )
             }
         )
@@ -388,3 +411,4 @@ class RunWorkflow:
         self._first_seq = self._flushed = carry.next_seq
         self._stop = carry.stop
         self._retry_at = carry.retry_at
+        self._unheard = set(carry.unheard)

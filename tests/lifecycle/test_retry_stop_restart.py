@@ -101,7 +101,8 @@ async def test_worker_killed_mid_run(
     first = worker_processes.start(ferry.task_queue)
     record = await ferry.submit(task(commands), repo_dir=code_dir(tmp_path))
     await eventually("the job to run", lambda: _printed(ferry, record, b"started\n"))
-    assert await job_status(ferry, record) == JobStatus.RUNNING
+    # The store hears of the job's start through its run, a moment after the job's first output.
+    await eventually("the job RUNNING in the store", lambda: _status_is(ferry, record, JobStatus.RUNNING))
     os.kill(first.pid, signal.SIGKILL)
     assert first.wait(10) == -signal.SIGKILL
     await asyncio.to_thread(worker_processes.start, ferry.task_queue)
@@ -112,6 +113,10 @@ async def test_worker_killed_mid_run(
     assert (job.submission_num, job.status, job.exit_status) == (0, JobStatus.DONE, 0)
     assert ferry.logs(final)[0] == b"started\nfinished\n"
     await check_finished_run(ferry, final)
+
+
+async def _status_is(ferry: FerryAPI, record: RunRecord, status: JobStatus) -> bool:
+    return await job_status(ferry, record) == status
 
 
 async def _printed(ferry: FerryAPI, record: RunRecord, text: bytes) -> bool:

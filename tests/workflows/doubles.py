@@ -2,8 +2,8 @@
 
 Each job submission is known by its (replica, job, submission) key. A test scripts how prepare_task,
 start_job and watch_job behave for a key; stop_task ends a blocked watch the way the real agent does
-(the job ends for the stop's reason), and record_run/record_job keep the flushed eventlogs in memory,
-first write winning per sequence number, as the store does.
+(the job ends for the stop's reason), and record_run keeps the flushed eventlogs (the run's and its
+jobs') in memory, first write winning per sequence number, as the store does.
 
 Placement is the real FleetWorkflow's: the fleet doubles give it instances (the local one, and SSH hosts
 `instances` scripts by index), and report health changes that a test pushes (`report_health`).
@@ -130,7 +130,6 @@ class FakeBackend:
     def activities(self) -> list[Callable[..., Any]]:
         return [
             self.record_run,
-            self.record_job,
             self.local_instance,
             self.deploy_instance,
             self.watch_fleet_health,
@@ -169,9 +168,10 @@ class FakeBackend:
         log.append(record.start_seq, record.events)
         log.status = record.status.value
         log.reason = record.termination_reason.value if record.termination_reason else None
+        for job in record.jobs:
+            self._record_job(job)
 
-    @activity.defn(name=names.RECORD_JOB)
-    async def record_job(self, record: RecordJob) -> None:
+    def _record_job(self, record: RecordJob) -> None:
         log = self.jobs.setdefault(key_of(record.job_submission_id), Log())
         log.append(record.start_seq, record.events)
         log.status = record.status.value
