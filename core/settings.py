@@ -20,6 +20,8 @@ class Settings(BaseModel):
     # SSH fleets: the host keys the worker accepts (None: any, see `from_env`), and the hosts' interpreter.
     ssh_known_hosts: str | None = DEFAULT_KNOWN_HOSTS
     ssh_python: str = "python3"
+    # FERRY_WORKFLOW_SANDBOX=1 runs the workflows in the SDK's sandbox (a check while developing them).
+    workflow_sandbox: bool = False
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -35,4 +37,5 @@ class Settings(BaseModel):
             temporal_namespace=env.get("FERRY_TEMPORAL_NAMESPACE") or "default",
             ssh_known_hosts=None if known_hosts.lower() == "none" else known_hosts,
             ssh_python=env.get("FERRY_SSH_PYTHON") or "python3",
+            workflow_sandbox=env.get("FERRY_WORKFLOW_SANDBOX", "").lower() in ("1", "true", "yes"),
         )

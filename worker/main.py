@@ -9,7 +9,8 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.agent_client import AgentClient
 from activities.fleet import FleetActivities, InstanceResolver
@@ -80,12 +81,22 @@ MAX_CACHED_WORKFLOWS = 10_000
 
 
 def build_worker(
-    client: Client, instances: InstanceDirectory, store: Store, *, task_queue: str = TASK_QUEUE
+    client: Client,
+    instances: InstanceDirectory,
+    store: Store,
+    *,
+    task_queue: str = TASK_QUEUE,
+    sandboxed: bool = False,
 ) -> Worker:
+    """The worker. Unsandboxed by default: the SDK's sandbox re-imports each workflow's module for every
+    new workflow and runs payload conversion inside it, which cost about a third of the worker's CPU
+    (py-spy, `python -m bench.run --profile`). Ferry's workflows import only `core`'s pure modules, the
+    workflow tests run them in the sandbox, and recorded histories are replayed there."""
     return Worker(
         client,
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
+        workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
         activities=activities_for(instances, store),
         max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
         max_concurrent_workflow_tasks=100,
@@ -100,7 +111,7 @@ async def run_worker(settings: Settings) -> None:
     client = await connect_from_settings(settings)
     store = open_store(settings.database_url)
     instances = local_instances(settings)
-    worker = build_worker(client, instances, store)
+    worker = build_worker(client, instances, store, sandboxed=settings.workflow_sandbox)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -35,7 +35,7 @@ async def serve_worker(settings: Settings, ready_file: Path) -> None:
     client = await connect_from_settings(settings)
     store = open_store(settings.database_url)
     instances = await asyncio.to_thread(local_instances, settings)
-    worker = build_worker(client, instances, store)
+    worker = build_worker(client, instances, store, sandboxed=settings.workflow_sandbox)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -67,6 +67,9 @@ _WATCH_HEARTBEAT = timedelta(seconds=20)
 # Past this the agent is presumed gone even if it answered before: the grace period has long ended.
 _STOP_MARGIN = timedelta(seconds=30)
 RUN_SIGNAL = "job_update"
+# How long news of a quick step may wait for the next (see _publish): short against how long a person
+# watching `ferry ps` notices, long against the steps from placement to running on a ready instance.
+_NEWS_DELAY = timedelta(seconds=1)
 _LOST = JobTerminationReason.INSTANCE_UNREACHABLE
 
 
@@ -91,6 +94,7 @@ class JobWorkflow:
         self._withdrawn = False  # stopped while waiting: the fleet must not place it (nor its replica)
         self._lost = False  # the fleet lost the instance: no stop to send, no task to remove
         self._sending: asyncio.Future[None] | None = None  # the news signal in flight (see _publish)
+        self._delayed: asyncio.Future[None] | None = None  # news that waits for _NEWS_DELAY
 
     @workflow.signal
     def terminate(self, request: TerminateJob) -> None:
@@ -134,7 +138,7 @@ class JobWorkflow:
             submission=inp.submission_num,
             priority=inp.priority,
         )
-        self._publish()
+        self._publish(soon=True)
         try:
             await self._provision_and_run(inp)
         except _Terminated:
@@ -148,7 +152,7 @@ class JobWorkflow:
             return
         self._instance = placement.instance_name
         self._log("alloc", instance=placement.instance_name)
-        self._publish()
+        self._publish(soon=True)
         try:
             await self._step(
                 names.PREPARE_TASK,
@@ -162,7 +166,7 @@ class JobWorkflow:
                 timeout=timedelta(minutes=10),
             )
             self._log("pull")
-            self._publish()
+            self._publish(soon=True)
             spec = inp.spec.model_copy(update={"cluster_info": placement.cluster})
             await self._step(
                 names.START_JOB,
@@ -183,7 +187,7 @@ class JobWorkflow:
         assert self._state is not None
         for event in outcome_events(self._state, outcome):
             self._log(*event)
-        self._publish()
+        self._publish(soon=True)
 
     async def _place(self, inp: JobInput) -> Placement | None:
         """Wait for the fleet's decision (node 0 asks for the whole replica); None when it is refused."""
@@ -390,14 +394,29 @@ class JobWorkflow:
         self._state = apply_job_event(self._state, event)
         self._events.append(event)
 
-    def _publish(self) -> None:
+    def _publish(self, *, soon: bool = False) -> None:
         """Send the run the job's news: its status and the new events, which the run stores.
 
         The job goes on meanwhile (the signal leaves in the same workflow task as its next step). One
         signal is in flight at a time, so the run hears them in order; what is logged meanwhile goes
-        with the next one."""
+        with the next one. News that can wait (`soon`: a step the next one usually follows within
+        moments, such as submitted -> provisioning -> pulling -> running) goes after _NEWS_DELAY unless
+        news that cannot wait takes it along first: every signal costs both workflows a workflow task
+        and the run a store write."""
+        if soon:
+            if self._delayed is None:
+                self._delayed = asyncio.ensure_future(self._publish_later())
+            return
+        if self._delayed is not None:
+            self._delayed.cancel()
+            self._delayed = None
         if self._sending is None or self._sending.done():
             self._sending = asyncio.ensure_future(self._send_news())
+
+    async def _publish_later(self) -> None:
+        await asyncio.sleep(_NEWS_DELAY.total_seconds())  # a durable timer
+        self._delayed = None
+        self._publish()
 
     async def _send_news(self) -> None:
         inp = self._input

@@ -89,6 +89,7 @@ class RunWorkflow:
         self._priorities: list[int] = []  # `ferry set-priority`, not yet logged
         self._job_news: list[RecordJob] = []  # heard from the jobs, to store with the next flush
         self._unheard: set[str] = set()  # jobs started whose last word has not come yet
+        self._published_status = RunStatus.SUBMITTED.value  # FerryStatus as `ferry apply` starts the run
 
     # --- messages ---------------------------------------------------------------------------------
 
@@ -318,17 +319,23 @@ class RunWorkflow:
             name=name,
             context={k: v for k, v in context.items() if v is not None},
         )
-        before = self._state.status if self._state is not None else None
         self._state = apply_run_event(self._state, event)
         self._events.append(event)
-        if self._state.status != before:
-            workflow.upsert_search_attributes([SA_STATUS.value_set(self._state.status.value)])
+
+    def _publish_status(self) -> None:
+        """FerryStatus follows the status at each flush (not each event: a workflow task that goes through
+        TERMINATING to DONE updates it once)."""
+        status = self._require_state().status.value
+        if status != self._published_status:
+            workflow.upsert_search_attributes([SA_STATUS.value_set(status)])
+            self._published_status = status
 
     async def _flush(self) -> None:
         inp, state = self._require_input(), self._require_state()
         start = self._flushed
         new = self._events[start - self._first_seq :]
         jobs, self._job_news = self._job_news, []
+        self._publish_status()
         if not new and not jobs:
             return
         # A regular activity, not a local one: see JobWorkflow._publish.
@@ -412,3 +419,4 @@ class RunWorkflow:
         self._stop = carry.stop
         self._retry_at = carry.retry_at
         self._unheard = set(carry.unheard)
+        self._published_status = carry.state.status.value  # continue-as-new keeps the search attributes

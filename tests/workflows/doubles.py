@@ -111,7 +111,7 @@ class FakeBackend:
 
     def __init__(self) -> None:
         # Scripts, by job submission key; a missing key: the job starts and exits 0.
-        self.prepare_script: dict[Key, str] = {}
+        self.prepare_script: dict[Key, str | float] = {}  # BLOCK, or the seconds the step takes
         self.start_script: dict[Key, Callable[[], ApplicationError]] = {}
         self.watch_script: dict[Key, JobOutcome | str] = {}
         self.calls: list[tuple[str, Key, Any]] = []
@@ -223,8 +223,11 @@ class FakeBackend:
     @activity.defn(name=names.PREPARE_TASK)
     async def prepare_task(self, request: PrepareTask) -> None:
         key = self._call(names.PREPARE_TASK, request.job_submission_id, request)
-        if self.prepare_script.get(key) == BLOCK:
+        script = self.prepare_script.get(key)
+        if script == BLOCK:
             await self._block(names.PREPARE_TASK, key, asyncio.Event())
+        elif isinstance(script, float):
+            await asyncio.sleep(script)
 
     @activity.defn(name=names.START_JOB)
     async def start_job(self, request: StartJob) -> None:
