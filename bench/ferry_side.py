@@ -24,11 +24,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import sqlalchemy as sa
 from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
+from bench import recovery
 from bench.common import Clock, Report, cpu_seconds, files_mb, processes_mentioning, rss_mb
 from cli.api import FerryAPI
 from core.config import RunConfiguration, TaskConfiguration, parse_configuration
@@ -82,18 +83,6 @@ os.rename(meta + ".tmp", meta)
 _HEADER = re.compile(rb"(?m)^(?:R ready|([PB]) (\d{8}) (\d+\.\d+))\n")
 
 
-class FleetFixture(Protocol):
-    """What `recovery` needs from the fleet wiring (SSH test hosts in network namespaces)."""
-
-    def fleet_configuration(self) -> dict[str, Any]:
-        """A `type: fleet` configuration naming the test hosts."""
-        ...
-
-    def lose_host(self, host: str) -> None:
-        """Make `host` unreachable at once (kill its sshd and agent, or drop its link)."""
-        ...
-
-
 @dataclass
 class BurstResult:
     submit_s: float
@@ -108,6 +97,7 @@ def _stack_env(home: Path) -> dict[str, str]:
     """This environment without any FERRY_* setting (the user's server, store or project), in `home`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FERRY_", "DSTACK_"))}
     env["FERRY_HOME"] = str(home)
+    env.update(recovery.ssh_settings())  # how the worker deploys to the recovery section's test hosts
     return env
 
 
@@ -424,20 +414,15 @@ class FerrySide:
 
     # --- recovery ---------------------------------------------------------------------------------
 
-    async def recovery(self, fleet: FleetFixture | None) -> None:
-        """On an SSH fleet of test hosts: a host's loss -> its job INSTANCE_UNREACHABLE, and -> the new
-        submission RUNNING (the run retries on `interruption`).
-
-        To wire: apply `fleet.fleet_configuration()`, submit a `sleep 3600` task with
-        `retry: {on_events: [interruption], duration: 1h}` on it, wait for RUNNING, note the host it
-        landed on, call `fleet.lose_host(host)` and time (from that call) the job's `exception` event
-        with reason instance_unreachable, then the `start` event of submission 1; print
-        `recovery_loss_to_unreachable_s` and `recovery_loss_to_resubmission_running_s`.
-        """
-        if fleet is None:
-            self.report.put("recovery", "skipped (fleet not wired)")
+    async def recovery(self, trials: int, workdir: Path) -> None:
+        """On an SSH fleet of test hosts (tests/fleet's, in network namespaces): a host's loss -> its job
+        INSTANCE_UNREACHABLE, and -> the run's new submission RUNNING elsewhere (it retries on
+        `interruption`). `trials` losses, each of a fresh run; see bench.recovery."""
+        why = recovery.unavailable()
+        if why is not None:
+            self.report.put("recovery", f"skipped ({why})")
             return
-        raise NotImplementedError("recovery on an SSH fleet: see the docstring")
+        await recovery.measure(self, trials, workdir)
 
 
 def configuration(commands: list[str], resources: dict[str, str]) -> RunConfiguration:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Clock, Report
-from bench.ferry_side import REPO_ROOT, BurstResult, FerrySide, FleetFixture
+from bench.ferry_side import REPO_ROOT, BurstResult, FerrySide
 from bench.profile import profiled
 from bench.slurm_side import SlurmError, SlurmSide
 
@@ -39,6 +39,7 @@ class Plan:
     scale: int
     log_bytes: int
     skeleton_runs: int
+    recovery_trials: int
     profile_dir: Path | None
     peers: Path
 
@@ -59,6 +60,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
         scale=args.scale or (100 if quick else 1000),
         log_bytes=int((args.log_mb or (20 if quick else 200)) * 1e6) // 100_000 * 100_000,
         skeleton_runs=100 if quick else 500,
+        recovery_trials=args.recovery_trials or (1 if quick else 3),
         profile_dir=args.profile,
         peers=args.peers,
     )
@@ -162,7 +164,8 @@ class Bench:
         if self.wants("scale"):
             await self.section("scale", self.ferry.scale(self.plan.scale))
         if self.wants("recovery"):
-            await self.ferry.recovery(self.fleet())
+            trials = self.plan.recovery_trials
+            await self.section("recovery", self.ferry.recovery(trials, self.work / "recovery"))
         self.ratios()
 
     async def section(self, name: str, body: Coroutine[Any, Any, None]) -> None:
@@ -172,9 +175,6 @@ class Bench:
         except Exception as err:  # a broken section must not lose the figures of the others
             self.report.put(f"{name}_error", f"{type(err).__name__}: {err}")
         self.report.put(f"{name}_wall_s", clock.elapsed(), 1)
-
-    def fleet(self) -> FleetFixture | None:
-        return None  # the SSH fleet is not wired into the bench yet
 
     async def latency(self) -> None:
         """N sequential trivial runs, Ferry's and Slurm's alternating sample by sample."""
@@ -311,6 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--slots-burst", type=int, help="runs of the slots section's bursts (200; quick 50)")
     parser.add_argument("--scale", type=int, help="concurrent long runs (1000; quick 100), e.g. 10000")
     parser.add_argument("--log-mb", type=float, help="MB the logs job prints (200; quick 20)")
+    parser.add_argument("--recovery-trials", type=int, help="host losses (3; quick 1), one host each")
     parser.add_argument("--profile", type=Path, help="py-spy the worker and agent into this directory")
     parser.add_argument("--peers", type=Path, default=DEFAULT_PEERS, help=f"default {DEFAULT_PEERS}")
     parser.add_argument("--keep", action="store_true", help="keep the temporary FERRY_HOME and Slurm files")
