@@ -66,6 +66,28 @@ async def heartbeating() -> AsyncIterator[None]:
         beating.cancel()
 
 
+class _StoredLog:
+    """A job's log as stored: chunks written in order, one at a time, each while the next is pulled."""
+
+    def __init__(self, store: Store, job_id: str, offset: int) -> None:
+        self._store = store
+        self._job_id = job_id
+        self.offset = offset  # bytes stored
+        self._writing: asyncio.Task[int] | None = None
+
+    async def write(self, at: int, data: bytes) -> None:
+        await self.flush()
+        self._writing = asyncio.create_task(
+            asyncio.to_thread(self._store.append_log, self._job_id, at, data, time.time())
+        )
+
+    async def flush(self) -> None:
+        """Wait for the write in flight (its error, such as a gap, fails the watch: its retry resumes)."""
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            self.offset = await writing
+
+
 class JobActivities:
     def __init__(self, instances: InstanceDirectory, store: Store) -> None:
         self._instances = instances
@@ -125,6 +147,7 @@ class JobActivities:
         client = await self._instances.resolve(request.instance_name)
         job_id = request.job_submission_id
         offset = await asyncio.to_thread(self._store.log_size, job_id)
+        log = _StoredLog(self._store, job_id, offset)
         last_answer = time.monotonic()
         last_state: JobStateEvent | None = None
         states_offset = 0
@@ -142,11 +165,12 @@ class JobActivities:
             except AgentUnreachable as err:
                 silent = time.monotonic() - last_answer
                 if silent >= request.unreachable_after:
+                    await log.flush()
                     return JobOutcome(
                         termination_reason=JobTerminationReason.INSTANCE_UNREACHABLE,
                         termination_message=f"{request.instance_name} silent for {silent:.0f}s: {err}",
                     )
-                activity.heartbeat(offset)
+                activity.heartbeat(log.offset)
                 await asyncio.sleep(_RETRY_UNREACHABLE)
                 continue
             except AgentError as err:
@@ -162,11 +186,11 @@ class JobActivities:
                 states_offset = pulled.next_states_offset
             data = base64.b64decode(pulled.logs)
             if data:
-                offset = await asyncio.to_thread(
-                    self._store.append_log, job_id, pulled.offset, data, time.time()
-                )
-            activity.heartbeat(offset)
+                await log.write(pulled.offset, data)  # stored while the next chunk is pulled
+                offset = pulled.next_offset
+            activity.heartbeat(log.offset)
             if pulled.finished and not pulled.has_more:
+                await log.flush()
                 return await self._outcome(request, last_state)
             more = pulled.has_more
 

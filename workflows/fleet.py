@@ -64,6 +64,8 @@ _HEARTBEAT = timedelta(seconds=10)
 # The health watch's heartbeats carry its cancellation (the SDK sends them at most every 0.8 x this):
 # a short one lets a watch that the fleet replaced or ended stop soon.
 _HEALTH_HEARTBEAT = timedelta(seconds=4)
+# How often at most the instances' load (busy blocks, jobs) is written for `ferry fleet list`.
+_RECORD_EVERY = timedelta(seconds=2)
 
 
 @workflow.defn
@@ -76,6 +78,8 @@ class FleetWorkflow:
         self._health_view: tuple[list[str], list[str]] | None = None
         self._recording: workflow.ActivityHandle[None] | None = None
         self._recorded: tuple[str, list[InstanceView]] | None = None
+        self._recorded_at = 0.0
+        self._wake_for_record: asyncio.Future[None] | None = None
 
     # --- messages ---------------------------------------------------------------------------------------
 
@@ -275,13 +279,19 @@ class FleetWorkflow:
         return self._health is not None and self._health.done()
 
     def _record(self) -> None:
-        """The instances as `ferry fleet list` shows them, written when they change (one write at a time)."""
-        if self._recording is not None and not self._recording.done():
+        """The instances as `ferry fleet list` shows them, written when they change (one write at a time).
+
+        A change of the jobs' count alone waits until _RECORD_EVERY has passed since the last write: every
+        job placed and released changes it, and each write costs an activity."""
+        if not self._record_due():
+            waking = self._wake_for_record is not None and not self._wake_for_record.done()
+            if self._only_counts_changed() and not waking:
+                left = self._recorded_at + _RECORD_EVERY.total_seconds() - workflow.now().timestamp()
+                self._wake_for_record = asyncio.ensure_future(asyncio.sleep(max(left, 0)))  # a durable timer
             return
+        self._wake_for_record = None
         inp, current = self._require_input(), self._views()
-        if current == self._recorded:
-            return
-        self._recorded = current
+        self._recorded, self._recorded_at = current, workflow.now().timestamp()
         status, views = current
         self._recording = workflow.start_activity(
             names.RECORD_FLEET,
@@ -291,7 +301,19 @@ class FleetWorkflow:
         )
 
     def _record_due(self) -> bool:
-        return (self._recording is None or self._recording.done()) and self._views() != self._recorded
+        if self._recording is not None and not self._recording.done():
+            return False
+        if self._views() == self._recorded:
+            return False
+        waited = workflow.now().timestamp() - self._recorded_at >= _RECORD_EVERY.total_seconds()
+        return waited or not self._only_counts_changed()
+
+    def _only_counts_changed(self) -> bool:
+        """Since the last write, the instances and their statuses are the same: only their load changed."""
+        if self._recorded is None:
+            return False
+        (status, views), (was, before) = self._views(), self._recorded
+        return (status, [(v.name, v.status) for v in views]) == (was, [(v.name, v.status) for v in before])
 
     def _views(self) -> tuple[str, list[InstanceView]]:
         book = self._require_book()
