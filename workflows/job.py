@@ -95,6 +95,8 @@ class JobWorkflow:
         self._lost = False  # the fleet lost the instance: no stop to send, no task to remove
         self._sending: asyncio.Future[None] | None = None  # the news signal in flight (see _publish)
         self._delayed: asyncio.Future[None] | None = None  # news that waits for _NEWS_DELAY
+        self._news_upto = 0  # the events the run is to hear of (the rest wait for their news)
+        self._news_state: JobState | None = None  # the job as of those
 
     @workflow.signal
     def terminate(self, request: TerminateJob) -> None:
@@ -138,7 +140,7 @@ class JobWorkflow:
             submission=inp.submission_num,
             priority=inp.priority,
         )
-        self._publish(soon=True)
+        # The run knows it was submitted: the submit event goes to the store with the job's first news.
         try:
             await self._provision_and_run(inp)
         except _Terminated:
@@ -187,7 +189,8 @@ class JobWorkflow:
         assert self._state is not None
         for event in outcome_events(self._state, outcome):
             self._log(*event)
-        self._publish(soon=True)
+        # No news yet: the clean-up that follows ends with the job's last word, which carries these. Sent
+        # on their own, the run would hear a job that is TERMINATING and tell it to terminate.
 
     async def _place(self, inp: JobInput) -> Placement | None:
         """Wait for the fleet's decision (node 0 asks for the whole replica); None when it is refused."""
@@ -354,13 +357,17 @@ class JobWorkflow:
                 await self._remove_task(self._instance)
             self._log("free")
         if self._placement is not None or self._withdrawn:  # granted, or maybe on its way
-            await self._release(inp)
+            releasing = asyncio.ensure_future(self._release(inp))  # sent with the last word below
+        else:
+            releasing = None
         state = self._state
         assert state is not None and state.termination_reason is not None
         reason = state.termination_reason
         self._log("clean", status=reason.to_status(), reason=reason)
         self._publish()
         await self._published()
+        if releasing is not None:
+            await releasing
         return JobOutcome(
             termination_reason=reason, termination_message=last_note(state), exit_status=state.exit_status
         )
@@ -400,9 +407,9 @@ class JobWorkflow:
         The job goes on meanwhile (the signal leaves in the same workflow task as its next step). One
         signal is in flight at a time, so the run hears them in order; what is logged meanwhile goes
         with the next one. News that can wait (`soon`: a step the next one usually follows within
-        moments, such as submitted -> provisioning -> pulling -> running) goes after _NEWS_DELAY unless
-        news that cannot wait takes it along first: every signal costs both workflows a workflow task
-        and the run a store write."""
+        moments, submitted -> provisioning -> pulling -> running) goes after _NEWS_DELAY unless news
+        that cannot wait takes it along first: every signal costs both workflows a workflow task and the
+        run a store write."""
         if soon:
             if self._delayed is None:
                 self._delayed = asyncio.ensure_future(self._publish_later())
@@ -410,6 +417,7 @@ class JobWorkflow:
         if self._delayed is not None:
             self._delayed.cancel()
             self._delayed = None
+        self._news_upto, self._news_state = len(self._events), self._state
         if self._sending is None or self._sending.done():
             self._sending = asyncio.ensure_future(self._send_news())
 
@@ -422,11 +430,12 @@ class JobWorkflow:
         inp = self._input
         assert inp is not None
         run = workflow.get_external_workflow_handle(inp.run_workflow_id)
-        while self._flushed < len(self._events):
-            state = self._state
+        while self._flushed < self._news_upto:  # not what was logged since: it waits for its own news
+            state = self._news_state  # the job as of those events
             assert state is not None
-            start, self._flushed = self._flushed, len(self._events)
-            update = job_update(inp, state, workflow.now().timestamp(), start, self._events[start:])
+            start, self._flushed = self._flushed, self._news_upto
+            news = self._events[start : self._flushed]
+            update = job_update(inp, state, workflow.now().timestamp(), start, news)
             # The run waits for every job's last word, so it is there; unless it was terminated.
             with contextlib.suppress(FailureError):
                 await run.signal(RUN_SIGNAL, update)
