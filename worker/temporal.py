@@ -10,7 +10,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from core.settings import Settings
 
-
 # A dev server opens its port a moment before its frontend answers ("Frontend is not healthy yet").
 _STARTING_GRACE = 30.0
 
