@@ -130,7 +130,12 @@ class RunWorkflow:
             self._log("submit", run_name=inp.run_name, project=inp.project, user=inp.user, type=conf.type)
             for replica in range(replica_count(conf)):
                 self._submit_replica(replica)
-            await self._flush_and_start()
+            if self._to_start:
+                # The first events go to the store with the jobs' first news (each job sends some within
+                # a second or so): one store write fewer per run.
+                await self._start_children()
+            else:
+                await self._flush()
         else:
             self._resume(inp.carry)
         # A finished run still hears its jobs' last words (a stopped sibling's clean-up may end after the
