@@ -20,7 +20,8 @@ from core.messages import LOCAL_FLEET, RunInput, StopReply, StopRequest, run_wor
 from core.settings import DEFAULT_PROJECT, TASK_QUEUE
 from core.status import RunStatus
 from store import EventRecord, RunRecord, Store
-from workflows.run import RunWorkflow, run_search_attributes
+from workflows.run import RunWorkflow
+from workflows.search_attributes import run_search_attributes
 
 if TYPE_CHECKING:
     from cli.fleet_api import FleetAPI

@@ -50,11 +50,11 @@ with workflow.unsafe.imports_passed_through():
     from core.status import JobTerminationReason
     from core.transitions import (
         fatal,
-        job_update,
         last_note,
         outcome_events,
         reason_for_failure,
     )
+    from workflows.job_news import JobNews
 
 # Effects that talk to an agent retry quickly: a worker restart or a busy agent must not cost seconds.
 _QUICK_RETRY = RetryPolicy(
@@ -66,10 +66,6 @@ _STEP_HEARTBEAT = timedelta(seconds=10)
 _WATCH_HEARTBEAT = timedelta(seconds=20)
 # Past this the agent is presumed gone even if it answered before: the grace period has long ended.
 _STOP_MARGIN = timedelta(seconds=30)
-RUN_SIGNAL = "job_update"
-# How long news of a quick step may wait for the next (see _publish): short against how long a person
-# watching `ferry ps` notices, long against the steps from placement to running on a ready instance.
-_NEWS_DELAY = timedelta(seconds=1)
 _LOST = JobTerminationReason.INSTANCE_UNREACHABLE
 
 
@@ -81,7 +77,6 @@ class _Terminated(Exception):
 class JobWorkflow:
     def __init__(self) -> None:
         self._events: list[Event] = []
-        self._flushed = 0
         self._state: JobState | None = None
         self._terminate: TerminateJob | None = None
         self._input: JobInput | None = None
@@ -93,10 +88,7 @@ class JobWorkflow:
         self._waiting = False  # "waiting for capacity" is logged
         self._withdrawn = False  # stopped while waiting: the fleet must not place it (nor its replica)
         self._lost = False  # the fleet lost the instance: no stop to send, no task to remove
-        self._sending: asyncio.Future[None] | None = None  # the news signal in flight (see _publish)
-        self._delayed: asyncio.Future[None] | None = None  # news that waits for _NEWS_DELAY
-        self._news_upto = 0  # the events the run is to hear of (the rest wait for their news)
-        self._news_state: JobState | None = None  # the job as of those
+        self._news: JobNews | None = None
 
     @workflow.signal
     def terminate(self, request: TerminateJob) -> None:
@@ -133,6 +125,7 @@ class JobWorkflow:
     @workflow.run
     async def run(self, inp: JobInput) -> JobOutcome:
         self._input = inp
+        self._news = JobNews(inp, lambda: (self._events, self._state))
         self._log(
             "submit",
             replica=inp.replica_num,
@@ -145,7 +138,7 @@ class JobWorkflow:
             await self._provision_and_run(inp)
         except _Terminated:
             self._log_stop()
-            self._publish()
+            self._require_news().publish()
         return await self._clean_up(inp)
 
     async def _provision_and_run(self, inp: JobInput) -> None:
@@ -154,7 +147,7 @@ class JobWorkflow:
             return
         self._instance = placement.instance_name
         self._log("alloc", instance=placement.instance_name)
-        self._publish(soon=True)
+        self._require_news().publish(soon=True)
         try:
             await self._step(
                 names.PREPARE_TASK,
@@ -168,7 +161,7 @@ class JobWorkflow:
                 timeout=timedelta(minutes=10),
             )
             self._log("pull")
-            self._publish(soon=True)
+            self._require_news().publish(soon=True)
             spec = inp.spec.model_copy(update={"cluster_info": placement.cluster})
             await self._step(
                 names.START_JOB,
@@ -184,7 +177,7 @@ class JobWorkflow:
             self._fail_from(err, JobTerminationReason.EXECUTOR_ERROR)
             return
         self._log("start")
-        self._publish()
+        self._require_news().publish()
         outcome = await self._watch(placement.instance_name)
         assert self._state is not None
         for event in outcome_events(self._state, outcome):
@@ -221,7 +214,7 @@ class JobWorkflow:
                 return None
             self._waiting = True
             self._log("memo", waiting="capacity")
-            self._publish()
+            self._require_news().publish()
 
     async def _watch(self, instance: str) -> JobOutcome:
         watch = workflow.start_activity(
@@ -240,7 +233,7 @@ class JobWorkflow:
         # Stopping a running job: log why, ask the agent, then keep watching until the process has ended
         # (the agent sends SIGKILL once the grace period is over) so the last log bytes are kept too.
         request = self._log_stop()
-        self._publish()
+        self._require_news().publish()
         if self._lost:
             return self._gone(watch)
         await self._stop_task(instance, request)
@@ -364,8 +357,8 @@ class JobWorkflow:
         assert state is not None and state.termination_reason is not None
         reason = state.termination_reason
         self._log("clean", status=reason.to_status(), reason=reason)
-        self._publish()
-        await self._published()
+        self._require_news().publish()
+        await self._require_news().published()
         if releasing is not None:
             await releasing
         return JobOutcome(
@@ -401,49 +394,9 @@ class JobWorkflow:
         self._state = apply_job_event(self._state, event)
         self._events.append(event)
 
-    def _publish(self, *, soon: bool = False) -> None:
-        """Send the run the job's news: its status and the new events, which the run stores.
-
-        The job goes on meanwhile (the signal leaves in the same workflow task as its next step). One
-        signal is in flight at a time, so the run hears them in order; what is logged meanwhile goes
-        with the next one. News that can wait (`soon`: a step the next one usually follows within
-        moments, submitted -> provisioning -> pulling -> running) goes after _NEWS_DELAY unless news
-        that cannot wait takes it along first: every signal costs both workflows a workflow task and the
-        run a store write."""
-        if soon:
-            if self._delayed is None:
-                self._delayed = asyncio.ensure_future(self._publish_later())
-            return
-        if self._delayed is not None:
-            self._delayed.cancel()
-            self._delayed = None
-        self._news_upto, self._news_state = len(self._events), self._state
-        if self._sending is None or self._sending.done():
-            self._sending = asyncio.ensure_future(self._send_news())
-
-    async def _publish_later(self) -> None:
-        await asyncio.sleep(_NEWS_DELAY.total_seconds())  # a durable timer
-        self._delayed = None
-        self._publish()
-
-    async def _send_news(self) -> None:
-        inp = self._input
-        assert inp is not None
-        run = workflow.get_external_workflow_handle(inp.run_workflow_id)
-        while self._flushed < self._news_upto:  # not what was logged since: it waits for its own news
-            state = self._news_state  # the job as of those events
-            assert state is not None
-            start, self._flushed = self._flushed, self._news_upto
-            news = self._events[start : self._flushed]
-            update = job_update(inp, state, workflow.now().timestamp(), start, news)
-            # The run waits for every job's last word, so it is there; unless it was terminated.
-            with contextlib.suppress(FailureError):
-                await run.signal(RUN_SIGNAL, update)
-
-    async def _published(self) -> None:
-        """Every event logged has reached the run."""
-        while self._sending is not None and not self._sending.done():
-            await self._sending
+    def _require_news(self) -> JobNews:
+        assert self._news is not None
+        return self._news
 
 
 def _abandon(handle: workflow.ActivityHandle[Any]) -> None:

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
@@ -43,13 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from core.submissions import job_input, waiting_requests
     from core.transitions import replicas_to_resubmit, status_message, stop_reason, update_events
     from workflows.job import JobWorkflow
-
-SA_RUN_NAME = SearchAttributeKey.for_keyword("FerryRunName")
-SA_STATUS = SearchAttributeKey.for_keyword("FerryStatus")
-SA_PROJECT = SearchAttributeKey.for_keyword("FerryProject")
-SA_USER = SearchAttributeKey.for_keyword("FerryUser")
-SA_TYPE = SearchAttributeKey.for_keyword("FerryType")
-SEARCH_ATTRIBUTES = (SA_RUN_NAME, SA_STATUS, SA_PROJECT, SA_USER, SA_TYPE)
+    from workflows.search_attributes import SA_STATUS
 
 _RECORD_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=2)
@@ -57,18 +51,6 @@ _RECORD_RETRY = RetryPolicy(
 
 # The sibling jobs of a replica that is resubmitted in place end by the server's hand.
 _SIBLING_REASON = JobTerminationReason.TERMINATED_BY_SERVER
-
-
-def run_search_attributes(inp: RunInput, status: RunStatus) -> TypedSearchAttributes:
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(SA_RUN_NAME, inp.run_name),
-            SearchAttributePair(SA_STATUS, status.value),
-            SearchAttributePair(SA_PROJECT, inp.project),
-            SearchAttributePair(SA_USER, inp.user),
-            SearchAttributePair(SA_TYPE, inp.configuration.type),
-        ]
-    )
 
 
 @workflow.defn

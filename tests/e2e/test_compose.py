@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from worker.devserver import SEARCH_ATTRIBUTE_NAMES
-from workflows.run import SEARCH_ATTRIBUTES
+from workflows.search_attributes import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).parents[2]
 

@@ -18,7 +18,7 @@ from temporalio.worker import Worker
 
 from tests.workflows.doubles import FakeBackend
 from tests.workflows.harness import WORKFLOWS, Harness
-from workflows.run import SEARCH_ATTRIBUTES
+from workflows.search_attributes import SEARCH_ATTRIBUTES
 
 KEYWORD = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
 TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"

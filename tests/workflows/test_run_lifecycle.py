@@ -20,7 +20,8 @@ from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminati
 from tests.workflows.doubles import BLOCK, LOCAL_CPUS, TRAP, exited
 from tests.workflows.harness import PROJECT, SMALL, Harness, configuration, named
 from workflows.fleet import FleetWorkflow
-from workflows.run import SA_STATUS, RunWorkflow
+from workflows.run import RunWorkflow
+from workflows.search_attributes import SA_STATUS
 
 RETRY_ON_ERROR = {"on_events": ["error"], "duration": "1h"}
 

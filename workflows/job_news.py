@@ -1,0 +1,82 @@
+"""A job's news for its run: what JobWorkflow sends it by signal, and how often.
+
+Every change of a job is an event; the run hears of them with the job's status (`core.messages.JobUpdate`)
+and stores them (RunWorkflow._flush), so the job's eventlog is part of the run's history. A signal costs
+both workflows a workflow task and the run a store write, so news is sent only as often as it is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from core.eventlog import Event, JobState
+    from core.messages import JobInput
+    from core.transitions import job_update
+
+RUN_SIGNAL = "job_update"
+# How long news of a quick step may wait for the next: short against how long a person watching
+# `ferry ps` notices, long against the steps from placement to running on a ready instance.
+NEWS_DELAY = timedelta(seconds=1)
+
+
+class JobNews:
+    """The news channel of one job submission to its run.
+
+    The job goes on while news travels (the signal leaves in the same workflow task as the job's next
+    step). One signal is in flight at a time, so the run hears them in order; news asked for meanwhile
+    goes with the next. News that can wait (`soon`: a step the next one usually follows within moments,
+    provisioning -> pulling -> running) goes after NEWS_DELAY unless news that cannot wait takes it along.
+    """
+
+    def __init__(self, inp: JobInput, job: Callable[[], tuple[list[Event], JobState | None]]) -> None:
+        self._input = inp
+        self._job = job  # the job's events so far and its state
+        self._sent = 0  # events the run has been sent
+        self._upto = 0  # events the run is to hear of (later ones wait for their own news)
+        self._state: JobState | None = None  # the job as of those
+        self._sending: asyncio.Future[None] | None = None
+        self._delayed: asyncio.Future[None] | None = None
+
+    def publish(self, *, soon: bool = False) -> None:
+        """Tell the run every event logged so far (soon: within NEWS_DELAY)."""
+        if soon:
+            if self._delayed is None:
+                self._delayed = asyncio.ensure_future(self._publish_later())
+            return
+        if self._delayed is not None:
+            self._delayed.cancel()
+            self._delayed = None
+        events, self._state = self._job()
+        self._upto = len(events)
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.ensure_future(self._send())
+
+    async def published(self) -> None:
+        """Until every event asked for has reached the run."""
+        while self._sending is not None and not self._sending.done():
+            await self._sending
+
+    async def _publish_later(self) -> None:
+        await asyncio.sleep(NEWS_DELAY.total_seconds())  # a durable timer
+        self._delayed = None
+        self.publish()
+
+    async def _send(self) -> None:
+        inp = self._input
+        run = workflow.get_external_workflow_handle(inp.run_workflow_id)
+        while self._sent < self._upto:
+            state = self._state
+            assert state is not None
+            events, _ = self._job()
+            start, self._sent = self._sent, self._upto
+            update = job_update(inp, state, workflow.now().timestamp(), start, events[start : self._sent])
+            # The run waits for every job's last word, so it is there; unless it was terminated.
+            with contextlib.suppress(FailureError):
+                await run.signal(RUN_SIGNAL, update)
