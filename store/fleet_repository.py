@@ -6,6 +6,7 @@ A mixin of `Store` (store.repository): idempotent writes, as activities may repe
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -28,20 +29,22 @@ def instance_id(project: str, name: str) -> str:
     return f"{project}/{name}"
 
 
-class FleetRecords:
+class FleetRecords(ABC):
     """Fleet and instance records; `Store` provides the engine, sessions and upserts."""
 
     engine: Engine
     _writer: Engine
 
-    def _session(self) -> AbstractContextManager[Session]:
-        raise NotImplementedError
+    @abstractmethod
+    def _session(self) -> AbstractContextManager[Session]: ...
 
-    def _update(self, table: Table, record_id: str, fields: dict[str, Any]) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _update(self, table: Table, record_id: str, fields: dict[str, Any]) -> None: ...
 
-    def _upsert_row(self, table: Table, row: dict[str, Any], connection: Connection | None = None) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _upsert_row(
+        self, table: Table, row: dict[str, Any], connection: Connection | None = None
+    ) -> None: ...
 
     # Fleets
 
