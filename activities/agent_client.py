@@ -22,7 +22,8 @@ import websockets
 from pydantic import BaseModel
 from websockets.exceptions import ConnectionClosedError, InvalidStatus
 
-from core.agent_api import (
+from core.status import JobTerminationReason
+from core.wire.agent_api import (
     CODE_HASH_PARAM,
     DEFAULT_PULL_LIMIT,
     HealthcheckResponse,
@@ -34,7 +35,6 @@ from core.agent_api import (
     TaskSubmitRequest,
     TerminateRequest,
 )
-from core.status import JobTerminationReason
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 

@@ -25,9 +25,8 @@ from activities.instances import LOCAL_INSTANCE, InstanceDirectory, UnknownInsta
 from activities.jobs import heartbeating, remove_task
 from activities.ssh import HostPool
 from activities.ssh_config import SSHTarget, ssh_targets
-from core import activity_names as names
-from core.config import FleetConfiguration
-from core.fleet_messages import (
+from core.configuration import FleetConfiguration
+from core.fleets.messages import (
     CleanInstance,
     DeployInstance,
     HealthReport,
@@ -37,8 +36,9 @@ from core.fleet_messages import (
     StopFleet,
     WatchFleet,
 )
-from core.placement import InstanceSlot, InstanceStatus
-from core.scheduling import slot_from_info
+from core.fleets.placement import InstanceSlot, InstanceStatus
+from core.fleets.scheduling import slot_from_info
+from core.wire import activity_names as names
 from store import InstanceRecord, RecordNotFoundError, Store
 from store.fleet_repository import instance_id
 

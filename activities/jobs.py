@@ -19,9 +19,10 @@ from temporalio.exceptions import ApplicationError
 
 from activities.agent_client import AgentClient, AgentError, AgentUnreachable
 from activities.instances import InstanceDirectory
-from core import activity_names as names
-from core.agent_api import JobStateEvent, PullResponse, TaskStatus, TaskSubmitRequest
-from core.messages import (
+from core.status import JobTerminationReason
+from core.wire import activity_names as names
+from core.wire.agent_api import JobStateEvent, PullResponse, TaskStatus, TaskSubmitRequest
+from core.wire.messages import (
     JobOutcome,
     PrepareTask,
     StartJob,
@@ -29,7 +30,6 @@ from core.messages import (
     TaskRef,
     WatchJob,
 )
-from core.status import JobTerminationReason
 from store import Store
 
 # The watch long-polls: the agent answers as soon as there is news, or after this many seconds (at most

@@ -14,9 +14,9 @@ import asyncio
 
 from temporalio import activity
 
-from core import activity_names as names
 from core.eventlog import Event
-from core.messages import RecordJob, RecordRun
+from core.wire import activity_names as names
+from core.wire.messages import RecordJob, RecordRun
 from store import JobSubmissionRecord, Store
 
 

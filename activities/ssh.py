@@ -47,8 +47,8 @@ from activities.agent_bundle import (
 )
 from activities.agent_client import AgentClient
 from activities.ssh_config import DeployedAgent, DeployOptions, SSHEndpoint, SSHTarget, ssh_targets
-from core.agent_api import InstanceInfo
 from core.settings import Settings
+from core.wire.agent_api import InstanceInfo
 
 __all__ = [
     "DeployOptions",

@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from core.config.fleet import FleetConfiguration, ProxyJump, SSHHost
-from core.fleets import instance_name
+from core.configuration.fleet import FleetConfiguration, ProxyJump, SSHHost
+from core.fleets.state_machine import instance_name
 
 
 class SSHEndpoint(BaseModel):

@@ -16,7 +16,7 @@ from agent import jobs
 from agent.instance import disk_usage
 from agent.logs import OffsetOutOfRange, read_log
 from agent.tasks import BadTaskRequest, TaskConflict, TaskNotFound, TaskRegistry
-from core.agent_api import (
+from core.wire.agent_api import (
     CODE_HASH_PARAM,
     DEFAULT_PULL_LIMIT,
     MAX_PULL_LIMIT,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.records import TaskPaths, TaskRecord
-from core.agent_api import JobSpec
+from core.wire.agent_api import JobSpec
 
 # $1: task dir, $2: working dir, then the command. Trapping (not ignoring) TERM, INT and HUP keeps the
 # wrapper alive while the job handles the signal sent to the whole group; a trap's handler, unlike an

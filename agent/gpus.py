@@ -6,7 +6,7 @@ import logging
 import shutil
 import subprocess
 
-from core.agent_api import GpuInfo
+from core.wire.agent_api import GpuInfo
 
 logger = logging.getLogger(__name__)
 

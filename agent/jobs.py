@@ -14,8 +14,8 @@ from agent.logs import OffsetOutOfRange, log_size, read_log
 from agent.records import TaskPaths, load_job_spec, save_job_spec
 from agent.tasks import BadTaskRequest, TaskConflict, TaskRegistry
 from agent.volumes import VolumeError, link_volumes, unlink_paths
-from core.agent_api import JobSpec, PullResponse, TaskInfo, TaskStatus, VolumeMount
 from core.status import JobTerminationReason
+from core.wire.agent_api import JobSpec, PullResponse, TaskInfo, TaskStatus, VolumeMount
 
 # A pull that may wait (`wait` > 0) holds the request until the job has news: a new state comes at once
 # (the registry tells), new log bytes within these intervals (the log file's size is looked at, more

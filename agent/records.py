@@ -12,7 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from core.agent_api import (
+from core.status import JobTerminationReason
+from core.wire.agent_api import (
     JobSpec,
     JobStateEvent,
     PortMapping,
@@ -21,7 +22,6 @@ from core.agent_api import (
     TaskStatus,
     VolumeMount,
 )
-from core.status import JobTerminationReason
 
 
 class StopRequest(BaseModel):

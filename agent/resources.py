@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.agent_api import Resources
+from core.wire.agent_api import Resources
 
 
 class InsufficientResources(Exception):

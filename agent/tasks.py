@@ -22,8 +22,15 @@ from agent.instance import HostCapacity
 from agent.records import StopRequest, TaskPaths, TaskRecord, load_job_spec, load_record, save_record
 from agent.resources import InsufficientResources, ResourceLedger
 from agent.volumes import unlink_paths
-from core.agent_api import GpuInfo, JobStateEvent, TaskInfo, TaskStatus, TaskSubmitRequest, TerminateRequest
 from core.status import JobStatus, JobTerminationReason
+from core.wire.agent_api import (
+    GpuInfo,
+    JobStateEvent,
+    TaskInfo,
+    TaskStatus,
+    TaskSubmitRequest,
+    TerminateRequest,
+)
 
 logger = logging.getLogger(__name__)
 

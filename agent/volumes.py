@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from core.agent_api import VolumeMount
+from core.wire.agent_api import VolumeMount
 
 
 class VolumeError(Exception):

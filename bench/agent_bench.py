@@ -24,7 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from activities.agent_client import AgentClient  # noqa: E402
-from core.agent_api import DEFAULT_PULL_LIMIT, JobSpec, TaskStatus, TaskSubmitRequest  # noqa: E402
+from core.wire.agent_api import DEFAULT_PULL_LIMIT, JobSpec, TaskStatus, TaskSubmitRequest  # noqa: E402
 
 LATENCY_SAMPLES = 40
 SLEEPING_TASKS = 100

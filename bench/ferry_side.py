@@ -32,8 +32,8 @@ from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 from bench import recovery
 from bench.common import Clock, Report, cpu_seconds, files_mb, processes_mentioning, rss_mb
 from cli.api import FerryAPI
-from core.config import RunConfiguration, TaskConfiguration, parse_configuration
-from core.jobspec import job_resources
+from core.configuration import RunConfiguration, TaskConfiguration, parse_configuration
+from core.jobs.spec import job_resources
 from core.status import JobStatus, RunStatus
 from store import JobSubmissionRecord, LogChunkRecord, RunRecord, Store, open_store
 from worker.stack import Stack, StackStatus

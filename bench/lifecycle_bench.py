@@ -21,7 +21,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from cli.api import FerryAPI  # noqa: E402
-from core.config import TaskConfiguration, parse_configuration  # noqa: E402
+from core.configuration import TaskConfiguration, parse_configuration  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from store import open_store  # noqa: E402
 from worker.devserver import dev_server_command, wait_for_port  # noqa: E402

@@ -14,11 +14,11 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from activities.code import pack_repo
 from cli.errors import FerryError, RunActive, RunNotFound
-from core.config import RunConfiguration
+from core.configuration import RunConfiguration
 from core.eventlog import Event
-from core.messages import LOCAL_FLEET, RunInput, StopReply, StopRequest, run_workflow_id
 from core.settings import DEFAULT_PROJECT, TASK_QUEUE
 from core.status import RunStatus
+from core.wire.messages import LOCAL_FLEET, RunInput, StopReply, StopRequest, run_workflow_id
 from store import EventRecord, RunRecord, Store
 from workflows.run import RunWorkflow
 from workflows.search_attributes import run_search_attributes

@@ -15,10 +15,10 @@ from rich.table import Table
 from cli import render
 from cli.context import Context, confirm
 from cli.errors import ABORTS, USAGE_EXIT, CommandError
-from core.config import FleetConfiguration, RunConfiguration
-from core.config.fields import Name
-from core.durations import format_duration
-from core.loading import load_configuration
+from core.configuration import FleetConfiguration, RunConfiguration
+from core.configuration.durations import format_duration
+from core.configuration.fields import Name
+from core.configuration.loading import load_configuration
 from core.status import RunStatus
 
 INTERRUPTED_EXIT = 130

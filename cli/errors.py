@@ -153,7 +153,9 @@ def one_line_errors(function: Callable[P, R]) -> Callable[P, R]:
         except Exception as err:
             if os.environ.get("FERRY_DEBUG") or _is_click_exception(err):
                 raise
-            from core.loading import ConfigurationError  # imported already if that is what this is
+            from core.configuration.loading import (
+                ConfigurationError,  # imported already if that is what this is
+            )
 
             if isinstance(err, ConfigurationError) and err.issues:
                 # Every issue of the file, one per line: the last one is the error's line.

@@ -19,9 +19,9 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from cli.context import Context
-    from core.config import FleetConfiguration
-    from core.fleet_messages import FleetDescription
-    from core.loading import LoadedConfiguration
+    from core.configuration import FleetConfiguration
+    from core.configuration.loading import LoadedConfiguration
+    from core.fleets.messages import FleetDescription
     from store import FleetRecord, InstanceRecord
 
 DEPLOY_WAIT = 600.0  # seconds `ferry apply` follows a fleet's deployment
@@ -94,7 +94,7 @@ def apply_fleet(loaded: LoadedConfiguration, *, yes: bool, detach: bool, name: s
     Exits 0 once every host is deployed (with -d: once the fleet is created), 1 otherwise."""
     from cli import render
     from cli.context import Context, confirm
-    from core.config import FleetConfiguration
+    from core.configuration import FleetConfiguration
 
     configuration = loaded.configuration
     assert isinstance(configuration, FleetConfiguration)

@@ -16,11 +16,11 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from cli.api import FerryError, RunNotFound
-from core.config import FleetConfiguration, RunConfiguration
-from core.fleet_messages import FleetDescription
-from core.fleets import FleetInput, instance_name
-from core.messages import LOCAL_FLEET, SetPriority, fleet_workflow_id
+from core.configuration import FleetConfiguration, RunConfiguration
+from core.fleets.messages import FleetDescription
+from core.fleets.state_machine import FleetInput, instance_name
 from core.status import RunStatus
+from core.wire.messages import LOCAL_FLEET, SetPriority, fleet_workflow_id
 from store import FleetRecord, InstanceRecord, Store
 from store.fleet_repository import fleet_id
 from workflows.fleet import FleetWorkflow

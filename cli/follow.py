@@ -25,8 +25,8 @@ POLL_INTERVAL = 0.1
 def expected_shape(run: RunRecord) -> tuple[int, int]:
     """(replicas, nodes per replica) the run's configuration asks for; (1, 1) if it cannot tell."""
     try:
-        from core.config import parse_configuration
-        from core.jobspec import nodes_count, replica_count
+        from core.configuration import parse_configuration
+        from core.jobs.spec import nodes_count, replica_count
 
         conf = parse_configuration(run.configuration_data())
         return replica_count(conf), nodes_count(conf)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ import time
 from cli.context import Context
 from cli.errors import USAGE_EXIT, CommandError
 from cli.follow import LogStream, follow_run
-from core.durations import parse_duration
+from core.configuration.durations import parse_duration
 
 
 def parse_since(value: str | None) -> float | None:

@@ -145,7 +145,7 @@ def ago(timestamp: float | None, now: float | None = None) -> str:
 
 def resources_of(run: RunRecord) -> str:
     try:
-        from core.config import parse_configuration
+        from core.configuration import parse_configuration
 
         return parse_configuration(run.configuration_data()).resources.pretty()
     except ValueError:

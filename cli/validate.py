@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from core.loading import ConfigurationError, LoadedConfiguration, load_configuration
+from core.configuration.loading import ConfigurationError, LoadedConfiguration, load_configuration
 
 _PIPED_WIDTH = 240
 

@@ -13,7 +13,7 @@ import typer
 from cli import render
 from cli.context import Context
 from cli.errors import USAGE_EXIT, CommandError, say
-from core.durations import parse_duration
+from core.configuration.durations import parse_duration
 from core.eventlog import Event
 from core.status import RunStatus
 

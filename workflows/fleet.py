@@ -7,7 +7,8 @@ be placed (`placement_refused`); jobs give their capacity back (`release`) once 
 A heartbeating activity watches the instances' health: a lost host's jobs are terminated with
 INSTANCE_UNREACHABLE, and a host that comes back is cleaned of their tasks and returns to service.
 
-Every decision is `core.fleets`'s, on the `FleetBook` this workflow keeps (and continues as new with);
+Every decision is `core.fleets.state_machine`'s, on the `FleetBook` this workflow keeps (and continues as new
+with);
 this workflow only runs the activities and sends the signals. Signals are applied in the order they
 arrived, after the step in progress, so capacity is never granted twice.
 """
@@ -23,8 +24,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from core import activity_names as names
-    from core.fleet_messages import (
+    from core.fleets.messages import (
         FLEET_CANCEL,
         FLEET_ENQUEUE,
         FLEET_INSTANCE_READY,
@@ -50,10 +50,19 @@ with workflow.unsafe.imports_passed_through():
         StopFleet,
         WatchFleet,
     )
-    from core.fleets import FleetBook, FleetInput, apply, deployed, instance_name, schedule, undelivered
-    from core.messages import Enqueue, PlacementRefused, Queued, TerminateJob
-    from core.placement import InstanceSlot, InstanceStatus
+    from core.fleets.placement import InstanceSlot, InstanceStatus
+    from core.fleets.state_machine import (
+        FleetBook,
+        FleetInput,
+        apply,
+        deployed,
+        instance_name,
+        schedule,
+        undelivered,
+    )
     from core.status import JobTerminationReason
+    from core.wire import activity_names as names
+    from core.wire.messages import Enqueue, PlacementRefused, Queued, TerminateJob
 
 _QUICK_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=2)

@@ -22,9 +22,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from core import activity_names as names
-    from core.eventlog import Event, JobState, apply_job_event
-    from core.fleet_messages import (
+    from core.eventlog import Event
+    from core.fleets.messages import (
         FLEET_ENQUEUE,
         FLEET_RELEASE,
         JOB_PLACED,
@@ -32,7 +31,16 @@ with workflow.unsafe.imports_passed_through():
         JOB_REFUSED,
         ReleaseJob,
     )
-    from core.messages import (
+    from core.jobs.state_machine import JobState, apply_job_event
+    from core.jobs.transitions import (
+        fatal,
+        last_note,
+        outcome_events,
+        reason_for_failure,
+    )
+    from core.status import JobTerminationReason
+    from core.wire import activity_names as names
+    from core.wire.messages import (
         JobDescription,
         JobInput,
         JobOutcome,
@@ -46,13 +54,6 @@ with workflow.unsafe.imports_passed_through():
         TerminateJob,
         WatchJob,
         job_submission_id,
-    )
-    from core.status import JobTerminationReason
-    from core.transitions import (
-        fatal,
-        last_note,
-        outcome_events,
-        reason_for_failure,
     )
     from workflows.job_news import JobNews
 

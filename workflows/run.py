@@ -1,6 +1,7 @@
 """RunWorkflow: one applied configuration, seed 001's run lifecycle STEP 1-5.
 
-Submits one JobWorkflow child per replica x node, hears of them by signal, asks `core.rules` what the
+Submits one JobWorkflow child per replica x node, hears of them by signal, asks `core.runs.derivation` what
+the
 run's status is, and acts on the decision: resubmit a replica in place, wait out a pending backoff on a
 durable timer, or terminate every job and assign the finished status. It is the only place that does.
 """
@@ -17,11 +18,17 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from core import activity_names as names
     from core.eventlog import Event
-    from core.fleet_messages import FLEET_SET_PRIORITY, SetQueuedPriority
-    from core.jobspec import nodes_count, replica_count
-    from core.messages import (
+    from core.fleets.messages import FLEET_SET_PRIORITY, SetQueuedPriority
+    from core.jobs.spec import nodes_count, replica_count
+    from core.jobs.transitions import replicas_to_resubmit, status_message, stop_reason, update_events
+    from core.runs.derivation import derive_run_status
+    from core.runs.retry import pending_backoff
+    from core.runs.state_machine import RunState, apply_run_event
+    from core.runs.submissions import job_input, waiting_requests
+    from core.status import JobTerminationReason, RunStatus
+    from core.wire import activity_names as names
+    from core.wire.messages import (
         JobUpdate,
         RecordJob,
         RecordRun,
@@ -36,12 +43,6 @@ with workflow.unsafe.imports_passed_through():
         fleet_workflow_id,
         job_workflow_id,
     )
-    from core.replay import RunState, apply_run_event
-    from core.retry import pending_backoff
-    from core.rules import derive_run_status
-    from core.status import JobTerminationReason, RunStatus
-    from core.submissions import job_input, waiting_requests
-    from core.transitions import replicas_to_resubmit, status_message, stop_reason, update_events
     from workflows.job import JobWorkflow
     from workflows.search_attributes import SA_STATUS
 

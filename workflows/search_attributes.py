@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from core.messages import RunInput
 from core.status import RunStatus
+from core.wire.messages import RunInput
 
 SA_RUN_NAME = SearchAttributeKey.for_keyword("FerryRunName")
 SA_STATUS = SearchAttributeKey.for_keyword("FerryStatus")

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import httpx
 
 from activities.agent_client import AgentClient
-from core.agent_api import JobSpec, JobStateEvent, Resources, TaskInfo, TaskStatus, TaskSubmitRequest
+from core.wire.agent_api import JobSpec, JobStateEvent, Resources, TaskInfo, TaskStatus, TaskSubmitRequest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")

@@ -26,14 +26,14 @@ from agent_harness import (
 )
 
 from activities.agent_client import AgentClient, AgentError, AgentUnreachable
-from core.agent_api import (
+from core.status import JobStatus, JobTerminationReason
+from core.wire.agent_api import (
     ClusterInfo,
     JobSpec,
     TaskStatus,
     TaskSubmitRequest,
     VolumeMount,
 )
-from core.status import JobStatus, JobTerminationReason
 
 
 def make_archive(files: dict[str, bytes]) -> bytes:

@@ -9,8 +9,8 @@ import pytest
 from agent_harness import AgentProcess, new_id, pull_all, start_job, wait_for_log, wait_terminated
 
 from activities.agent_client import AgentClient, AgentError
-from core.agent_api import MAX_PULL_LIMIT, TaskSubmitRequest
 from core.status import JobStatus
+from core.wire.agent_api import MAX_PULL_LIMIT, TaskSubmitRequest
 
 
 async def test_pull_by_offset_returns_each_byte_once(client: AgentClient) -> None:

@@ -9,8 +9,8 @@ import pytest
 from agent_harness import new_id, start_job, wait_terminated
 
 from activities.agent_client import AgentClient, AgentError
-from core.agent_api import TaskSubmitRequest
 from core.status import JobStatus
+from core.wire.agent_api import TaskSubmitRequest
 
 
 async def test_a_quiet_job_holds_the_pull_until_wait_has_passed(client: AgentClient) -> None:

@@ -17,8 +17,8 @@ from agent_harness import (
 )
 
 from activities.agent_client import AgentClient, AgentError
-from core.agent_api import Resources, TaskSubmitRequest
 from core.status import JobTerminationReason
+from core.wire.agent_api import Resources, TaskSubmitRequest
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
 # Answers the agent's query like a host with four A100s.

@@ -21,8 +21,8 @@ from agent_harness import (
 )
 
 from activities.agent_client import AgentClient
-from core.agent_api import Resources, TaskStatus
 from core.status import JobStatus, JobTerminationReason
+from core.wire.agent_api import Resources, TaskStatus
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from agent_harness import pull_all, start_job, wait_for_log
 
 from activities.agent_client import AgentClient
-from core.agent_api import TaskStatus
 from core.status import JobStatus, JobTerminationReason
+from core.wire.agent_api import TaskStatus
 
 TRAPS_TERM = [
     "cleanup() { echo cleaning up; sleep 0.2; echo cleaned up; exit 0; }",

@@ -13,7 +13,7 @@ from agent.gpus import parse_nvidia_smi
 from agent.main import is_loopback
 from agent.records import TaskRecord
 from agent.resources import InsufficientResources, ResourceLedger
-from core.agent_api import ClusterInfo, JobSpec, Resources, TaskStatus
+from core.wire.agent_api import ClusterInfo, JobSpec, Resources, TaskStatus
 
 
 def test_nvidia_smi_lines_are_parsed_even_with_commas_in_names() -> None:

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from cli.apply import with_overrides
 from cli.errors import CommandError, connect_problem
 from cli.main import app
-from core.config import TaskConfiguration, parse_configuration
+from core.configuration import TaskConfiguration, parse_configuration
 
 runner = CliRunner()
 

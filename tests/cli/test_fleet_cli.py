@@ -12,7 +12,7 @@ from rich.console import Console
 from cli.api import FerryError
 from cli.fleet import fleets_json, fleets_table
 from cli.fleet_api import choose_fleet, list_fleets
-from core.config import TaskConfiguration, parse_configuration
+from core.configuration import TaskConfiguration, parse_configuration
 from store import FleetRecord, InstanceRecord, Store
 from store.engine import make_engine, migrate
 from store.fleet_repository import fleet_id, instance_id

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from core.config import (
+from core.configuration import (
     AnyConfiguration,
     DevEnvironmentConfiguration,
     FleetConfiguration,
@@ -23,8 +23,8 @@ from core.config import (
     known_field_names,
     parse_configuration,
 )
-from core.loading import load_configuration, load_configuration_text
-from core.retry import RetryPolicy
+from core.configuration.loading import load_configuration, load_configuration_text
+from core.runs.retry import RetryPolicy
 from core.status import RetryEvent
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yml"))

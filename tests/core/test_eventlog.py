@@ -11,16 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from core.eventlog import (
-    JOB_EVENTS_FROM,
-    Event,
-    EventlogError,
-    JobState,
-    apply_job_event,
-    from_jsonl,
-    replay_job,
-    to_jsonl,
-)
+from core.eventlog import Event, EventlogError, from_jsonl, to_jsonl
+from core.jobs.state_machine import JOB_EVENTS_FROM, JobState, apply_job_event, replay_job
 from core.status import JobStatus, JobTerminationReason
 
 S = JobStatus

@@ -1,10 +1,10 @@
-"""The fleet scheduler's book (core.fleets): what FleetWorkflow does on each message, without Temporal."""
+"""The fleet scheduler's book (core.fleets.state_machine): what FleetWorkflow does on each message, without
+Temporal."""
 
 from __future__ import annotations
 
-from core.agent_api import Resources
-from core.config import parse_configuration
-from core.fleet_messages import (
+from core.configuration import parse_configuration
+from core.fleets.messages import (
     CancelRequest,
     DeleteFleet,
     InstanceChange,
@@ -13,9 +13,10 @@ from core.fleet_messages import (
     ReleaseJob,
     SetQueuedPriority,
 )
-from core.fleets import FleetBook, apply, deployed, replica_enqueue, schedule, undelivered
-from core.messages import Enqueue, job_submission_id
-from core.placement import InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
+from core.fleets.placement import InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
+from core.fleets.state_machine import FleetBook, apply, deployed, replica_enqueue, schedule, undelivered
+from core.wire.agent_api import Resources
+from core.wire.messages import Enqueue, job_submission_id
 
 SMALL = {"cpu": "0..", "memory": "0GB..", "disk": "0GB.."}
 

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from core.loading import ConfigIssue, ConfigurationError, load_configuration, load_configuration_text
+from core.configuration.loading import (
+    ConfigIssue,
+    ConfigurationError,
+    load_configuration,
+    load_configuration_text,
+)
 
 
 def issues(text: str) -> list[str]:

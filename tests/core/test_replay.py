@@ -9,9 +9,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.eventlog import Event, EventlogError, from_jsonl, to_jsonl
-from core.replay import JOB_STATUS_RANK, RUN_EVENTS_FROM, RunJob, RunState, apply_run_event, replay_run
-from core.retry import RetryPolicy, pending_backoff
-from core.rules import derive_run_status
+from core.runs.derivation import derive_run_status
+from core.runs.retry import RetryPolicy, pending_backoff
+from core.runs.state_machine import (
+    JOB_STATUS_RANK,
+    RUN_EVENTS_FROM,
+    RunJob,
+    RunState,
+    apply_run_event,
+    replay_run,
+)
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
 S = JobStatus

@@ -10,8 +10,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from core.gpus import gpu_memory_from_driver, gpu_name_from_driver
-from core.resources import (
+from core.configuration.gpus import gpu_memory_from_driver, gpu_name_from_driver
+from core.configuration.resources import (
     GPU,
     Allocation,
     GPUSpec,

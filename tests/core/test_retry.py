@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.retry import (
+from core.runs.retry import (
     PENDING_BACKOFF_SCHEDULE,
     RetryPolicy,
     RetryVerdict,

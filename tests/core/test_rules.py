@@ -9,8 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from core.retry import RetryPolicy, RetryVerdict
-from core.rules import (
+from core.runs.derivation import (
     JobView,
     RunDecision,
     StopCriteria,
@@ -18,6 +17,7 @@ from core.rules import (
     jobs_to_stop,
     run_reason_for_job_failure,
 )
+from core.runs.retry import RetryPolicy, RetryVerdict
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
 S = JobStatus

@@ -6,11 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.agent_api import GpuInfo, InstanceInfo, Resources
-from core.gpus import GPU
-from core.placement import node_cost
-from core.resources import InstanceResources, ResourcesSpec
-from core.scheduling import (
+from core.configuration.gpus import GPU
+from core.configuration.resources import InstanceResources, ResourcesSpec
+from core.fleets.placement import node_cost
+from core.fleets.scheduling import (
     Grant,
     InstanceSlot,
     InstanceStatus,
@@ -20,6 +19,7 @@ from core.scheduling import (
     resolve_blocks,
     slot_from_info,
 )
+from core.wire.agent_api import GpuInfo, InstanceInfo, Resources
 
 
 def slot(

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.eventlog import Event, JobState, apply_job_event, replay_job
-from core.messages import JobOutcome
-from core.replay import replay_run
-from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
-from core.transitions import (
+from core.eventlog import Event
+from core.jobs.state_machine import JobState, apply_job_event, replay_job
+from core.jobs.transitions import (
     last_note,
     outcome_events,
     reason_for_failure,
     replicas_to_resubmit,
     status_message,
 )
+from core.runs.state_machine import replay_run
+from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+from core.wire.messages import JobOutcome
 
 R = JobTerminationReason
 

@@ -14,8 +14,8 @@ from typing import Any
 from activities.ssh_config import DeployOptions
 from cli.api import FerryAPI
 from cli.fleet_api import FleetAPI
-from core.config import FleetConfiguration, RunConfiguration, parse_configuration
-from core.fleet_messages import FleetDescription
+from core.configuration import FleetConfiguration, RunConfiguration, parse_configuration
+from core.fleets.messages import FleetDescription
 from core.settings import Settings
 from store import JobSubmissionRecord, RunRecord, open_store
 from tests.fleet.helpers import deploy_options

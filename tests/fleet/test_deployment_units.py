@@ -7,7 +7,7 @@ from pathlib import Path
 
 from activities.agent_bundle import LAUNCHER, MANIFEST, AgentBundle, build_bundle
 from activities.ssh import SSHEndpoint, ssh_targets
-from core.config.fleet import FleetConfiguration
+from core.configuration.fleet import FleetConfiguration
 
 
 def test_the_bundle_holds_the_agent_and_its_imports_and_nothing_of_the_worker(bundle: AgentBundle) -> None:

@@ -16,9 +16,9 @@ from activities.fleet import InstanceResolver
 from activities.instances import InstanceDirectory
 from activities.ssh import HostPool
 from cli.api import FerryError
-from core.agent_api import AGENT_SERVICE_NAME
-from core.placement import InstanceStatus
+from core.fleets.placement import InstanceStatus
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+from core.wire.agent_api import AGENT_SERVICE_NAME
 from store import RunRecord
 from tests.fleet.fleets import WAIT, Cluster, cluster_on, fleet_configuration, task, until
 from tests.fleet.netns import HostNetwork

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from activities.ssh import HostPool, SSHUnreachable
-from core.agent_api import JobSpec, TaskStatus, TaskSubmitRequest
+from core.wire.agent_api import JobSpec, TaskStatus, TaskSubmitRequest
 from tests.fleet.helpers import deploy_options, eventually, leftover_processes, target
 from tests.fleet.netns import HostNetwork, _ip
 

@@ -10,9 +10,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from cli.api import FerryAPI
-from core.eventlog import replay_job
-from core.messages import job_workflow_id
-from core.replay import replay_run
+from core.jobs.state_machine import replay_job
+from core.runs.state_machine import replay_run
+from core.wire.messages import job_workflow_id
 from store import RunRecord
 from workflows.job import JobWorkflow
 from workflows.run import RunWorkflow

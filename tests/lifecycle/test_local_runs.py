@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from cli.api import FerryAPI
-from core.config import FleetConfiguration, RunConfiguration, parse_configuration
-from core.eventlog import replay_job
-from core.replay import replay_run
+from core.configuration import FleetConfiguration, RunConfiguration, parse_configuration
+from core.jobs.state_machine import replay_job
+from core.runs.state_machine import replay_run
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from tests.lifecycle.checks import check_finished_run
 

@@ -20,10 +20,8 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from core import activity_names as names
-from core.agent_api import Resources
 from core.eventlog import Event
-from core.fleet_messages import (
+from core.fleets.messages import (
     CleanInstance,
     DeployInstance,
     HealthReport,
@@ -33,8 +31,12 @@ from core.fleet_messages import (
     StopFleet,
     WatchFleet,
 )
-from core.fleets import instance_name
-from core.messages import (
+from core.fleets.placement import InstanceSlot
+from core.fleets.state_machine import instance_name
+from core.status import JobTerminationReason
+from core.wire import activity_names as names
+from core.wire.agent_api import Resources
+from core.wire.messages import (
     JobOutcome,
     PrepareTask,
     RecordJob,
@@ -44,8 +46,6 @@ from core.messages import (
     TaskRef,
     WatchJob,
 )
-from core.placement import InstanceSlot
-from core.status import JobTerminationReason
 
 Key = tuple[int, int, int]  # (replica, job, submission)
 _KEY = re.compile(r"-r(\d+)-j(\d+)-s(\d+)$")

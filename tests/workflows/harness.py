@@ -13,11 +13,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from core.config import FleetConfiguration, parse_configuration
-from core.eventlog import Event, replay_job
-from core.fleet_messages import FleetDescription
-from core.fleets import FleetInput
-from core.messages import (
+from core.configuration import FleetConfiguration, parse_configuration
+from core.eventlog import Event
+from core.fleets.messages import FleetDescription
+from core.fleets.state_machine import FleetInput
+from core.jobs.state_machine import replay_job
+from core.runs.state_machine import RunState, replay_run
+from core.wire.messages import (
     LOCAL_FLEET,
     JobDescription,
     RunDescription,
@@ -29,7 +31,6 @@ from core.messages import (
     job_workflow_id,
     run_workflow_id,
 )
-from core.replay import RunState, replay_run
 from tests.workflows.doubles import FakeBackend, Key
 from workflows.fleet import FleetWorkflow
 from workflows.job import JobWorkflow

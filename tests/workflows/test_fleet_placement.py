@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from core import activity_names as names
-from core.config import FleetConfiguration, parse_configuration
-from core.fleet_messages import InstanceChange
-from core.placement import InstanceStatus
+from core.configuration import FleetConfiguration, parse_configuration
+from core.fleets.messages import InstanceChange
+from core.fleets.placement import InstanceStatus
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+from core.wire import activity_names as names
 from tests.workflows.doubles import BLOCK, host_slot
 from tests.workflows.harness import Harness, configuration, named
 

@@ -13,10 +13,10 @@ from temporalio.client import WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 
-from core import activity_names as names
-from core.fleet_messages import InstanceChange
-from core.messages import LOCAL_FLEET, StopRequest, StopTask, run_workflow_id
+from core.fleets.messages import InstanceChange
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+from core.wire import activity_names as names
+from core.wire.messages import LOCAL_FLEET, StopRequest, StopTask, run_workflow_id
 from tests.workflows.doubles import BLOCK, LOCAL_CPUS, TRAP, exited
 from tests.workflows.harness import PROJECT, SMALL, Harness, configuration, named
 from workflows.fleet import FleetWorkflow

@@ -11,8 +11,9 @@ from pydantic import BaseModel, ConfigDict
 class ConfigFieldError(ValueError):
     """A ValueError that names the field it is about, relative to the model that raised it.
 
-    Pydantic reports an error raised by a model validator at the model itself; core.loading reads
-    `path` (pydantic keeps the exception in the error's context) to point at the offending field and line.
+    Pydantic reports an error raised by a model validator at the model itself; core.configuration.loading
+    reads `path` (pydantic keeps the exception in the error's context) to point at the offending field
+    and line.
     """
 
     def __init__(self, path: Sequence[str | int], message: str) -> None:
@@ -48,9 +49,10 @@ def _asks_for_something(value: Any) -> bool:
 
 
 def shape_of(value: Any) -> str | None:
-    """The YAML shape of a raw value, as the tag of a shape-discriminated union (see core.config.fields).
+    """The YAML shape of a raw value, as the tag of a shape-discriminated union
+    (see core.configuration.fields).
 
-    Tags are written `<...>` so that core.loading can drop them from error paths.
+    Tags are written `<...>` so that core.configuration.loading can drop them from error paths.
     """
     if isinstance(value, bool):
         return "<bool>"

@@ -16,9 +16,9 @@ from pydantic import (
     field_validator,
 )
 
-from core.config.model import ConfigFieldError, ConfigModel, shape_of
-from core.durations import Duration
-from core.retry import RetryPolicy
+from core.configuration.durations import Duration
+from core.configuration.model import ConfigFieldError, ConfigModel, shape_of
+from core.runs.retry import RetryPolicy
 
 # --- replicas ----------------------------------------------------------------------------------------
 

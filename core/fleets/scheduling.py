@@ -5,7 +5,8 @@ it was: an entity workflow keeps `self.state = self.state.enqueue(request)`, ser
 it to continue-as-new. Decisions depend on the state alone (instances are visited by name, requests by
 priority then submission order), so replaying a workflow makes the same grants.
 
-- **Capacity.** An instance has a total (CPUs, memory GB, GPUs) and dstack's `blocks` (see core.placement):
+- **Capacity.** An instance has a total (CPUs, memory GB, GPUs) and dstack's `blocks` (see
+core.fleets.placement):
   a job takes whole blocks, so `blocks: 1` gives one job the whole instance; `blocks=None` shares it by exact
   needs (the local machine). A node's `spec`, when given, must also match the instance's hardware (GPU
   names and memory, CPU architecture; lower bounds only, as instances are shared).
@@ -29,8 +30,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from core.agent_api import Resources
-from core.placement import (
+from core.fleets.placement import (
     EPS,
     Allocation,
     Frozen,
@@ -45,6 +45,7 @@ from core.placement import (
     resolve_blocks,
     slot_from_info,
 )
+from core.wire.agent_api import Resources
 
 __all__ = [
     "Allocation",

@@ -51,7 +51,7 @@ from core.eventlog import (
     need,
     need_index,
 )
-from core.rules import JobView
+from core.runs.derivation import JobView
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
 _ACTIVE_RUN = frozenset(s for s in RunStatus if s.is_active())

@@ -1,7 +1,7 @@
 """Configurations as files write them (dstack's field names): task, service, dev-environment, fleet.
 
-`parse_configuration(data)` validates a parsed YAML mapping into one of the four models; core.loading
-adds files, line numbers and readable errors on top.
+`parse_configuration(data)` validates a parsed YAML mapping into one of the four models;
+core.configuration.loading adds files, line numbers and readable errors on top.
 """
 
 from __future__ import annotations
@@ -10,20 +10,20 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, TypeAdapter
 
-from core.config.base import DEFAULT_STOP_DURATION, BaseRunConfiguration, ConfigSummary, format_retry
-from core.config.dev_environment import DevEnvironmentConfiguration
-from core.config.fields import (
+from core.configuration.base import DEFAULT_STOP_DURATION, BaseRunConfiguration, ConfigSummary, format_retry
+from core.configuration.dev_environment import DevEnvironmentConfiguration
+from core.configuration.fields import (
     InstanceVolume,
     NetworkVolume,
     PortMapping,
     StartupOrder,
     StopCriteria,
 )
-from core.config.fleet import FleetConfiguration, FleetNodes, ProxyJump, SSHConfig, SSHHost
-from core.config.model import ConfigFieldError, ConfigModel
-from core.config.service import ProbeSpec, ScalingSpec, ServiceConfiguration
-from core.config.specs import ReplicaRange, Schedule
-from core.config.task import TaskConfiguration
+from core.configuration.fleet import FleetConfiguration, FleetNodes, ProxyJump, SSHConfig, SSHHost
+from core.configuration.model import ConfigFieldError, ConfigModel
+from core.configuration.service import ProbeSpec, ScalingSpec, ServiceConfiguration
+from core.configuration.specs import ReplicaRange, Schedule
+from core.configuration.task import TaskConfiguration
 
 RunConfiguration = TaskConfiguration | ServiceConfiguration | DevEnvironmentConfiguration
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from core.agent_api import JobSpec, Resources
-from core.config import (
+from core.configuration import (
     DevEnvironmentConfiguration,
     RunConfiguration,
     ServiceConfiguration,
     TaskConfiguration,
 )
-from core.resources import allocation
+from core.configuration.resources import allocation
+from core.wire.agent_api import JobSpec, Resources
 
 # A dev environment runs its `init` commands, then stays up until it is stopped (or its duration ends).
 _DEV_ENVIRONMENT_KEEPALIVE = "sleep infinity"

@@ -15,7 +15,7 @@ from pydantic import (
     Tag,
 )
 
-from core.config.model import ConfigFieldError, ConfigModel, shape_of
+from core.configuration.model import ConfigFieldError, ConfigModel, shape_of
 
 # dstack's rule for run, fleet and volume names.
 _NAME = re.compile(r"^[a-z][a-z0-9-]{1,40}$")

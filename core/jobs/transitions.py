@@ -1,4 +1,4 @@
-"""The small pure choices the workflows make beside seed 001's rules (`core.rules`).
+"""The small pure choices the workflows make beside seed 001's rules (`core.runs.derivation`).
 
 Which events a job's outcome or a failed step becomes (RFC 21 exception types), why a job is ending,
 which replicas a PENDING run resubmits once its backoff is over, and the run's status message. Kept here
@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.eventlog import Event, JobState
-from core.messages import JobInput, JobOutcome, JobUpdate, RecordJob, job_submission_id
-from core.replay import RunState
+from core.eventlog import Event
+from core.jobs.state_machine import JobState
+from core.runs.state_machine import RunState
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+from core.wire.messages import JobInput, JobOutcome, JobUpdate, RecordJob, job_submission_id
 
 # The reasons a job's own exit gives (a `finish` event); every other reason is an exception first.
 EXITED = frozenset({JobTerminationReason.DONE_BY_RUNNER, JobTerminationReason.CONTAINER_EXITED_WITH_ERROR})

@@ -6,11 +6,11 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import AfterValidator, Discriminator, Field, Tag, model_validator
 
-from core.config.base import RUN_FIELDS_NOT_ACTED_ON, BaseRunConfiguration, ConfigSummary
-from core.config.fields import Commands, Port
-from core.config.model import ConfigFieldError, ConfigModel, shape_of
-from core.config.specs import ReplicaRange, Replicas
-from core.durations import Duration
+from core.configuration.base import RUN_FIELDS_NOT_ACTED_ON, BaseRunConfiguration, ConfigSummary
+from core.configuration.durations import Duration
+from core.configuration.fields import Commands, Port
+from core.configuration.model import ConfigFieldError, ConfigModel, shape_of
+from core.configuration.specs import ReplicaRange, Replicas
 
 SERVICE_FIELDS_NOT_ACTED_ON = RUN_FIELDS_NOT_ACTED_ON | {"auth", "gateway", "https", "model", "rate_limits"}
 

@@ -7,7 +7,8 @@ from typing import ClassVar, NamedTuple
 
 from pydantic import Field, model_validator
 
-from core.config.fields import (
+from core.configuration.durations import OptionalDuration, format_duration
+from core.configuration.fields import (
     CreationPolicy,
     Env,
     Name,
@@ -16,8 +17,9 @@ from core.config.fields import (
     StopCriteria,
     VolumeMount,
 )
-from core.config.model import ConfigFieldError, ConfigModel
-from core.config.specs import (
+from core.configuration.model import ConfigFieldError, ConfigModel
+from core.configuration.resources import ResourcesSpec
+from core.configuration.specs import (
     LooseItem,
     PythonVersion,
     RegistryAuth,
@@ -26,9 +28,7 @@ from core.config.specs import (
     Shell,
     UtilizationPolicy,
 )
-from core.durations import OptionalDuration, format_duration
-from core.resources import ResourcesSpec
-from core.retry import RetryPolicy
+from core.runs.retry import RetryPolicy
 
 DEFAULT_STOP_DURATION = 300  # dstack: a graceful stop gets 5m before the job is killed
 MAX_PRIORITY = 100

@@ -6,16 +6,16 @@ request (every node's job, by its JobWorkflow id) for the run's fleet; every nod
 
 from __future__ import annotations
 
-from core.fleets import replica_enqueue
-from core.jobspec import job_resources, job_spec, nodes_count
-from core.messages import (
+from core.fleets.state_machine import replica_enqueue
+from core.jobs.spec import job_resources, job_spec, nodes_count
+from core.runs.state_machine import RunState
+from core.wire.messages import (
     JobInput,
     RunInput,
     fleet_workflow_id,
     job_workflow_id,
     placement_request_id,
 )
-from core.replay import RunState
 
 
 def run_priority(inp: RunInput, state: RunState) -> int:

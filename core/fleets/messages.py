@@ -10,11 +10,11 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from core.agent_api import Resources
-from core.config import FleetConfiguration
-from core.messages import Enqueue, Placement
-from core.placement import Frozen, InstanceSlot, InstanceStatus
-from core.scheduling import InstanceCapacity
+from core.configuration import FleetConfiguration
+from core.fleets.placement import Frozen, InstanceSlot, InstanceStatus
+from core.fleets.scheduling import InstanceCapacity
+from core.wire.agent_api import Resources
+from core.wire.messages import Enqueue, Placement
 
 # Signals of FleetWorkflow, and the ones it sends to JobWorkflows.
 FLEET_ENQUEUE = "enqueue"

@@ -4,9 +4,10 @@
 replica to place, a job's capacity back, a lost host...) is applied here to its `FleetBook`, which returns
 the new book and the `Notice`s for JobWorkflows; the workflow only sends them and runs the activities.
 The book is also the workflow's continue-as-new argument, so it holds everything: the scheduler's state
-(core.scheduling), whom to tell about each job, the jobs a lost host took with it, the hosts not deployed.
+(core.fleets.scheduling), whom to tell about each job, the jobs a lost host took with it, the hosts not
+deployed.
 
-- A replica is placed whole or not at all, by priority then submission order (core.scheduling).
+- A replica is placed whole or not at all, by priority then submission order (core.fleets.scheduling).
 - A replica no instance could ever hold is refused at once (FAILED_TO_START_DUE_TO_NO_CAPACITY); one that
   waits is told so once (`queued`), for `ferry ps` to say "waiting for capacity".
 - A lost host's jobs are told to terminate (INSTANCE_UNREACHABLE); their capacity stays held until each
@@ -20,9 +21,8 @@ from typing import Any
 
 from pydantic import Field
 
-from core.agent_api import ClusterInfo, Resources
-from core.config import FleetConfiguration, RunConfiguration
-from core.fleet_messages import (
+from core.configuration import FleetConfiguration, RunConfiguration
+from core.fleets.messages import (
     CancelRequest,
     DeleteFleet,
     FleetCommand,
@@ -35,10 +35,11 @@ from core.fleet_messages import (
     ReleaseJob,
     SetQueuedPriority,
 )
-from core.jobspec import job_resources
-from core.messages import Enqueue, Placement, job_submission_id, placement_request_id
-from core.placement import Frozen, InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
-from core.scheduling import SchedulerState
+from core.fleets.placement import Frozen, InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
+from core.fleets.scheduling import SchedulerState
+from core.jobs.spec import job_resources
+from core.wire.agent_api import ClusterInfo, Resources
+from core.wire.messages import Enqueue, Placement, job_submission_id, placement_request_id
 
 __all__ = ["DeleteFleet", "FleetBook", "FleetInput", "apply", "deployed", "replica_enqueue", "schedule"]
 

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.durations import Duration
+from core.configuration.durations import Duration
 from core.status import JobTerminationReason, RetryEvent
 
 DEFAULT_RETRY_DURATION = 3600  # dstack: retrying stops after 1h unless `duration` says otherwise

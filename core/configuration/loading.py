@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from core.config import (
+from core.configuration import (
     CONFIGURATION_MODELS,
     CONFIGURATION_TYPES,
     AnyConfiguration,

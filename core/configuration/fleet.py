@@ -7,12 +7,12 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, Tag, model_validator
 
-from core.config.base import ConfigSummary, format_retry
-from core.config.fields import Env, Name, SpotPolicy
-from core.config.model import ConfigFieldError, ConfigModel, shape_of
-from core.config.specs import Retry, parse_int_range
-from core.durations import OptionalDuration
-from core.resources import ResourcesSpec
+from core.configuration.base import ConfigSummary, format_retry
+from core.configuration.durations import OptionalDuration
+from core.configuration.fields import Env, Name, SpotPolicy
+from core.configuration.model import ConfigFieldError, ConfigModel, shape_of
+from core.configuration.resources import ResourcesSpec
+from core.configuration.specs import Retry, parse_int_range
 
 _PortNumber = Annotated[int, Field(ge=1, le=65535)]
 

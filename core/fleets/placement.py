@@ -1,6 +1,6 @@
 """Placement on a fleet's instances: their capacity in blocks, and where the nodes of a gang can go.
 
-Pure and deterministic; `core.scheduling` builds the scheduler's queue and state on these. Blocks are
+Pure and deterministic; `core.fleets.scheduling` builds the scheduler's queue and state on these. Blocks are
 dstack's: an instance with N blocks is split into N equal shares of CPUs, memory and GPUs, and a job takes
 the fewest whole blocks that cover its need (`ceil(max over resources of need / share)`, at least one), so
 `blocks: 1` gives one job the whole instance (GPU shares round down when N does not divide the GPUs).
@@ -17,9 +17,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from core.agent_api import BYTES_PER_GB, InstanceInfo, Resources
-from core.gpus import GPU
-from core.resources import InstanceResources, ResourcesSpec, unsatisfied
+from core.configuration.gpus import GPU
+from core.configuration.resources import InstanceResources, ResourcesSpec, unsatisfied
+from core.wire.agent_api import BYTES_PER_GB, InstanceInfo, Resources
 
 EPS = 1e-9
 

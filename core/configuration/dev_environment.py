@@ -6,9 +6,9 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from core.config.base import RUN_FIELDS_NOT_ACTED_ON, BaseRunConfiguration, ConfigSummary
-from core.config.fields import Commands, Port
-from core.durations import OptionalDuration
+from core.configuration.base import RUN_FIELDS_NOT_ACTED_ON, BaseRunConfiguration, ConfigSummary
+from core.configuration.durations import OptionalDuration
+from core.configuration.fields import Commands, Port
 
 
 class DevEnvironmentConfiguration(BaseRunConfiguration):

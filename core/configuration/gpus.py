@@ -2,7 +2,8 @@
 
 Knowing a name lets a spec infer its vendor (`A100` -> nvidia) and spell it canonically (`a100` -> `A100`);
 unknown names are still accepted when they look like a model name (see `is_gpu_name`). The numbers of a
-spec (memory, count) and GPUSpec itself are in core.resources, beside the ranges they are made of.
+spec (memory, count) and GPUSpec itself are in core.configuration.resources, beside the ranges they
+are made of.
 """
 
 from __future__ import annotations

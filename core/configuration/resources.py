@@ -11,8 +11,15 @@ from typing import Any, NamedTuple, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from core.gpus import GPU, common_vendor, gpu_names, gpu_vendor, normalise_vendor, split_gpu_spec
-from core.ranges import (
+from core.configuration.gpus import (
+    GPU,
+    common_vendor,
+    gpu_names,
+    gpu_vendor,
+    normalise_vendor,
+    split_gpu_spec,
+)
+from core.configuration.ranges import (
     MemoryRange,
     MemorySize,
     Range,

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from core.config.base import BaseRunConfiguration, ConfigSummary
-from core.config.fields import Commands, Port
+from core.configuration.base import BaseRunConfiguration, ConfigSummary
+from core.configuration.fields import Commands, Port
 
 
 class TaskConfiguration(BaseRunConfiguration):

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.agent_api import ClusterInfo, JobSpec, Resources
-from core.config import RunConfiguration
+from core.configuration import RunConfiguration
 from core.eventlog import Event
-from core.placement import PlacementRequest
-from core.replay import RunState
+from core.fleets.placement import PlacementRequest
+from core.runs.state_machine import RunState
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+from core.wire.agent_api import ClusterInfo, JobSpec, Resources
 
 
 class _Message(BaseModel):
