@@ -15,7 +15,7 @@ def test_the_bundle_holds_the_agent_and_its_imports_and_nothing_of_the_worker(bu
         names = set(tar.getnames())
         members = tar.getmembers()
     tops = {name.split("/")[0] for name in names}
-    assert {"agent/main.py", "core/agent_api.py", LAUNCHER, MANIFEST} <= names
+    assert {"agent/main.py", "core/wire/agent_api.py", LAUNCHER, MANIFEST} <= names
     assert {
         "fastapi",
         "starlette",
