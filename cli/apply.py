@@ -29,6 +29,7 @@ def apply(file: str, *, yes: bool, detach: bool, name: str | None, env: list[str
     """The command's body; its exit code: 0 only if the run ended DONE (or was submitted, with -d)."""
     ctx = Context.from_env()
     loaded = load_configuration(file)
+    loaded.ensure_runnable()  # refused here, before the plan: nothing is submitted
     warning = loaded.warning()
     if warning:
         typer.echo(warning, err=True)

@@ -1,4 +1,8 @@
-"""`ferry validate`: check configuration files and summarise the valid ones."""
+"""`ferry validate`: check configuration files and summarise the valid ones.
+
+A file is refused if it is invalid or if Ferry cannot run it (core.configuration.runnable); fields Ferry
+accepts but does not act on yet are named in one warning line per file.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +19,14 @@ _PIPED_WIDTH = 240
 
 def validate_files(files: Sequence[str]) -> int:
     """Print a summary table of the valid files and every issue of the others, one per line on stderr;
-    return the exit code: 0 only if every file is valid."""
+    return the exit code: 0 only if every file is valid and runnable."""
     valid: list[LoadedConfiguration] = []
     failed = 0
     for file in files:
         try:
             loaded = load_configuration(file)
+            # Valid, but Ferry cannot run it (core.configuration.runnable): as bad as an invalid file.
+            loaded.ensure_runnable()
         except ConfigurationError as exc:
             failed += 1
             for issue in exc.issues:

@@ -33,21 +33,10 @@ from core.runs.retry import RetryPolicy
 DEFAULT_STOP_DURATION = 300  # dstack: a graceful stop gets 5m before the job is killed
 MAX_PRIORITY = 100
 
-# Fields of every run that Ferry accepts but does not act on yet. `image` and `python` are among them:
-# the process executor runs commands on the host as they are.
-RUN_FIELDS_NOT_ACTED_ON = frozenset(
+# Where and on what instances run, as dstack asks its cloud backends: Ferry places on the instances its
+# fleets already have (SSH hosts, this machine) and creates none, so a fleet and a run share these.
+CLOUD_FIELDS_NOT_ACTED_ON = frozenset(
     {
-        "image",
-        "python",
-        "nvcc",
-        "user",
-        "privileged",
-        "entrypoint",
-        "registry_auth",
-        "docker",
-        "repos",
-        "files",
-        "single_branch",
         "backends",
         "regions",
         "availability_zones",
@@ -55,12 +44,34 @@ RUN_FIELDS_NOT_ACTED_ON = frozenset(
         "reservation",
         "spot_policy",
         "max_price",
-        "creation_policy",
         "idle_duration",
-        "utilization_policy",
         "tags",
     }
 )
+
+# Fields of every run that Ferry accepts but does not act on yet (each run type adds its own). `image`,
+# `python` and the other container fields among them: the process executor runs `commands` on the host
+# as they are. `volumes`: nothing mounts them. `schedule`: a run starts when it is submitted. `startup_order`:
+# the nodes of a task start as they are placed (see asks_for). `resources.shm_size`: no container to size.
+RUN_FIELDS_NOT_ACTED_ON = CLOUD_FIELDS_NOT_ACTED_ON | {
+    "image",
+    "python",
+    "nvcc",
+    "user",
+    "privileged",
+    "entrypoint",
+    "registry_auth",
+    "docker",
+    "repos",
+    "files",
+    "single_branch",
+    "resources.shm_size",
+    "volumes",
+    "creation_policy",
+    "utilization_policy",
+    "schedule",
+    "startup_order",
+}
 
 
 class ConfigSummary(NamedTuple):
@@ -142,6 +153,11 @@ class BaseRunConfiguration(ConfigModel):
         if missing:
             raise ValueError(f"env: {', '.join(missing)} not set in the environment")
         return {key: environ[key] if value is None else value for key, value in self.env.items()}
+
+    def asks_for(self, field: str) -> bool:
+        if field == "startup_order":
+            return self.startup_order != StartupOrder.ANY  # `any` is what Ferry does
+        return super().asks_for(field)
 
     def _needs_commands(self, commands: list[str]) -> None:
         # dstack runs the image's entrypoint when no commands are given; without an image there is nothing.

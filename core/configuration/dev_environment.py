@@ -1,4 +1,8 @@
-"""`type: dev-environment`: a machine to attach an IDE to, kept until stopped or inactive."""
+"""`type: dev-environment`: a machine to attach an IDE to, kept until stopped.
+
+Ferry runs `init` and keeps the job up (core.jobs.spec); it installs no IDE server, forwards no ports and
+does not watch for connections, so `ide`, `version`, `ports` and `inactivity_duration` are not acted on.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,12 @@ from core.configuration.fields import Commands, Port
 
 
 class DevEnvironmentConfiguration(BaseRunConfiguration):
-    NOT_ACTED_ON: ClassVar[frozenset[str]] = RUN_FIELDS_NOT_ACTED_ON | {"version"}
+    NOT_ACTED_ON: ClassVar[frozenset[str]] = RUN_FIELDS_NOT_ACTED_ON | {
+        "ide",
+        "version",
+        "ports",
+        "inactivity_duration",
+    }
 
     type: Literal["dev-environment"] = "dev-environment"
     ide: Literal["vscode", "cursor", "windsurf"]

@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, Tag, model_validator
 
-from core.configuration.base import ConfigSummary, format_retry
+from core.configuration.base import CLOUD_FIELDS_NOT_ACTED_ON, ConfigSummary, format_retry
 from core.configuration.durations import OptionalDuration
 from core.configuration.fields import Env, Name, SpotPolicy
 from core.configuration.model import ConfigFieldError, ConfigModel, shape_of
@@ -125,23 +125,18 @@ def _nodes(value: Any) -> Any:
 
 
 class FleetConfiguration(ConfigModel):
-    NOT_ACTED_ON: ClassVar[frozenset[str]] = frozenset(
-        {
-            "env",
-            "backends",
-            "regions",
-            "availability_zones",
-            "instance_types",
-            "reservation",
-            "spot_policy",
-            "retry",
-            "max_price",
-            "idle_duration",
-            "tags",
-            "termination_policy",
-            "termination_idle_time",
-        }
-    )
+    # `env`, `retry` and the termination fields are about the instances a backend would create; Ferry
+    # creates none (see core.configuration.runnable). `placement: cluster` is not checked: the hosts are
+    # used as they are (see asks_for); `ssh_config.network`: the nodes reach each other at `internal_ip`
+    # or the address dialled.
+    NOT_ACTED_ON: ClassVar[frozenset[str]] = CLOUD_FIELDS_NOT_ACTED_ON | {
+        "env",
+        "ssh_config.network",
+        "placement",
+        "retry",
+        "termination_policy",
+        "termination_idle_time",
+    }
 
     type: Literal["fleet"] = "fleet"
     name: Name | None = None
@@ -177,6 +172,11 @@ class FleetConfiguration(ConfigModel):
     @property
     def is_ssh(self) -> bool:
         return self.ssh_config is not None
+
+    def asks_for(self, field: str) -> bool:
+        if field == "placement":
+            return self.placement == "cluster"
+        return super().asks_for(field)
 
     def unsupported_fields(self) -> list[str]:
         fields = super().unsupported_fields()

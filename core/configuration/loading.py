@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from core.configuration import (
     known_field_names,
     parse_configuration,
 )
+from core.configuration.runnable import refusals
 
 Loc = tuple[str | int, ...]
 # Where each mapping key and sequence item of a document starts: path -> 1-based line.
@@ -60,6 +61,7 @@ class ConfigurationError(Exception):
 class LoadedConfiguration:
     file: str  # as the user named it
     configuration: AnyConfiguration
+    lines: LineMap = field(default_factory=dict, compare=False, repr=False)  # for refusals' lines
 
     @property
     def path(self) -> Path:
@@ -71,6 +73,36 @@ class LoadedConfiguration:
         if not fields:
             return None
         return f"{self.file}: warning: Ferry does not act on yet: {', '.join(fields)}"
+
+    def refusals(self) -> list[ConfigIssue]:
+        """Why Ferry cannot run this valid configuration (core.configuration.runnable), one issue per
+        reason at the line of its field; [] when it can."""
+        return runnable_issues(self.configuration, self.file, self.lines)
+
+    def ensure_runnable(self) -> None:
+        """ConfigurationError, before anything is submitted, if Ferry cannot run this configuration."""
+        issues = self.refusals()
+        if issues:
+            raise ConfigurationError(issues)
+
+
+def runnable_issues(
+    configuration: AnyConfiguration, source: str, lines: LineMap | None = None
+) -> list[ConfigIssue]:
+    """The refusals of `configuration` as ConfigIssues of `source` (a file, or what names the
+    configuration when there is none)."""
+    lines = lines or {}
+    return [
+        ConfigIssue(source, _line_of(refusal.path, lines), ".".join(refusal.path), refusal.reason)
+        for refusal in refusals(configuration)
+    ]
+
+
+def ensure_runnable(configuration: AnyConfiguration, source: str = "<configuration>") -> None:
+    """ConfigurationError if Ferry cannot run `configuration`; for callers without a file (FerryAPI)."""
+    issues = runnable_issues(configuration, source)
+    if issues:
+        raise ConfigurationError(issues)
 
 
 def load_configuration(path: str | Path) -> LoadedConfiguration:
@@ -106,7 +138,7 @@ def load_configuration_text(text: str, filename: str = "<configuration>") -> Loa
         configuration = parse_configuration(data)
     except ValidationError as exc:
         raise ConfigurationError(issues_from_validation_error(exc, filename, lines)) from None
-    return LoadedConfiguration(filename, configuration)
+    return LoadedConfiguration(filename, configuration, lines)
 
 
 def parse_yaml(text: str, filename: str) -> tuple[Any, LineMap]:

@@ -27,21 +27,32 @@ class ConfigModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # Fields accepted (dstack documents them) that Ferry does not act on yet; see unsupported_fields().
+    # A dotted name (`resources.shm_size`) is a field of a nested model.
     NOT_ACTED_ON: ClassVar[frozenset[str]] = frozenset()
 
     def unsupported_fields(self) -> list[str]:
-        """The fields this file sets that Ferry does not act on yet, in declaration order.
+        """The fields of NOT_ACTED_ON this file asks for (see asks_for), in declaration order."""
+        found: list[str] = []
+        for name in type(self).model_fields:
+            # The field itself, then its nested fields (in name order).
+            entries = [name] if name in self.NOT_ACTED_ON else []
+            entries += sorted(entry for entry in self.NOT_ACTED_ON if entry.startswith(f"{name}."))
+            found.extend(entry for entry in entries if self.asks_for(entry))
+        return found
 
-        A field set to its "off" form (false, empty, null) asks for nothing Ferry would fail to do,
-        so it is not reported.
+    def asks_for(self, field: str) -> bool:
+        """Whether this file asks for what `field` (dotted for a nested one) does: the file sets it, and
+        not to its "off" form (false, empty, null), which asks for nothing Ferry would fail to do.
+
+        Models override it for a field whose default asks for something (a service's `auth`) or whose
+        value asks for something only past a point (a range of `replicas`).
         """
-        return [
-            name
-            for name in type(self).model_fields
-            if name in self.NOT_ACTED_ON
-            and name in self.model_fields_set
-            and _asks_for_something(getattr(self, name))
-        ]
+        value: Any = self
+        for part in field.split("."):
+            if not isinstance(value, BaseModel) or part not in value.model_fields_set:
+                return False
+            value = getattr(value, part)
+        return _asks_for_something(value)
 
 
 def _asks_for_something(value: Any) -> bool:

@@ -1,4 +1,9 @@
-"""`type: service`: commands that serve a port, as replicas behind Ferry's proxy."""
+"""`type: service`: commands that serve a port, as replicas.
+
+Ferry has no proxy yet: the replicas run on their instances and answer whoever reaches them there, so the
+fields about serving (`port`, `auth`, `probes`, `gateway`, ...) and autoscaling are not acted on, and
+`ferry validate` names them in its warning line.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,20 @@ from core.configuration.fields import Commands, Port
 from core.configuration.model import ConfigFieldError, ConfigModel, shape_of
 from core.configuration.specs import ReplicaRange, Replicas
 
-SERVICE_FIELDS_NOT_ACTED_ON = RUN_FIELDS_NOT_ACTED_ON | {"auth", "gateway", "https", "model", "rate_limits"}
+# `replicas` only as a range (see ServiceConfiguration.asks_for): Ferry starts its minimum (at least one)
+# and never scales within it.
+SERVICE_FIELDS_NOT_ACTED_ON = RUN_FIELDS_NOT_ACTED_ON | {
+    "port",
+    "replicas",
+    "scaling",
+    "probes",
+    "strip_prefix",
+    "auth",
+    "gateway",
+    "https",
+    "model",
+    "rate_limits",
+}
 
 
 class ScalingSpec(ConfigModel):
@@ -112,6 +130,14 @@ class ServiceConfiguration(BaseRunConfiguration):
                 ["scaling"], "needs `replicas` to be a range such as 1..4, not a fixed count"
             )
         return self
+
+    def asks_for(self, field: str) -> bool:
+        if field == "auth":
+            # On unless the file says `auth: false` (dstack's default), and nothing checks a token.
+            return self.auth
+        if field == "replicas":
+            return not self.replicas.is_fixed
+        return super().asks_for(field)
 
     def summary(self) -> ConfigSummary:
         return self._summary("service", f"replicas {self.replicas}")

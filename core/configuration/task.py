@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from core.configuration.base import BaseRunConfiguration, ConfigSummary
+from core.configuration.base import RUN_FIELDS_NOT_ACTED_ON, BaseRunConfiguration, ConfigSummary
 from core.configuration.fields import Commands, Port
 
 
 class TaskConfiguration(BaseRunConfiguration):
+    # `ports`: nothing maps or forwards them (Ferry has no `attach`); a job's process listens on its host.
+    NOT_ACTED_ON: ClassVar[frozenset[str]] = RUN_FIELDS_NOT_ACTED_ON | {"ports"}
+
     type: Literal["task"] = "task"
     commands: Commands = Field(default_factory=list)
     nodes: int = Field(default=1, ge=1)  # one job per node, placed all at once

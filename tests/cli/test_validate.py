@@ -26,7 +26,8 @@ def _in_repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_example_is_valid() -> None:
     result = runner.invoke(app, ["validate", *EXAMPLES])
     assert result.exit_code == 0, result.output
-    assert result.stderr == ""
+    # Some examples ask for what Ferry does not do yet: warnings only (tests/core/test_config.py says which).
+    assert all(": warning: Ferry does not act on yet: " in line for line in result.stderr.splitlines())
     for file in EXAMPLES:
         assert file in result.stdout
     for word in ("FILE", "TYPE", "NAME", "RESOURCES", "SCALE", "RETRY", "SCHEDULE"):
@@ -124,6 +125,7 @@ def test_command_line_without_traceback(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
-    assert len(result.stderr.splitlines()) == 1
-    assert result.stderr.startswith(f"{bad}:3:")
+    errors = [line for line in result.stderr.splitlines() if ": warning: " not in line]
+    assert len(errors) == 1
+    assert errors[0].startswith(f"{bad}:3:")
     assert "examples/hello.yml" in result.stdout

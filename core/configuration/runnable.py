@@ -1,0 +1,54 @@
+"""What Ferry cannot run of a valid configuration, decided before anything is submitted.
+
+A configuration can be valid (dstack accepts it, so does core.configuration) and still ask for what Ferry
+does not do yet. A field Ferry merely ignores gets a warning (ConfigModel.unsupported_fields); a
+configuration that would leave nothing to run, or that Ferry has no way to start, is refused here, so that
+`ferry validate`, `ferry apply` and FerryAPI.submit say why at once instead of submitting a run that can
+never start (a job needs at least one command: core.wire.agent_api.JobSpec).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from core.configuration import AnyConfiguration, FleetConfiguration, ServiceConfiguration, TaskConfiguration
+
+
+class Refusal(NamedTuple):
+    """Why Ferry cannot run a configuration: `path` is the field it is about (as in the loader's errors)."""
+
+    path: tuple[str, ...]
+    reason: str
+
+
+def refusals(configuration: AnyConfiguration) -> list[Refusal]:
+    """Every reason Ferry cannot run `configuration`; [] when it can."""
+    if isinstance(configuration, TaskConfiguration | ServiceConfiguration):
+        return _commands_refusals(configuration)
+    if isinstance(configuration, FleetConfiguration) and configuration.ssh_config is None:
+        return [
+            Refusal(
+                ("nodes",),
+                "Ferry cannot create instances yet (it has no cloud backend): "
+                "a fleet needs `ssh_config` with the hosts to use",
+            )
+        ]
+    # A dev environment always runs: its `init`, then a command that keeps it up (core.jobs.spec).
+    return []
+
+
+def _commands_refusals(configuration: TaskConfiguration | ServiceConfiguration) -> list[Refusal]:
+    if any(command.strip() for command in configuration.commands):
+        return []
+    kind = configuration.type
+    if configuration.image is not None:
+        # dstack runs the image's entrypoint when there are no commands; Ferry runs no image yet.
+        reason = (
+            f"nothing to run: Ferry does not run `image` yet (it runs `commands` on the host), "
+            f"so a {kind} needs `commands`"
+        )
+    elif configuration.commands:
+        reason = "nothing to run: every command is blank"
+    else:
+        reason = f"nothing to run: a {kind} needs `commands`"
+    return [Refusal(("commands",), reason)]

@@ -1,0 +1,203 @@
+"""What Ferry does with a valid configuration: the fields it does not act on yet (the warning line), and
+the configurations it cannot run (refused before submission)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from core.configuration import (
+    DevEnvironmentConfiguration,
+    FleetConfiguration,
+    ServiceConfiguration,
+    SSHConfig,
+    TaskConfiguration,
+)
+from core.configuration.base import CLOUD_FIELDS_NOT_ACTED_ON
+from core.configuration.loading import (
+    ConfigurationError,
+    LoadedConfiguration,
+    ensure_runnable,
+    load_configuration_text,
+)
+from core.configuration.model import ConfigModel
+from core.configuration.resources import ResourcesSpec
+from core.configuration.runnable import Refusal, refusals
+
+RUN_TYPES = {
+    "task": "type: task\ncommands: [x]\n",
+    "service": "type: service\nport: 8000\ncommands: [serve]\nauth: false\n",
+    "dev-environment": "type: dev-environment\nide: vscode\n",
+}
+
+
+def loaded(text: str, file: str = "x.yml") -> LoadedConfiguration:
+    return load_configuration_text(textwrap.dedent(text).lstrip("\n"), file)
+
+
+def warned(text: str) -> list[str]:
+    return loaded(text).configuration.unsupported_fields()
+
+
+# --- the audit: every field is acted on or named ------------------------------------------------------
+
+# The fields Ferry acts on, and where: core.jobs.spec (commands, init, env, working_dir, shell, nodes,
+# replicas' minimum, max_duration, stop_duration, resources), core.runs.submissions and workflows.run
+# (priority, retry, stop_criteria), cli.fleet_api.choose_fleet (fleets), activities.ssh_config (ssh_config,
+# blocks). Every other field must be in the model's NOT_ACTED_ON: a new field has to be put on one side.
+_RUN_ACTED_ON = {
+    "name", "working_dir", "shell", "env", "resources", "fleets",
+    "priority", "retry", "max_duration", "stop_duration", "stop_criteria",
+}  # fmt: skip
+ACTED_ON: dict[type[ConfigModel], set[str]] = {
+    TaskConfiguration: _RUN_ACTED_ON | {"type", "commands", "nodes"},
+    ServiceConfiguration: _RUN_ACTED_ON | {"type", "commands"},
+    DevEnvironmentConfiguration: _RUN_ACTED_ON | {"type", "init"},
+    # `nodes` is refused (no cloud backend); an SSH fleet's `resources` is warned about in
+    # FleetConfiguration.unsupported_fields.
+    FleetConfiguration: {"type", "name", "ssh_config", "nodes", "resources", "blocks"},
+}
+
+
+@pytest.mark.parametrize("model", list(ACTED_ON), ids=lambda model: model.__name__)
+def test_every_field_is_acted_on_or_named(model: type[ConfigModel]) -> None:
+    named = {entry for entry in model.NOT_ACTED_ON if "." not in entry}  # nested ones: the next test
+    parents = {entry.split(".")[0] for entry in model.NOT_ACTED_ON}
+    assert parents <= set(model.model_fields), "NOT_ACTED_ON names a field the model does not have"
+    assert set(model.model_fields) - named == ACTED_ON[model]
+
+
+def test_nested_names_are_fields_of_the_nested_models() -> None:
+    assert "shm_size" in ResourcesSpec.model_fields
+    assert "network" in SSHConfig.model_fields
+    dotted = {entry for model in ACTED_ON for entry in model.NOT_ACTED_ON if "." in entry}
+    assert dotted == {"resources.shm_size", "ssh_config.network"}
+
+
+@pytest.mark.parametrize("model", list(ACTED_ON), ids=lambda model: model.__name__)
+def test_cloud_fields_are_one_list_shared_by_runs_and_fleets(model: type[ConfigModel]) -> None:
+    assert CLOUD_FIELDS_NOT_ACTED_ON <= model.NOT_ACTED_ON
+    assert {"spot_policy", "max_price", "backends", "regions"} <= CLOUD_FIELDS_NOT_ACTED_ON
+
+
+# --- the warning line ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(RUN_TYPES))
+def test_every_run_type_names_volumes_and_schedule(kind: str) -> None:
+    base = RUN_TYPES[kind]
+    assert warned(base) == {"task": [], "service": ["port"], "dev-environment": ["ide"]}[kind]
+    fields = warned(base + "volumes: [data:/data]\nschedule: {cron: '0 2 * * *'}\nspot_policy: auto\n")
+    assert {"volumes", "schedule", "spot_policy"} <= set(fields)
+
+
+def test_a_service_without_auth_asks_for_auth() -> None:
+    # dstack's default is `auth: true`, and Ferry answers anyone: the warning must say so.
+    line = loaded("type: service\nport: 8000\ncommands: [serve]\n").warning()
+    assert line == "x.yml: warning: Ferry does not act on yet: port, auth"
+    assert "auth" in warned("type: service\nport: 8000\ncommands: [serve]\nauth: true\n")
+    assert warned("type: service\nport: 8000\ncommands: [serve]\nauth: false\n") == ["port"]
+
+
+def test_a_range_of_replicas_is_autoscaling() -> None:
+    service = RUN_TYPES["service"]
+    assert warned(service + "replicas: 3\n") == ["port"]
+    fields = warned(service + "replicas: 1..4\nscaling: {target: 5}\nprobes: [{url: /health}]\n")
+    assert fields == ["port", "replicas", "scaling", "probes"]
+
+
+def test_service_proxy_fields() -> None:
+    fields = warned(RUN_TYPES["service"] + "strip_prefix: true\nhttps: true\ngateway: gw\n")
+    assert fields == ["port", "strip_prefix", "gateway", "https"]
+    # `strip_prefix: false` asks for nothing a missing proxy would fail to do.
+    assert warned(RUN_TYPES["service"] + "strip_prefix: false\n") == ["port"]
+
+
+def test_startup_order_only_when_it_asks_for_an_order() -> None:
+    task = RUN_TYPES["task"] + "nodes: 2\n"
+    assert warned(task + "startup_order: any\n") == []
+    assert warned(task + "startup_order: master-first\n") == ["startup_order"]
+
+
+def test_ports_of_tasks_and_dev_environments() -> None:
+    assert warned(RUN_TYPES["task"] + "ports: [8080]\n") == ["ports"]
+    dev = RUN_TYPES["dev-environment"] + "ports: ['8000:8080']\ninactivity_duration: 1h\nversion: '1.9'\n"
+    assert warned(dev) == ["ide", "version", "ports", "inactivity_duration"]
+    assert warned(RUN_TYPES["dev-environment"] + "inactivity_duration: off\n") == ["ide"]
+
+
+def test_nested_fields_are_named_with_their_path() -> None:
+    assert warned(RUN_TYPES["task"] + "resources: {cpu: 2.., shm_size: 1GB}\n") == ["resources.shm_size"]
+    assert warned(RUN_TYPES["task"] + "resources: {cpu: 2..}\n") == []
+    ssh = "type: fleet\nssh_config:\n  user: u\n  hosts: [a, b]\n"
+    assert warned(ssh) == []
+    assert warned(ssh + "  network: 10.0.0.0/24\nplacement: cluster\n") == ["ssh_config.network", "placement"]
+    assert warned(ssh + "placement: any\n") == []
+
+
+# --- refused: what Ferry cannot run -------------------------------------------------------------------
+
+NO_IMAGE_RUN = (
+    "nothing to run: Ferry does not run `image` yet (it runs `commands` on the host), "
+    "so a {} needs `commands`"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("type: task\nimage: python:3.11\n", 1),
+        ("type: task\nname: t1\nimage: python:3.11\ncommands: []\n", 4),
+        ("type: service\nport: 80\nimage: nginx\n", 1),
+    ],
+)
+def test_an_image_without_commands_is_refused(text: str, line: int) -> None:
+    config = loaded(text, "bad.yml")
+    kind = config.configuration.type
+    assert refusals(config.configuration) == [Refusal(("commands",), NO_IMAGE_RUN.format(kind))]
+    assert [str(issue) for issue in config.refusals()] == [
+        f"bad.yml:{line}: commands: {NO_IMAGE_RUN.format(kind)}"
+    ]
+    with pytest.raises(ConfigurationError) as caught:
+        config.ensure_runnable()
+    assert str(caught.value) == str(config.refusals()[0])
+
+
+def test_blank_commands_are_refused() -> None:
+    config = loaded("type: service\nport: 80\ncommands:\n  - ''\n  - '  '\n", "bad.yml")
+    assert [str(issue) for issue in config.refusals()] == [
+        "bad.yml:3: commands: nothing to run: every command is blank"
+    ]
+
+
+def test_a_configuration_without_a_file_is_refused_by_name() -> None:
+    # FerryAPI.submit takes configurations that never were a file, e.g. a copy without its commands.
+    task = loaded(RUN_TYPES["task"]).configuration
+    assert isinstance(task, TaskConfiguration)
+    ensure_runnable(task, "run ok")
+    empty = task.model_copy(update={"commands": []})
+    with pytest.raises(ConfigurationError) as caught:
+        ensure_runnable(empty, "run t1")
+    assert str(caught.value) == "run t1: commands: nothing to run: a task needs `commands`"
+
+
+def test_a_fleet_of_nodes_is_refused() -> None:
+    config = loaded("type: fleet\nname: cloud\nnodes: 0..2\n", "bad.yml")
+    assert [str(issue) for issue in config.refusals()] == [
+        "bad.yml:3: nodes: Ferry cannot create instances yet (it has no cloud backend): "
+        "a fleet needs `ssh_config` with the hosts to use"
+    ]
+    assert loaded("type: fleet\nssh_config: {user: u, hosts: [a]}\n").refusals() == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        *RUN_TYPES.values(),
+        "type: task\nimage: ubuntu\ncommands: [echo hi]\n",  # warned about, and run on the host
+        "type: dev-environment\nide: cursor\nimage: ubuntu\n",  # runs `init`, then stays up
+    ],
+)
+def test_what_ferry_can_run_is_not_refused(text: str) -> None:
+    assert loaded(text).refusals() == []
