@@ -15,7 +15,6 @@ COPY workflows workflows
 COPY activities activities
 COPY agent agent
 COPY store store
-COPY gateway gateway
 COPY worker worker
 COPY cli cli
 # psycopg: the driver of FERRY_DATABASE_URL=postgresql+psycopg://...

@@ -38,6 +38,7 @@ from core.fleets.messages import (
 )
 from core.fleets.placement import InstanceSlot, InstanceStatus
 from core.fleets.scheduling import slot_from_info
+from core.fleets.status import FleetStatus
 from core.wire import activity_names as names
 from store import InstanceRecord, RecordNotFoundError, Store
 from store.fleet_repository import instance_id
@@ -210,7 +211,9 @@ class FleetActivities:
             targets = ssh_targets(request.configuration, request.fleet)
             async with heartbeating():
                 await asyncio.gather(*(self._stop(target) for target in targets))
-        deleted = RecordFleet(project=request.project, fleet=request.fleet, status="deleted", instances=[])
+        deleted = RecordFleet(
+            project=request.project, fleet=request.fleet, status=FleetStatus.DELETED, instances=[]
+        )
         await asyncio.to_thread(self._record, deleted)
 
     async def _stop(self, target: SSHTarget) -> None:

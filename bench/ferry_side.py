@@ -415,7 +415,7 @@ class FerrySide:
     # --- recovery ---------------------------------------------------------------------------------
 
     async def recovery(self, trials: int, workdir: Path) -> None:
-        """On an SSH fleet of test hosts (tests/fleet's, in network namespaces): a host's loss -> its job
+        """On an SSH fleet of test hosts (the testbed's, in network namespaces): a host's loss -> its job
         INSTANCE_UNREACHABLE, and -> the run's new submission RUNNING elsewhere (it retries on
         `interruption`). `trials` losses, each of a fresh run; see bench.recovery."""
         why = recovery.unavailable()

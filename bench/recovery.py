@@ -1,10 +1,10 @@
 """The `recovery` section: a host of an SSH fleet lost under a running job, on the bench's embedded stack.
 
-The hosts are tests/fleet's (`tests.fleet.netns.HostNetwork`: OpenSSH `sshd` in network namespaces on
-10.203.X, reachable only from this machine), the fleet is applied and read through `tests.fleet.fleets`'
-`Cluster`, but the work is done by the stack's own worker (it deploys the agents with the stack's
-settings: FERRY_SSH_PYTHON and FERRY_SSH_KNOWN_HOSTS=none, see bench.ferry_side._stack_env, and the
-default SSH keepalives a user gets). Each trial is a fresh run of a task with `retry: {on_events:
+The hosts are the testbed's, as in tests/fleet (`testbed.netns.HostNetwork`: OpenSSH `sshd` in network
+namespaces on 10.203.X, reachable only from this machine), the fleet is applied and read through
+`testbed.fleets.Cluster`, but the work is done by the stack's own worker (it deploys the agents with the
+stack's settings: FERRY_SSH_PYTHON and FERRY_SSH_KNOWN_HOSTS=none, see bench.ferry_side._stack_env, and
+the default SSH keepalives a user gets). Each trial is a fresh run of a task with `retry: {on_events:
 [interruption]}`: once its job runs, its host is killed the way test_fleet_runs does it (every process in
 the namespace, the namespace deleted), and two times are taken from the moment of the kill: to the job's
 INSTANCE_UNREACHABLE (its event in the store) and to the `start` event of the run's new submission on
@@ -28,11 +28,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.common import Clock, Report
+from core.fleets.status import FleetStatus
+from core.settings import Settings
+from core.status import JobStatus, JobTerminationReason, RunStatus
+from testbed.fleets import Cluster, task, until
+from testbed.helpers import host_python, leftover_processes
+from testbed.netns import HostNetwork, NamespaceError, preflight
+from worker.main import ssh_options
 
 if TYPE_CHECKING:
     from bench.ferry_side import FerrySide
     from store import RunRecord
-    from tests.fleet.fleets import Cluster
 
 PROJECT = "recovery"
 RETRY_ON_INTERRUPTION = {"on_events": ["interruption"], "duration": "1h"}
@@ -42,11 +48,6 @@ LOSS_WAIT = 120.0  # seconds a lost job may take to fail, and its new submission
 
 def unavailable() -> str | None:
     """Why the test hosts cannot be made here (not root, no sshd or ip...), or None."""
-    try:
-        from tests.fleet.helpers import host_python
-        from tests.fleet.netns import NamespaceError, preflight
-    except ImportError as err:  # tests/ is not on the path: run `python -m bench.run` from the repository
-        return f"cannot import the test hosts: {err}"
     try:
         preflight()
     except NamespaceError as err:
@@ -59,11 +60,7 @@ def unavailable() -> str | None:
 def ssh_settings() -> dict[str, str]:
     """The stack worker's settings for the test hosts: they share this machine's disk, so this
     interpreter's base Python runs there, and their host keys are made for the run (accepted unchecked:
-    they are reachable from this machine only). Nothing where the test hosts cannot be imported."""
-    try:
-        from tests.fleet.helpers import host_python
-    except ImportError:
-        return {}
+    they are reachable from this machine only)."""
     return {"FERRY_SSH_PYTHON": host_python(), "FERRY_SSH_KNOWN_HOSTS": "none"}
 
 
@@ -78,12 +75,6 @@ class Trial:
 
 async def measure(side: FerrySide, trials: int, workdir: Path) -> None:
     """`trials` host losses on a fleet of `trials + 1` test hosts; figures on `side.report`."""
-    from core.settings import Settings
-    from tests.fleet.fleets import Cluster
-    from tests.fleet.helpers import leftover_processes
-    from tests.fleet.netns import HostNetwork
-    from worker.main import ssh_options
-
     r = side.report
     hosts = trials + 1
     r.put("recovery_trials", trials)
@@ -115,9 +106,6 @@ async def measure(side: FerrySide, trials: int, workdir: Path) -> None:
 
 
 async def _trial(side: FerrySide, cluster: Cluster, index: int) -> Trial:
-    from core.status import JobStatus, JobTerminationReason, RunStatus
-    from tests.fleet.fleets import task, until
-
     mark = side.marks / f"recovery-{index}-{secrets.token_hex(2)}"
     # The first submission marks the shared disk and sleeps; the second finds the mark and ends.
     command = f"if [ -e {mark} ]; then echo second on $(hostname); else touch {mark}; sleep 3600; fi"
@@ -153,8 +141,6 @@ async def _trial(side: FerrySide, cluster: Cluster, index: int) -> Trial:
 
 
 def _finished(cluster: Cluster, record: RunRecord) -> object:
-    from core.status import JobStatus
-
     job = cluster.job(record)
     return job if job is not None and JobStatus(job.status).is_finished() else None
 
@@ -175,7 +161,7 @@ async def _tear_down(side: FerrySide, cluster: Cluster) -> None:
             await asyncio.wait_for(api.stop(run.run_name, abort=True), 30)
             await asyncio.wait_for(api.wait(run.run_name), 60)
     record = await asyncio.to_thread(api.store.get_fleet, PROJECT, cluster.fleet)
-    if record is None or record.status == "deleted":
+    if record is None or record.status == FleetStatus.DELETED:
         side.report.put("recovery_fleet_deleted", "yes (never applied)")
         return
     try:

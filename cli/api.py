@@ -7,13 +7,13 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from activities.code import pack_repo
 from cli.errors import FerryError, RunActive, RunNotFound
+from cli.fleet_api import FleetAPI, choose_fleet
 from core.configuration import RunConfiguration
 from core.eventlog import Event
 from core.settings import DEFAULT_PROJECT, TASK_QUEUE
@@ -22,9 +22,6 @@ from core.wire.messages import LOCAL_FLEET, RunInput, StopReply, StopRequest, ru
 from store import EventRecord, RunRecord, Store
 from workflows.run import RunWorkflow
 from workflows.search_attributes import run_search_attributes
-
-if TYPE_CHECKING:
-    from cli.fleet_api import FleetAPI
 
 __all__ = ["FerryAPI", "FerryError", "RunActive", "RunNotFound", "default_user", "generated_name"]
 
@@ -45,8 +42,6 @@ class FerryAPI:
 
     def fleets(self) -> FleetAPI:
         """Fleets of this project: apply, list, describe, delete; set-priority (cli.fleet_api)."""
-        from cli.fleet_api import FleetAPI
-
         if self._fleet_api is None:
             self._fleet_api = FleetAPI(
                 self.client, self.store, project=self.project, task_queue=self.task_queue
@@ -63,6 +58,9 @@ class FerryAPI:
     ) -> RunRecord:
         """Validate-free submission of an already valid configuration: code to the store, run started."""
         name = run_name or configuration.name or generated_name()
+        from core.configuration.loading import ensure_runnable  # here: YAML stays out of `ferry ps`
+
+        ensure_runnable(configuration, f"run {name}")  # refused before anything is stored or started
         active = await asyncio.to_thread(self.store.find_run, self.project, name)
         if active is not None and RunStatus(active.status).is_active():
             raise RunActive(f"run {name!r} is {active.status}: stop it first")
@@ -71,8 +69,6 @@ class FerryAPI:
         except ValueError as err:
             raise FerryError(str(err)) from None
         configuration = configuration.model_copy(update={"env": env})
-        from cli.fleet_api import choose_fleet
-
         fleet = await choose_fleet(self.store, self.project, configuration)
         if fleet == LOCAL_FLEET:
             await self.fleets().ensure_local()

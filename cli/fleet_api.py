@@ -15,10 +15,11 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from cli.api import FerryError, RunNotFound
+from cli.errors import FerryError, RunNotFound
 from core.configuration import FleetConfiguration, RunConfiguration
 from core.fleets.messages import FleetDescription
 from core.fleets.state_machine import FleetInput, instance_name
+from core.fleets.status import FleetStatus
 from core.status import RunStatus
 from core.wire.messages import LOCAL_FLEET, SetPriority, fleet_workflow_id
 from store import FleetRecord, InstanceRecord, Store
@@ -26,9 +27,6 @@ from store.fleet_repository import fleet_id
 from workflows.fleet import FleetWorkflow
 from workflows.run import RunWorkflow
 
-ACTIVE = "active"
-DELETING = "deleting"
-DELETED = "deleted"
 _POLL = 0.1
 
 
@@ -40,7 +38,7 @@ async def choose_fleet(store: Store, project: str, configuration: RunConfigurati
     """Where a run goes, decided once at submission: the first of its `fleets` that exists, else the
     project's newest SSH fleet, else this machine (`local`)."""
     fleets = await asyncio.to_thread(store.list_fleets, project)
-    active = {f.name: f for f in fleets if f.status == ACTIVE}
+    active = {f.name: f for f in fleets if f.status == FleetStatus.ACTIVE}
     if configuration.fleets:
         for name in configuration.fleets:
             if name == LOCAL_FLEET or name in active:
@@ -49,7 +47,7 @@ async def choose_fleet(store: Store, project: str, configuration: RunConfigurati
         if len(configuration.fleets) == 1:
             raise FleetNotFound(f"no fleet named {names} in project {project!r} (see ferry fleet list)")
         raise FleetNotFound(f"none of the fleets {names} exists in project {project!r}")
-    ssh = [f for f in fleets if f.status == ACTIVE and f.backend == "ssh"]
+    ssh = [f for f in fleets if f.status == FleetStatus.ACTIVE and f.backend == "ssh"]
     return ssh[0].name if ssh else LOCAL_FLEET
 
 
@@ -73,7 +71,7 @@ class FleetAPI:
         if self._local_started:
             return
         record = await asyncio.to_thread(self.store.get_fleet, self.project, LOCAL_FLEET)
-        if record is None or record.status != ACTIVE:
+        if record is None or record.status != FleetStatus.ACTIVE:
             await asyncio.to_thread(self.store.put_fleet, self._record(LOCAL_FLEET, None))
         await self.client.start_workflow(
             FleetWorkflow.run,
@@ -102,8 +100,8 @@ class FleetAPI:
             )
         configuration = configuration.model_copy(update={"name": name})
         existing = await asyncio.to_thread(self.store.get_fleet, self.project, name)
-        if existing is not None and existing.status != DELETED:
-            if existing.status == DELETING:
+        if existing is not None and existing.status != FleetStatus.DELETED:
+            if existing.status == FleetStatus.DELETING:
                 raise FerryError(f"fleet {name} is being deleted: apply it again once it is gone")
             if existing.configuration != configuration.model_dump_json():
                 raise FerryError(
@@ -152,7 +150,7 @@ class FleetAPI:
             name=name,
             backend="local" if configuration is None else "ssh",
             configuration="{}" if configuration is None else configuration.model_dump_json(),
-            status=ACTIVE,
+            status=FleetStatus.ACTIVE,
             workflow_id=fleet_workflow_id(self.project, name),
             created_at=now,
             updated_at=now,
@@ -193,9 +191,9 @@ class FleetAPI:
         if name == LOCAL_FLEET:
             raise FerryError(f"{LOCAL_FLEET} is this machine's fleet: it cannot be deleted")
         record = await asyncio.to_thread(self.store.get_fleet, self.project, name)
-        if record is None or record.status == DELETED:
+        if record is None or record.status == FleetStatus.DELETED:
             raise FleetNotFound(f"no fleet named {name} in project {self.project!r} (see ferry fleet list)")
-        await asyncio.to_thread(self.store.update_fleet, self.project, name, status=DELETING)
+        await asyncio.to_thread(self.store.update_fleet, self.project, name, status=FleetStatus.DELETING)
         handle = self.client.get_workflow_handle_for(FleetWorkflow.run, record.workflow_id)
         try:
             described = await handle.execute_update(FleetWorkflow.delete)
@@ -210,7 +208,7 @@ class FleetAPI:
 
     def _forget(self, name: str) -> None:
         self.store.put_instances(self.project, name, [])
-        self.store.update_fleet(self.project, name, status=DELETED)
+        self.store.update_fleet(self.project, name, status=FleetStatus.DELETED)
 
     # --- runs ----------------------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """sqlmodel tables, engine and migrations."""
 
-from store.engine import for_writes, make_engine, migrate, open_store
+from store.engine import for_writes, make_engine, migrate
 from store.models import (
     RUN_EVENTLOG,
     CodeArchiveRecord,
@@ -11,6 +11,7 @@ from store.models import (
     LogChunkRecord,
     RunRecord,
 )
+from store.opening import open_store
 from store.repository import LogGapError, RecordNotFoundError, Store
 
 __all__ = [

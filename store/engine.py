@@ -1,4 +1,4 @@
-"""Engines, migrations and the per-process store cache.
+"""Engines and migrations (store.opening keeps the process's stores over them).
 
 SQLite is tuned for several writer processes at once: WAL (readers never wait on the writer), a
 10 s busy timeout (writers queue instead of failing with "database is locked"), and write
@@ -7,8 +7,6 @@ transactions that take the write lock at BEGIN (see `for_writes`).
 
 from __future__ import annotations
 
-import os
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +17,6 @@ from core.settings import Settings
 
 if TYPE_CHECKING:
     from alembic.config import Config
-
-    from store.repository import Store
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # The newest revision in migrations/versions (a test keeps it equal to Alembic's head): a store already
@@ -125,33 +121,3 @@ def _stored_revisions(engine: Engine) -> set[str]:
         if not inspect(connection).has_table("alembic_version"):
             return set()
         return {row[0] for row in connection.execute(text("SELECT version_num FROM alembic_version"))}
-
-
-_stores: dict[str, Store] = {}
-_stores_lock = threading.Lock()
-
-
-def open_store(url: str | None = None) -> Store:
-    """The process's store for `url` (default: Settings.from_env().database_url), migrated on first use."""
-    from store.repository import Store
-
-    url = url or Settings.from_env().database_url
-    with _stores_lock:
-        store = _stores.get(url)
-        if store is None:
-            engine = make_engine(url)
-            migrate(engine)
-            store = _stores[url] = Store(engine)
-        return store
-
-
-def _after_fork_in_child() -> None:
-    # A forked child must not share its parent's pooled connections (SQLAlchemy's advice), nor a
-    # lock some other parent thread may have held at the fork.
-    global _stores_lock
-    _stores_lock = threading.Lock()
-    for store in _stores.values():
-        store.engine.dispose(close=False)
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

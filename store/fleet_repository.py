@@ -13,12 +13,15 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table, update
 from sqlmodel import Session, col, select
 
+from core.fleets.status import FleetStatus
 from store.models import FleetRecord, InstanceRecord
 
 _FLEETS: Table = FleetRecord.__table__  # type: ignore[attr-defined]
 _INSTANCES: Table = InstanceRecord.__table__  # type: ignore[attr-defined]
 
-DELETED = "deleted"
+# InstanceStatus.DELETED: core.fleets.placement brings pydantic and the configurations, too much for the
+# CLI's every command to import with the store.
+_INSTANCE_DELETED = "deleted"
 
 
 def fleet_id(project: str, name: str) -> str:
@@ -65,7 +68,7 @@ class FleetRecords(ABC):
         """The project's fleets, newest first."""
         statement = select(FleetRecord).where(col(FleetRecord.project) == project)
         if not include_deleted:
-            statement = statement.where(col(FleetRecord.status) != DELETED)
+            statement = statement.where(col(FleetRecord.status) != FleetStatus.DELETED)
         statement = statement.order_by(col(FleetRecord.created_at).desc(), col(FleetRecord.name))
         with self._session() as session:
             return list(session.exec(statement).all())
@@ -85,9 +88,9 @@ class FleetRecords(ABC):
                     _INSTANCES.c.project == project,
                     _INSTANCES.c.fleet == fleet,
                     _INSTANCES.c.name.not_in(names),
-                    _INSTANCES.c.status != DELETED,
+                    _INSTANCES.c.status != _INSTANCE_DELETED,
                 )
-                .values(status=DELETED, busy_blocks=0, jobs=0, updated_at=now)
+                .values(status=_INSTANCE_DELETED, busy_blocks=0, jobs=0, updated_at=now)
             )
 
     def list_instances(
@@ -98,7 +101,7 @@ class FleetRecords(ABC):
         if fleet is not None:
             statement = statement.where(col(InstanceRecord.fleet) == fleet)
         if not include_deleted:
-            statement = statement.where(col(InstanceRecord.status) != DELETED)
+            statement = statement.where(col(InstanceRecord.status) != _INSTANCE_DELETED)
         statement = statement.order_by(col(InstanceRecord.fleet), col(InstanceRecord.name))
         with self._session() as session:
             return list(session.exec(statement).all())
@@ -107,7 +110,7 @@ class FleetRecords(ABC):
         """The instance of this name that is not deleted, in any project (names are unique among those)."""
         statement = (
             select(InstanceRecord)
-            .where(col(InstanceRecord.name) == name, col(InstanceRecord.status) != DELETED)
+            .where(col(InstanceRecord.name) == name, col(InstanceRecord.status) != _INSTANCE_DELETED)
             .order_by(col(InstanceRecord.updated_at).desc())
             .limit(1)
         )

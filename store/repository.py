@@ -60,7 +60,7 @@ class RecordNotFoundError(LookupError):
 
 
 class Store(FleetRecords):
-    """The store's API over one engine (see store.engine.open_store); fleets and instances: FleetRecords."""
+    """The store's API over one engine (see store.opening.open_store); fleets and instances: FleetRecords."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

@@ -1,1 +1,1 @@
-"""The worker entrypoint and the embedded stack (filled by the lifecycle and CLI issues)."""
+"""The worker (`ferry worker`, worker.main) and the embedded stack the CLI starts (`ferry server`)."""

@@ -107,15 +107,21 @@ def build_worker(
     )
 
 
-async def run_worker(settings: Settings) -> None:
+async def run_worker(settings: Settings, on_ready: Callable[[], object] | None = None) -> None:
+    """Serves until SIGTERM or SIGINT; `on_ready` is called once the worker polls its task queue."""
     client = await connect_from_settings(settings)
     store = open_store(settings.database_url)
-    instances = local_instances(settings)
-    worker = build_worker(client, instances, store, sandboxed=settings.workflow_sandbox)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    async with worker:
-        await stop.wait()
-    await instances.aclose()
+    # Starting the local agent waits for its healthcheck: not on the event loop.
+    instances = await asyncio.to_thread(local_instances, settings)
+    try:
+        worker = build_worker(client, instances, store, sandboxed=settings.workflow_sandbox)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        async with worker:
+            if on_ready is not None:
+                on_ready()
+            await stop.wait()
+    finally:
+        await instances.aclose()

@@ -10,21 +10,18 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import time
 from pathlib import Path
 
 from core.settings import Settings
-from store import open_store
 from worker.devserver import port_open
-from worker.main import build_worker, local_instances
-from worker.temporal import connect_from_settings
+from worker.main import run_worker
 
 START_TIMEOUT = 60.0
 
 
 async def serve_worker(settings: Settings, ready_file: Path) -> None:
-    """worker.main.run_worker, plus the ready file once the worker polls."""
+    """worker.main.run_worker once the dev server listens, and the ready file once the worker polls."""
     assert settings.temporal_address is not None
     port = int(settings.temporal_address.rsplit(":", 1)[1])
     deadline = time.monotonic() + START_TIMEOUT
@@ -32,18 +29,7 @@ async def serve_worker(settings: Settings, ready_file: Path) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"no Temporal server at {settings.temporal_address}")
         await asyncio.sleep(0.02)
-    client = await connect_from_settings(settings)
-    store = open_store(settings.database_url)
-    instances = await asyncio.to_thread(local_instances, settings)
-    worker = build_worker(client, instances, store, sandboxed=settings.workflow_sandbox)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    async with worker:
-        ready_file.write_text(str(os.getpid()))
-        await stop.wait()
-    await instances.aclose()
+    await run_worker(settings, on_ready=lambda: ready_file.write_text(str(os.getpid())))
 
 
 def main(argv: list[str] | None = None) -> None:

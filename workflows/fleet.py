@@ -60,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         schedule,
         undelivered,
     )
+    from core.fleets.status import FleetStatus
     from core.status import JobTerminationReason
     from core.wire import activity_names as names
     from core.wire.messages import Enqueue, PlacementRefused, Queued, TerminateJob
@@ -326,7 +327,7 @@ class FleetWorkflow:
 
     def _views(self) -> tuple[str, list[InstanceView]]:
         book = self._require_book()
-        return ("deleting" if book.deleting else "active"), book.views()
+        return (FleetStatus.DELETING if book.deleting else FleetStatus.ACTIVE), book.views()
 
     async def _settle(self) -> None:
         """The health watch stopped and the last record written, before the workflow ends or goes on anew."""

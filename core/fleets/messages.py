@@ -13,6 +13,7 @@ from pydantic import Field
 from core.configuration import FleetConfiguration
 from core.fleets.placement import Frozen, InstanceSlot, InstanceStatus
 from core.fleets.scheduling import InstanceCapacity
+from core.fleets.status import FleetStatus
 from core.wire.agent_api import Resources
 from core.wire.messages import Enqueue, Placement
 
@@ -150,7 +151,7 @@ class CleanInstance(Frozen):
 class RecordFleet(Frozen):
     project: str
     fleet: str
-    status: str  # a FleetRecord status: active, deleting or deleted
+    status: FleetStatus
     instances: list[InstanceView]
 
 

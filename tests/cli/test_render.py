@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from cli import render
@@ -45,7 +47,7 @@ def test_job_message_while_waiting() -> None:
     assert render.job_message(JobStatus.SUBMITTED, None, None, run_status=RunStatus.PENDING) == "retrying"
 
 
-def run_record(status: str, reason: str | None = None, **fields: object) -> RunRecord:
+def run_record(status: str, reason: str | None = None, **fields: Any) -> RunRecord:
     return RunRecord(
         id="r-1", project="main", run_name="r", user="u", type="task", status=status,
         termination_reason=reason, workflow_id="ferry/main/r", **fields,
@@ -53,7 +55,7 @@ def run_record(status: str, reason: str | None = None, **fields: object) -> RunR
 
 
 def job_record(
-    job: int, status: str, reason: str | None, exit_status: int | None = None, **fields: object
+    job: int, status: str, reason: str | None, exit_status: int | None = None, **fields: Any
 ) -> JobSubmissionRecord:
     return JobSubmissionRecord(
         id=f"r-1-r0-j{job}-s0", run_id="r-1", job_num=job, status=status, termination_reason=reason,

@@ -3,7 +3,9 @@ Temporal."""
 
 from __future__ import annotations
 
-from core.configuration import parse_configuration
+from typing import cast
+
+from core.configuration import RunConfiguration, parse_configuration
 from core.fleets.messages import (
     CancelRequest,
     DeleteFleet,
@@ -171,7 +173,10 @@ def test_hosts_not_deployed_are_recorded_and_join_when_they_are() -> None:
 
 
 def test_a_replicas_request_from_a_run_configuration() -> None:
-    conf = parse_configuration({"type": "task", "commands": ["x"], "nodes": 2, "resources": SMALL})
+    conf = cast(
+        RunConfiguration,
+        parse_configuration({"type": "task", "commands": ["x"], "nodes": 2, "resources": SMALL}),
+    )
     enqueue = replica_enqueue(
         conf, run_id="r-1", replica_num=0, submissions=[1, 1], job_workflow_ids=["w0", "w1"], priority=7
     )

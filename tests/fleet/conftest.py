@@ -11,8 +11,8 @@ import pytest_asyncio
 
 from activities.agent_bundle import AgentBundle, build_bundle
 from activities.ssh import HostPool
-from tests.fleet.helpers import deploy_options, leftover_processes, target
-from tests.fleet.netns import HostNetwork
+from testbed.helpers import deploy_options, leftover_processes, target
+from testbed.netns import HostNetwork
 
 
 @pytest.fixture(scope="session")

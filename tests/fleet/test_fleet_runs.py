@@ -20,8 +20,8 @@ from core.fleets.placement import InstanceStatus
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire.agent_api import AGENT_SERVICE_NAME
 from store import RunRecord
-from tests.fleet.fleets import WAIT, Cluster, cluster_on, fleet_configuration, task, until
-from tests.fleet.netns import HostNetwork
+from testbed.fleets import WAIT, Cluster, cluster_on, fleet_configuration, task, until
+from testbed.netns import HostNetwork
 
 RETRY_ON_INTERRUPTION = {"on_events": ["interruption"], "duration": "1h"}
 

@@ -10,8 +10,8 @@ import pytest
 
 from activities.ssh import HostPool, SSHUnreachable
 from core.wire.agent_api import JobSpec, TaskStatus, TaskSubmitRequest
-from tests.fleet.helpers import deploy_options, eventually, leftover_processes, target
-from tests.fleet.netns import HostNetwork, _ip
+from testbed.helpers import deploy_options, eventually, leftover_processes, target
+from testbed.netns import HostNetwork, _ip
 
 
 @pytest.fixture

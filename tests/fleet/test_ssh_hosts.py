@@ -12,8 +12,8 @@ import pytest
 from activities.agent_client import AgentClient
 from activities.ssh import DeployOptions, HostPool, SSHAgentHost, SSHDeployError, SSHEndpoint
 from core.wire.agent_api import AGENT_SERVICE_NAME
-from tests.fleet.helpers import deploy_options, eventually, host_python, run_job, target
-from tests.fleet.netns import HostNetwork
+from testbed.helpers import deploy_options, eventually, host_python, run_job, target
+from testbed.netns import HostNetwork
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -9,7 +9,7 @@ import multiprocessing
 import threading
 from pathlib import Path
 
-from store.engine import open_store
+from store.opening import open_store
 from store.repository import Store
 
 EVENTS = 150

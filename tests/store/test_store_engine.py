@@ -12,7 +12,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlmodel import SQLModel
 
 import store.models  # noqa: F401  (the tables the migrations must match)
-from store.engine import alembic_config, make_engine, migrate, open_store
+from store.engine import alembic_config, make_engine, migrate
+from store.opening import open_store
 from store.repository import Store
 
 TABLES = {"runs", "job_submissions", "events", "log_chunks", "code_archives", "fleets", "instances"}
@@ -158,6 +159,6 @@ def test_an_up_to_date_store_opens_without_alembic(tmp_path: Path) -> None:
 
     url = f"sqlite:///{tmp_path / 'ferry.db'}"
     migrate(url)
-    code = f"import sys; import store.engine as e; e.open_store({url!r}); print('alembic' in sys.modules)"
+    code = f"import sys; import store.opening as o; o.open_store({url!r}); print('alembic' in sys.modules)"
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert found.stdout.strip() == "False"

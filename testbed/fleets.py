@@ -16,10 +16,11 @@ from cli.api import FerryAPI
 from cli.fleet_api import FleetAPI
 from core.configuration import FleetConfiguration, RunConfiguration, parse_configuration
 from core.fleets.messages import FleetDescription
+from core.fleets.status import FleetStatus
 from core.settings import Settings
 from store import JobSubmissionRecord, RunRecord, open_store
-from tests.fleet.helpers import deploy_options
-from tests.fleet.netns import HostNetwork
+from testbed.helpers import deploy_options
+from testbed.netns import HostNetwork
 from worker.main import build_worker, local_instances
 from worker.temporal import connect
 
@@ -146,7 +147,7 @@ async def cluster_on(
                 yield cluster
             finally:
                 record = store.get_fleet(queue, cluster.fleet)
-                if record is not None and record.status != "deleted":
+                if record is not None and record.status != FleetStatus.DELETED:
                     await cluster.fleets.delete(cluster.fleet, wait=WAIT)
     finally:
         await instances.aclose()

@@ -14,7 +14,7 @@ from typing import TypeVar
 from activities.agent_client import AgentClient
 from activities.ssh import DeployOptions, SSHTarget
 from core.wire.agent_api import JobSpec, TaskSubmitRequest
-from tests.fleet.netns import HostNetwork
+from testbed.netns import HostNetwork
 
 T = TypeVar("T")
 

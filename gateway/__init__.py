@@ -1,1 +1,0 @@
-"""The service proxy and its request statistics (filled by a later issue)."""

@@ -1,0 +1,266 @@
+"""No import cycles among the product's modules: each dependency goes one way.
+
+The graph is read from the source with `ast`, not from an interpreter: an import counts when it runs as its
+module is imported (module level, in a class body or a `with`/`try`/`if` block, the workflows'
+`imports_passed_through` included); one under `if TYPE_CHECKING:` or inside a function does not.
+`from pkg import name` is an edge to the submodule `pkg.name` when there is one, else to the package
+`pkg` (its `__init__`); `import a.b` is an edge to `a.b` alone.
+
+A second check counts every import, deferred ones too: a function-local or TYPE_CHECKING import is how
+cli.api <-> cli.fleet_api and store.engine <-> store.repository once hid their cycles.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+Graph = Mapping[str, set[str]]
+
+
+def product_packages(root: Path = ROOT) -> list[str]:
+    """The top-level packages the wheel ships: pyproject's [tool.setuptools.packages.find] include."""
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    patterns = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    return sorted({pattern.rstrip("*").rstrip(".") for pattern in patterns})
+
+
+def product_modules(root: Path, packages: Iterable[str]) -> dict[str, Path]:
+    """Every module of these packages by dotted name (a package by its own name, for its __init__)."""
+    modules = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def executed_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements that run when the module is imported."""
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue  # runs when called, not when the module is imported
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            yield from executed_imports(node.orelse)  # the body is the type checker's only
+        else:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.stmt):
+                    yield from executed_imports([child])
+                elif isinstance(child, ast.ExceptHandler | ast.match_case):
+                    yield from executed_imports(child.body)
+
+
+def _base(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute module a `from ... import` names, relative ones resolved against `module`."""
+    if node.level == 0:
+        return node.module or ""
+    parts = module.split(".") if is_package else module.split(".")[:-1]
+    parts = parts[: len(parts) - (node.level - 1)]
+    return ".".join([*parts, node.module] if node.module else parts)
+
+
+def every_import(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, those in functions and under TYPE_CHECKING included."""
+    for statement in body:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                yield node
+
+
+def module_edges(module: str, path: Path, modules: Iterable[str], *, deferred: bool = False) -> set[str]:
+    """The modules among `modules` that `module` (its source at `path`) imports as it is imported
+    (`deferred`: or ever)."""
+    known = set(modules)
+    is_package = path.name == "__init__.py"
+    edges: set[str] = set()
+    imports = every_import if deferred else executed_imports
+    for node in imports(ast.parse(path.read_text(), str(path)).body):
+        if isinstance(node, ast.Import):
+            edges.update(alias.name for alias in node.names if alias.name in known)
+            continue
+        base = _base(module, is_package, node)
+        for alias in node.names:
+            submodule = f"{base}.{alias.name}"
+            if submodule in known:
+                edges.add(submodule)
+            elif base in known:
+                edges.add(base)
+    return edges
+
+
+def import_graph(root: Path, packages: Iterable[str], *, deferred: bool = False) -> dict[str, set[str]]:
+    modules = product_modules(root, packages)
+    return {
+        module: module_edges(module, path, modules, deferred=deferred) for module, path in modules.items()
+    }
+
+
+def find_cycles(graph: Graph) -> list[list[str]]:
+    """One cycle (`[a, b, ..., a]`) in each strongly connected part of the graph that has one."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    parts: list[set[str]] = []
+
+    def connect(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            part = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                part.add(member)
+                if member == node:
+                    break
+            parts.append(part)
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    cycles = [_cycle_in(graph, part) for part in parts if len(part) > 1 or _loops(graph, part)]
+    return sorted(cycles)
+
+
+def _loops(graph: Graph, part: set[str]) -> bool:
+    (node,) = part
+    return node in graph.get(node, ())
+
+
+def _cycle_in(graph: Graph, part: set[str]) -> list[str]:
+    """The shortest cycle through the part's first node (by name), within the part."""
+    start = min(part)
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in sorted(graph.get(node, ())):
+                if target == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [*reversed(path), start]
+                if target in part and target not in came_from:
+                    came_from[target] = node
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"no cycle through {start} in {sorted(part)}")
+
+
+# --- the product -----------------------------------------------------------------------------------------
+
+
+def test_the_product_has_no_import_cycle() -> None:
+    graph = import_graph(ROOT, product_packages())
+    # The scan sees the product: a graph without these would pass for the wrong reason.
+    assert {"core", "workflows", "activities", "agent", "store", "worker", "cli"} <= set(graph)
+    assert "store.engine" in graph["store.repository"] and "cli.fleet_api" in graph["cli.api"]
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_no_cycle_hides_behind_a_deferred_import() -> None:
+    cycles = find_cycles(import_graph(ROOT, product_packages(), deferred=True))
+    assert not cycles, "import cycles through deferred imports:\n" + "\n".join(
+        " -> ".join(cycle) for cycle in cycles
+    )
+
+
+# --- the graph and its cycles, on small made-up ones -----------------------------------------------------
+
+
+def test_find_cycles_names_each_cycle() -> None:
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert find_cycles({"a": {"a"}, "b": set()}) == [["a", "a"]]
+    two = {"a": {"b"}, "b": {"a", "x"}, "x": {"y"}, "y": {"z"}, "z": {"x"}}
+    assert find_cycles(two) == [["a", "b", "a"], ["x", "y", "z", "x"]]
+    # The shortest way back, though a longer one is found first.
+    assert find_cycles({"a": {"b", "c"}, "b": {"c"}, "c": {"a"}}) == [["a", "c", "a"]]
+
+
+def _package(root: Path, files: dict[str, str]) -> dict[str, set[str]]:
+    for name, source in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    return import_graph(root, ["pkg"])
+
+
+def test_only_imports_that_run_at_import_time_are_edges(tmp_path: Path) -> None:
+    graph = _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "NAME = 1\n",
+            "pkg/a.py": (
+                "from typing import TYPE_CHECKING\n"
+                "import os\n"
+                "import pkg.b\n"
+                "from pkg import c, NAME\n"
+                "from . import d\n"
+                "with passed_through():\n"
+                "    from pkg.e import thing\n"
+                "try:\n"
+                "    import pkg.f\n"
+                "except ImportError:\n"
+                "    pass\n"
+                "if TYPE_CHECKING:\n"
+                "    import pkg.g\n"
+                "else:\n"
+                "    import pkg.h\n"
+                "def later():\n"
+                "    import pkg.i\n"
+                "class Later:\n"
+                "    import pkg.j\n"
+                "    async def later(self):\n"
+                "        import pkg.k\n"
+            ),
+            **{f"pkg/{name}.py": "" for name in "bcdefghijk"},
+        },
+    )
+    assert graph["pkg.a"] == {"pkg", "pkg.b", "pkg.c", "pkg.d", "pkg.e", "pkg.f", "pkg.h", "pkg.j"}
+    assert find_cycles(graph) == []
+    every = import_graph(tmp_path, ["pkg"], deferred=True)
+    assert every["pkg.a"] == {"pkg", *(f"pkg.{name}" for name in "bcdefghijk")}
+
+
+def test_a_cycle_through_a_package_init_is_found(tmp_path: Path) -> None:
+    graph = _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.models import Model\n",
+            "pkg/models.py": "class Model: ...\n",
+            "pkg/repository.py": "from pkg import Model\n",
+            "pkg/sub/__init__.py": "",
+            "pkg/sub/engine.py": "from ..repository import Model\n",
+        },
+    )
+    assert graph["pkg.sub.engine"] == {"pkg.repository"}
+    assert find_cycles(graph) == []
+    (tmp_path / "pkg/models.py").write_text("import pkg.sub.engine\n")
+    assert find_cycles(import_graph(tmp_path, ["pkg"])) == [
+        ["pkg", "pkg.models", "pkg.sub.engine", "pkg.repository", "pkg"]
+    ]
