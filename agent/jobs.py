@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from agent import executor
 from agent.code import CodeArchiveError, extract_archive, receive_archive
+from agent.executors import Executor
 from agent.logs import OffsetOutOfRange, log_size, read_log
 from agent.records import TaskPaths, load_job_spec, save_job_spec
 from agent.tasks import BadTaskRequest, TaskConflict, TaskRegistry
@@ -61,7 +60,9 @@ async def upload_code(
     return record.to_info()
 
 
-def _prepare(paths: TaskPaths, spec: JobSpec, volumes: list[VolumeMount]) -> tuple[Path, list[str]]:
+def _prepare(
+    executor: Executor, paths: TaskPaths, spec: JobSpec, volumes: list[VolumeMount]
+) -> tuple[Path, list[str]]:
     """Blocking: extract the code, link the volumes, write the script; return the working dir and links."""
     paths.workdir.mkdir(exist_ok=True)
     if paths.code_archive.exists():
@@ -69,9 +70,7 @@ def _prepare(paths: TaskPaths, spec: JobSpec, volumes: list[VolumeMount]) -> tup
         paths.code_archive.unlink()
     links = link_volumes(volumes, paths.workdir)
     try:
-        executor.write_script(paths, spec)
-        cwd = executor.working_directory(paths, spec)
-        cwd.mkdir(parents=True, exist_ok=True)
+        cwd = executor.prepare(paths, spec)
     except OSError:
         unlink_paths(links)
         raise
@@ -89,11 +88,12 @@ async def run(registry: TaskRegistry, task_id: str) -> TaskInfo:
         raise TaskConflict(f"task {task_id!r} is receiving its code: run it once the upload is done")
     paths = registry.paths(task_id)
     spec = load_job_spec(paths)
+    executor = registry.executors.for_task(record)
     record.status = TaskStatus.PREPARING
     registry.save(record)
     registry.busy.add(task_id)
     try:
-        cwd, record.linked_paths = await asyncio.to_thread(_prepare, paths, spec, record.volumes)
+        cwd, record.linked_paths = await asyncio.to_thread(_prepare, executor, paths, spec, record.volumes)
     except CodeArchiveError as exc:
         registry.finalize(record, JobTerminationReason.EXECUTOR_ERROR, str(exc), exit_status=None)
         return record.to_info()
@@ -110,15 +110,13 @@ async def run(registry: TaskRegistry, task_id: str) -> TaskInfo:
         reason = record.stop.reason
         registry.finalize(record, reason, record.stop.message or reason.message(), exit_status=None)
         return record.to_info()
-    env = executor.job_environment(os.environ, record, spec, host_has_gpus=bool(registry.gpus))
     try:
-        pid = executor.spawn_job(paths, spec, env, cwd)
+        handle = executor.start(paths, record, spec, cwd, host_has_gpus=bool(registry.gpus))
     except (OSError, ValueError) as exc:
         message = f"could not start the job: {exc}"
         registry.finalize(record, JobTerminationReason.EXECUTOR_ERROR, message, exit_status=None)
         return record.to_info()
-    registry.adopt_child(pid)
-    registry.mark_running(record, pid, executor.process_start_time(pid), spec.max_duration)
+    registry.mark_running(record, handle, spec.max_duration)
     return record.to_info()
 
 

@@ -16,8 +16,7 @@ import signal
 import time
 from pathlib import Path
 
-from agent import executor
-from agent.executor import ChildState
+from agent.executors import Executors, JobHandle, JobLiveness
 from agent.instance import HostCapacity
 from agent.records import StopRequest, TaskPaths, TaskRecord, load_job_spec, load_record, save_record
 from agent.resources import InsufficientResources, ResourceLedger
@@ -60,7 +59,7 @@ class TaskRegistry:
         self.ledger = ResourceLedger.for_host(capacity.cpus, capacity.memory_bytes, [g.index for g in gpus])
         self._records: dict[str, TaskRecord] = {}
         self._watched: set[str] = set()  # running tasks
-        self._children: set[int] = set()  # wrappers this agent started and must reap
+        self.executors = Executors()
         self.busy: set[str] = set()  # tasks with an upload or a preparation in flight
         self._wake: asyncio.Event | None = None
         self._news: dict[str, asyncio.Event] = {}  # per task: set when it gets a job state or goes
@@ -104,13 +103,10 @@ class TaskRegistry:
         logger.info("loaded %d tasks, %d running", len(self._records), len(self._watched))
 
     def _recover_preparing(self, record: TaskRecord) -> None:
-        """The previous agent died while starting the job: find the wrapper it may have started."""
+        """The previous agent died while starting the job: find the job it may have started."""
         paths = self.paths(record.id)
-        try:
-            pid: int | None = int(paths.wrapper_pid.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            pid = None
-        if pid is None and executor.read_exit_status(paths) is None:
+        handle = self.executors.for_task(record).find_started(paths)
+        if handle is None:
             self.finalize(
                 record,
                 JobTerminationReason.EXECUTOR_ERROR,
@@ -118,11 +114,7 @@ class TaskRegistry:
                 exit_status=None,
             )
             return
-        spec = load_job_spec(paths)
-        if pid is not None and executor.is_wrapper_of(pid, paths):
-            self.mark_running(record, pid, executor.process_start_time(pid), spec.max_duration)
-        else:
-            self.mark_running(record, None, None, spec.max_duration)  # the exit status tells the rest
+        self.mark_running(record, handle, load_job_spec(paths).max_duration)
 
     # --- shim role -------------------------------------------------------------------------------------
 
@@ -218,22 +210,19 @@ class TaskRegistry:
                 record.stop.killed = True
             self.save(record)
             self.tell(record.id)
-            if self._group_is_ours(record):
-                assert record.pid is not None
-                executor.signal_group(record.pid, signal.SIGKILL if timeout == 0 else signal.SIGTERM)
+            signum = signal.SIGKILL if timeout == 0 else signal.SIGTERM
+            self.executors.for_task(record).signal(record, signum)
             self.wake()
         else:
             self.save(record)  # preparing: the run call stops before starting the process
 
     # --- transitions -----------------------------------------------------------------------------------
 
-    def mark_running(
-        self, record: TaskRecord, pid: int | None, start_time: int | None, max_duration: int | None
-    ) -> None:
+    def mark_running(self, record: TaskRecord, handle: JobHandle, max_duration: int | None) -> None:
         now = time.time()
         record.status = TaskStatus.RUNNING
-        record.pid = pid
-        record.pid_start_time = start_time
+        record.pid = handle.pid
+        record.pid_start_time = handle.start_time
         record.started_at = now
         record.deadline = now + max_duration if max_duration else None
         record.job_states.append(JobStateEvent(state=JobStatus.RUNNING, timestamp=now))
@@ -249,9 +238,8 @@ class TaskRegistry:
         exit_status: int | None,
         kill_strays: bool = False,
     ) -> None:
-        if kill_strays and record.pid is not None:
-            # Whatever the job left in its group would keep writing to a log that is declared complete.
-            executor.kill_group(record.pid)
+        if kill_strays:
+            self.executors.for_task(record).kill_strays(record)
         now = time.time()
         record.status = TaskStatus.TERMINATED
         record.termination_reason = reason
@@ -314,22 +302,14 @@ class TaskRegistry:
             except Exception:
                 logger.exception("checking task %s failed", task_id)
 
-    def _group_is_ours(self, record: TaskRecord) -> bool:
-        if record.pid is None:
-            return False
-        return record.pid in self._children or executor.is_same_process_alive(
-            record.pid, record.pid_start_time
-        )
-
     def _check(self, record: TaskRecord, now: float) -> None:
         paths = self.paths(record.id)
+        executor = self.executors.for_task(record)
         stop = record.stop
         if stop is not None and not stop.killed and now >= stop.kill_at:
             stop.killed = True
             self.save(record)
-            if self._group_is_ours(record):
-                assert record.pid is not None
-                executor.kill_group(record.pid)
+            executor.signal(record, signal.SIGKILL)
         if stop is None and record.deadline is not None and now >= record.deadline:
             assert record.started_at is not None
             limit = round(record.deadline - record.started_at)
@@ -339,22 +319,10 @@ class TaskRegistry:
                 f"max_duration of {limit}s exceeded",
                 self._max_duration_grace(paths),
             )
-        if record.pid is not None and record.pid in self._children:
-            poll = executor.poll_child(record.pid)
-            if poll.state == ChildState.RUNNING:
-                return
-            self._children.discard(record.pid)
-            if poll.state == ChildState.EXITED:
-                exit_status = executor.read_exit_status(paths)
-                self._finish(record, poll.exit_status if exit_status is None else exit_status, True)
-                return
-        # A wrapper an earlier agent started: /proc tells whether it lives. Liveness is read before the
-        # exit status, which the wrapper writes before it exits, so a finished job is never taken for gone.
-        alive = record.pid is not None and executor.is_same_process_alive(record.pid, record.pid_start_time)
-        exit_status = executor.read_exit_status(paths)
-        if exit_status is not None:
-            self._finish(record, exit_status, kill_strays=alive)
-        elif not alive:
+        check = executor.check(record, paths)
+        if check.liveness == JobLiveness.EXITED:
+            self._finish(record, check.exit_status, check.kill_strays)
+        elif check.liveness == JobLiveness.GONE:
             if record.stop is not None:
                 reason = record.stop.reason
                 self.finalize(record, reason, record.stop.message or reason.message(), exit_status=None)
@@ -366,6 +334,3 @@ class TaskRegistry:
             return float(load_job_spec(paths).stop_duration)
         except (OSError, ValueError):
             return 10.0
-
-    def adopt_child(self, pid: int) -> None:
-        self._children.add(pid)

@@ -1,62 +1,38 @@
-"""From a run configuration to its jobs: how many replicas and nodes, and what each job runs."""
+"""From a run configuration to its jobs: how many replicas and nodes, and what each job runs.
+
+Each answer is the run type's (core.run_types); these functions are what workflows and submissions call.
+"""
 
 from __future__ import annotations
 
-from core.configuration import (
-    DevEnvironmentConfiguration,
-    RunConfiguration,
-    ServiceConfiguration,
-    TaskConfiguration,
-)
-from core.configuration.resources import allocation
+from core.configuration import RunConfiguration
+from core.run_types import UNLIMITED_GRACE, configurator_for
 from core.wire.agent_api import JobSpec, Resources
 
-# A dev environment runs its `init` commands, then stays up until it is stopped (or its duration ends).
-_DEV_ENVIRONMENT_KEEPALIVE = "sleep infinity"
+__all__ = ["UNLIMITED_GRACE", "job_commands", "job_resources", "job_spec", "nodes_count", "replica_count"]
 
 
 def replica_count(configuration: RunConfiguration) -> int:
     """Replicas a run starts with: a service's lower bound (at least one), one otherwise."""
-    if isinstance(configuration, ServiceConfiguration):
-        return max(configuration.replicas.min or 0, 1)
-    return 1
+    return configurator_for(configuration).replica_count()
 
 
 def nodes_count(configuration: RunConfiguration) -> int:
     """Jobs per replica: a multi-node task has one per node."""
-    return configuration.nodes if isinstance(configuration, TaskConfiguration) else 1
+    return configurator_for(configuration).nodes_per_replica()
 
 
 def job_commands(configuration: RunConfiguration) -> list[str]:
-    if isinstance(configuration, DevEnvironmentConfiguration):
-        return [*configuration.init, _DEV_ENVIRONMENT_KEEPALIVE]
-    return list(configuration.commands)
+    return configurator_for(configuration).commands()
 
 
 def job_resources(configuration: RunConfiguration) -> Resources:
     """What each job reserves on its instance: the lower bound of every requested range."""
-    wanted = allocation(configuration.resources)
-    return Resources(cpu=wanted.cpu, memory=wanted.memory_gb, gpu=wanted.gpu_count)
+    return configurator_for(configuration).resources()
 
 
 def job_spec(configuration: RunConfiguration, *, run_name: str, replica_num: int, job_num: int) -> JobSpec:
     """What the agent runs for one job; its cluster info is filled in once the job is placed."""
-    return JobSpec(
-        run_name=run_name,
-        replica_num=replica_num,
-        job_num=job_num,
-        commands=job_commands(configuration),
-        env={k: v for k, v in configuration.env.items() if v is not None},
-        working_dir=configuration.working_dir,
-        shell=configuration.shell or "bash",
-        max_duration=configuration.max_duration,
-        stop_duration=_grace_seconds(configuration.stop_duration),
+    return configurator_for(configuration).job_spec(
+        run_name=run_name, replica_num=replica_num, job_num=job_num
     )
-
-
-# `stop_duration: off` means no limit on a graceful stop; the agent still needs a number of seconds.
-UNLIMITED_GRACE = 365 * 86400
-
-
-def _grace_seconds(stop_duration: int | None) -> int:
-    return UNLIMITED_GRACE if stop_duration is None else stop_duration

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.executor import is_same_process_alive, job_environment, process_start_time
+from agent.executors.environment import job_environment
+from agent.executors.process import is_same_process_alive, process_start_time
 from agent.gpus import parse_nvidia_smi
 from agent.main import is_loopback
 from agent.records import TaskRecord

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.executors.base import Executor, JobCheck, JobHandle, JobLiveness
+from agent.executors.environment import job_environment
 from agent.records import TaskPaths, TaskRecord
 from core.wire.agent_api import JobSpec
 
@@ -36,36 +38,6 @@ rc=$?
 echo "$rc" > "$task_dir/exit_status.tmp" && mv -f -- "$task_dir/exit_status.tmp" "$task_dir/exit_status"
 """
 WRAPPER_NAME = "ferry-job"
-
-# The job's cluster view, under Ferry's names and dstack's, so that dstack configurations run unchanged.
-ENV_PREFIXES = ("FERRY_", "DSTACK_")
-
-
-def job_environment(
-    base: Mapping[str, str], record: TaskRecord, spec: JobSpec, host_has_gpus: bool
-) -> dict[str, str]:
-    """The job's environment: the agent's, the task's, the spec's env and secrets, then Ferry's own."""
-    env = {**base, **record.env, **spec.env, **spec.secrets}
-    cluster = spec.cluster_info
-    gpus_per_node = cluster.gpus_per_node if cluster.gpus_per_node is not None else len(record.gpu_indices)
-    node_ips = cluster.node_ips or [cluster.master_node_ip]
-    values = {
-        "RUN_NAME": spec.run_name,
-        "REPLICA_NUM": str(spec.replica_num),
-        "JOB_NUM": str(spec.job_num),
-        "NODE_RANK": str(cluster.node_rank),
-        "NODES_NUM": str(cluster.nodes_num),
-        "MASTER_NODE_IP": cluster.master_node_ip,
-        "NODES_IPS": "\n".join(node_ips),
-        "GPUS_PER_NODE": str(gpus_per_node),
-        "GPUS_NUM": str(gpus_per_node * cluster.nodes_num),
-    }
-    for prefix in ENV_PREFIXES:
-        env.update({prefix + name: value for name, value in values.items()})
-    if record.gpu_indices or host_has_gpus:
-        # Empty when the task holds no GPU, so that it cannot use another task's.
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in record.gpu_indices)
-    return env
 
 
 def working_directory(paths: TaskPaths, spec: JobSpec) -> Path:
@@ -166,3 +138,69 @@ def poll_child(pid: int) -> ChildPoll:
     if os.WIFSIGNALED(status):
         return ChildPoll(ChildState.EXITED, 128 + os.WTERMSIG(status))  # the shell's convention
     return ChildPoll(ChildState.EXITED, os.waitstatus_to_exitcode(status))
+
+
+class ProcessExecutor(Executor):
+    """Runs jobs as host processes through the wrapper. It reaps the wrappers it started (the SIGCHLD that
+    wakes the registry's watcher is theirs); one an earlier agent started is followed through /proc."""
+
+    def __init__(self) -> None:
+        self._children: set[int] = set()  # wrappers this agent started and must reap
+
+    def prepare(self, paths: TaskPaths, spec: JobSpec) -> Path:
+        write_script(paths, spec)
+        cwd = working_directory(paths, spec)
+        cwd.mkdir(parents=True, exist_ok=True)
+        return cwd
+
+    def start(
+        self, paths: TaskPaths, record: TaskRecord, spec: JobSpec, cwd: Path, host_has_gpus: bool
+    ) -> JobHandle:
+        env = job_environment(os.environ, record, spec, host_has_gpus)
+        pid = spawn_job(paths, spec, env, cwd)
+        self._children.add(pid)
+        return JobHandle(pid, process_start_time(pid))
+
+    def find_started(self, paths: TaskPaths) -> JobHandle | None:
+        try:
+            pid: int | None = int(paths.wrapper_pid.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            pid = None
+        if pid is None and read_exit_status(paths) is None:
+            return None
+        if pid is not None and is_wrapper_of(pid, paths):
+            return JobHandle(pid, process_start_time(pid))
+        return JobHandle(None, None)  # the wrapper has ended: its exit status tells the rest
+
+    def signal(self, record: TaskRecord, signum: int) -> None:
+        if self._is_ours(record):
+            assert record.pid is not None
+            signal_group(record.pid, signum)
+
+    def kill_strays(self, record: TaskRecord) -> None:
+        if record.pid is not None:
+            kill_group(record.pid)
+
+    def check(self, record: TaskRecord, paths: TaskPaths) -> JobCheck:
+        if record.pid is not None and record.pid in self._children:
+            child = poll_child(record.pid)
+            if child.state == ChildState.RUNNING:
+                return JobCheck(JobLiveness.RUNNING)
+            self._children.discard(record.pid)
+            if child.state == ChildState.EXITED:
+                exit_status = read_exit_status(paths)
+                status = child.exit_status if exit_status is None else exit_status
+                return JobCheck(JobLiveness.EXITED, status, kill_strays=True)
+        # A wrapper an earlier agent started: /proc tells whether it lives. Liveness is read before the
+        # exit status, which the wrapper writes before it exits, so a finished job is never taken for gone.
+        alive = record.pid is not None and is_same_process_alive(record.pid, record.pid_start_time)
+        exit_status = read_exit_status(paths)
+        if exit_status is not None:
+            return JobCheck(JobLiveness.EXITED, exit_status, kill_strays=alive)
+        return JobCheck(JobLiveness.RUNNING if alive else JobLiveness.GONE)
+
+    def _is_ours(self, record: TaskRecord) -> bool:
+        """Whether the job's group is still the one this task started (a reused pid is not)."""
+        if record.pid is None:
+            return False
+        return record.pid in self._children or is_same_process_alive(record.pid, record.pid_start_time)

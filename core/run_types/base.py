@@ -1,0 +1,65 @@
+"""What a run type decides for its jobs: how many, what each runs, with what env and resources.
+
+One configurator per run type (task, service, dev environment) turns its configuration into jobs. What is
+the same for every type lives here; what a type decides on its own is an abstract method. Later job
+fields a type decides (probes, image, volumes, SSH) belong here too.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Generic, TypeVar
+
+from core.configuration import BaseRunConfiguration
+from core.configuration.resources import allocation
+from core.wire.agent_api import JobSpec, Resources
+
+# `stop_duration: off` means no limit on a graceful stop; the agent still needs a number of seconds.
+UNLIMITED_GRACE = 365 * 86400
+
+ConfigurationT = TypeVar("ConfigurationT", bound=BaseRunConfiguration)
+
+
+class RunConfigurator(ABC, Generic[ConfigurationT]):
+    def __init__(self, configuration: ConfigurationT) -> None:
+        self.configuration = configuration
+
+    @abstractmethod
+    def replica_count(self) -> int:
+        """Replicas the run starts with."""
+
+    @abstractmethod
+    def nodes_per_replica(self) -> int:
+        """Jobs per replica, one per node."""
+
+    @abstractmethod
+    def commands(self) -> list[str]:
+        """What each job runs, one shell line each."""
+
+    def env(self) -> dict[str, str]:
+        # A bare `NAME` (no value) is resolved at apply time; one still unresolved is left out.
+        return {key: value for key, value in self.configuration.env.items() if value is not None}
+
+    def resources(self) -> Resources:
+        """What each job reserves on its instance: the lower bound of every requested range."""
+        wanted = allocation(self.configuration.resources)
+        return Resources(cpu=wanted.cpu, memory=wanted.memory_gb, gpu=wanted.gpu_count)
+
+    def job_spec(self, *, run_name: str, replica_num: int, job_num: int) -> JobSpec:
+        """What the agent runs for one job; its cluster info is filled in once the job is placed."""
+        configuration = self.configuration
+        return JobSpec(
+            run_name=run_name,
+            replica_num=replica_num,
+            job_num=job_num,
+            commands=self.commands(),
+            env=self.env(),
+            working_dir=configuration.working_dir,
+            shell=configuration.shell or "bash",
+            max_duration=configuration.max_duration,
+            stop_duration=grace_seconds(configuration.stop_duration),
+        )
+
+
+def grace_seconds(stop_duration: int | None) -> int:
+    return UNLIMITED_GRACE if stop_duration is None else stop_duration
