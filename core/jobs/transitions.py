@@ -1,8 +1,6 @@
-"""The small pure choices the workflows make beside seed 001's rules (`core.runs.derivation`).
-
-Which events a job's outcome or a failed step becomes (RFC 21 exception types), why a job is ending,
-which replicas a PENDING run resubmits once its backoff is over, and the run's status message. Kept here
-so that `RunWorkflow` and `JobWorkflow` stay thin and these stay testable without Temporal.
+"""The job's small pure choices (docs/jobs.md): which events a job's outcome or a failed step becomes
+(RFC 21 exception types), why a job is ending, its status message, and its record and news for the run.
+Kept here so that JobWorkflow stays thin and these stay testable without Temporal.
 """
 
 from __future__ import annotations
@@ -11,8 +9,7 @@ from typing import Any
 
 from core.eventlog import Event
 from core.jobs.state_machine import JobState
-from core.runs.state_machine import RunState
-from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+from core.status import JobStatus, JobTerminationReason
 from core.wire.messages import JobInput, JobOutcome, JobUpdate, RecordJob, job_submission_id
 
 # The reasons a job's own exit gives (a `finish` event); every other reason is an exception first.
@@ -65,28 +62,6 @@ def outcome_events(state: JobState, outcome: JobOutcome) -> list[EventSpec]:
     return events
 
 
-def update_events(state: RunState, update: JobUpdate) -> list[EventSpec]:
-    """What a job's news becomes in its run's eventlog: its finish, or its new status (SUBMITTED says
-    nothing new); news of an older submission of a resubmitted replica no longer counts."""
-    current = state.job(update.replica_num, update.job_num)
-    if current is None or current.submission_num != update.submission_num:
-        return []
-    ctx: dict[str, Any] = {"replica": update.replica_num, "job": update.job_num}
-    ctx["submission"] = update.submission_num
-    if update.status.is_finished():
-        finish = dict(
-            status=update.status,
-            reason=update.termination_reason,
-            exit_status=update.exit_status,
-            provisioned=update.instance is not None,
-        )
-        return [("job-finish", {**ctx, **finish})]
-    if update.status != current.status and update.status != JobStatus.SUBMITTED:
-        reason = update.termination_reason if update.status == JobStatus.TERMINATING else None
-        return [("job-status", {**ctx, "status": update.status, "reason": reason})]
-    return []
-
-
 def last_note(state: JobState) -> str | None:
     """Why the job is ending, in the words of its last fatal exception."""
     return next((e.note for e in reversed(state.exceptions) if e.severity == 0), None)
@@ -99,33 +74,6 @@ def job_status_message(state: JobState) -> str | None:
     """A job's one-line status message beside its status: a submitted job its fleet has queued waits."""
     if state.status == JobStatus.SUBMITTED and state.memo.get("waiting") == "capacity":
         return WAITING_FOR_CAPACITY
-    return None
-
-
-def stop_reason(abort: bool) -> RunTerminationReason:
-    return RunTerminationReason.ABORTED_BY_USER if abort else RunTerminationReason.STOPPED_BY_USER
-
-
-def replicas_to_resubmit(state: RunState) -> list[int]:
-    """Seed 001 STEP 3: the replicas a PENDING run resubmits once its backoff is over, those whose
-    latest jobs failed (finished, or still cleaning up if that took longer than the backoff)."""
-    return sorted(
-        {
-            job.replica_num
-            for job in state.jobs
-            if job.termination_reason is not None
-            and job.termination_reason != JobTerminationReason.SCALED_DOWN
-            and job.termination_reason.to_status() != JobStatus.DONE
-        }
-    )
-
-
-def status_message(state: RunState) -> str | None:
-    """The run's one-line status message, as `ferry ps` shows it."""
-    if state.termination_reason is not None:
-        return state.termination_reason.value.replace("_", " ")
-    if state.status == RunStatus.PENDING:
-        return "retrying"
     return None
 
 

@@ -145,6 +145,15 @@ class RunState(BaseModel):
         return [j.view() for j in self.jobs]
 
 
+def status_message(state: RunState) -> str | None:
+    """The run's one-line status message, as `ferry ps` shows it."""
+    if state.termination_reason is not None:
+        return state.termination_reason.value.replace("_", " ")
+    if state.status == RunStatus.PENDING:
+        return "retrying"
+    return None
+
+
 def _with_job(state: RunState, job: RunJob) -> RunState:
     others = [j for j in state.jobs if (j.replica_num, j.job_num) != (job.replica_num, job.job_num)]
     return state.model_copy(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from core.fleets.state_machine import replica_enqueue
 from core.jobs.spec import job_resources, job_spec, nodes_count
 from core.runs.state_machine import RunState
+from core.status import JobStatus
 from core.wire.messages import (
     JobInput,
     RunInput,
@@ -63,12 +64,12 @@ def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int
     )
 
 
-def waiting_requests(inp: RunInput, state: RunState) -> list[str]:
+def waiting_requests(run_id: str, state: RunState) -> list[str]:
     """The placement requests of the replicas whose latest submission may still wait in the fleet's queue."""
     return sorted(
         {
-            placement_request_id(inp.run_id, j.replica_num, j.submission_num)
+            placement_request_id(run_id, j.replica_num, j.submission_num)
             for j in state.jobs
-            if j.job_num == 0 and j.status.is_active() and j.status.value == "submitted"
+            if j.job_num == 0 and j.status == JobStatus.SUBMITTED
         }
     )

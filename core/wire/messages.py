@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.configuration import RunConfiguration
 from core.eventlog import Event
 from core.fleets.placement import PlacementRequest
+from core.runs.machine import RunMachine
 from core.runs.state_machine import RunState
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire.agent_api import ClusterInfo, JobSpec, Resources
@@ -52,11 +53,8 @@ def fleet_workflow_id(project: str, fleet: str) -> str:
 class RunCarry(_Message):
     """What a continued-as-new RunWorkflow takes over from its previous execution."""
 
-    state: RunState
+    machine: RunMachine
     next_seq: int  # the run eventlog's next sequence number (earlier events are in the store)
-    stop: StopRequest | None = None
-    retry_at: float | None = None
-    unheard: list[str] = []  # JobWorkflow ids started whose last word the run has not heard yet
 
 
 class RunInput(_Message):
@@ -69,6 +67,8 @@ class RunInput(_Message):
     submitted_at: float
     fleet: str = LOCAL_FLEET  # where its jobs are placed, decided once at submission
     carry: RunCarry | None = None
+    # For tests: continue as new after every step, to show that nothing of the run is lost across it.
+    continue_as_new_each_step: bool = False
 
 
 class StopRequest(_Message):

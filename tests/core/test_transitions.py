@@ -6,14 +6,9 @@ from typing import Any
 
 from core.eventlog import Event
 from core.jobs.state_machine import JobState, apply_job_event, replay_job
-from core.jobs.transitions import (
-    last_note,
-    outcome_events,
-    reason_for_failure,
-    replicas_to_resubmit,
-    status_message,
-)
-from core.runs.state_machine import replay_run
+from core.jobs.transitions import last_note, outcome_events, reason_for_failure
+from core.runs.pending import replicas_to_resubmit
+from core.runs.state_machine import replay_run, status_message
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire.messages import JobOutcome
 

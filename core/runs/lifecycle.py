@@ -1,0 +1,127 @@
+"""The run's state machine as one pure step: `submit_run` (STEP 1) and `advance` (every step after).
+
+RunWorkflow keeps its message handlers, its wait, the effects' execution, the store flush and
+continue-as-new; every decision is here and in the phase modules (docs/runs.md):
+
+- STEP 1 `submit_run`: the run is logged, and every replica gets its first submission.
+- each later step, `advance(machine, inbox, now)`: the jobs' news is folded in; then, in this order, a stop
+  from the user (`terminating.begin_stop`), a pending backoff that is over (`pending.resubmit_all`), or
+  the status derivation of an active run (`active.decide`); a TERMINATING run then tells its jobs and
+  finishes once they all have (`terminating.terminate_and_clean`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.eventlog import Event
+from core.jobs.spec import nodes_count, replica_count
+from core.runs import active, pending, terminating
+from core.runs.effects import SetQueuedPriority
+from core.runs.machine import RunMachine, RunPlan, Step, StepBuilder, StopKind
+from core.runs.state_machine import RunState, apply_run_event
+from core.runs.submissions import waiting_requests
+from core.status import JobStatus
+from core.wire.messages import JobUpdate, RunInput
+
+EventSpec = tuple[str, dict[str, Any]]
+
+
+class Inbox(BaseModel):
+    """What reached the run since its last step."""
+
+    model_config = ConfigDict(frozen=True)
+
+    updates: list[JobUpdate] = Field(default_factory=list)  # the jobs' news, in the order it arrived
+    stop: StopKind | None = None  # the stop asked for so far (stronger_stop of every request)
+    priorities: list[int] = Field(default_factory=list)  # `ferry set-priority`, in order
+
+
+def plan_of(inp: RunInput) -> RunPlan:
+    conf = inp.configuration
+    return RunPlan(
+        run_id=inp.run_id,
+        replicas=replica_count(conf),
+        nodes=nodes_count(conf),
+        stop_criteria=conf.stop_criteria.value,
+        retry=conf.retry,
+        submitted_at=inp.submitted_at,
+    )
+
+
+def submit_run(inp: RunInput, now: float) -> Step:
+    """STEP 1: the run's first event, and the first submission of every job."""
+    conf = inp.configuration
+    submit = Event(
+        timestamp=now,
+        name="submit",
+        context={"run_name": inp.run_name, "project": inp.project, "user": inp.user, "type": conf.type},
+    )
+    b = StepBuilder(RunMachine(plan=plan_of(inp), state=apply_run_event(None, submit)), now)
+    for replica in range(b.plan.replicas):
+        b.submit_replica(replica)
+    step = b.step()
+    return step.model_copy(update={"events": [submit, *step.events]})
+
+
+def advance(machine: RunMachine, inbox: Inbox, now: float) -> Step:
+    """One step of an active run's lifecycle (a finished one only hears its jobs' last words)."""
+    b = StepBuilder(machine, now)
+    b.stop = inbox.stop
+    for update in inbox.updates:
+        _hear(b, update)
+    if b.state.status.is_finished():
+        return b.step()
+    for priority in inbox.priorities:
+        _set_priority(b, priority)
+    if terminating.stop_pending(b):
+        terminating.begin_stop(b)
+    elif pending.retry_due(b):
+        pending.resubmit_all(b)
+    elif active.applies(b):
+        active.decide(b)
+    if terminating.applies(b):
+        terminating.terminate_and_clean(b)
+    return b.step()
+
+
+def _hear(b: StepBuilder, update: JobUpdate) -> None:
+    key = (update.replica_num, update.job_num, update.submission_num)
+    if update.status.is_finished():
+        b.heard_last_word(key)
+    if b.state.status.is_finished():
+        return
+    for name, context in update_events(b.state, update):
+        b.log(name, **context)
+
+
+def _set_priority(b: StepBuilder, priority: int) -> None:
+    """`ferry set-priority`: logged, and the replicas still waiting move in the fleet's queue."""
+    b.log("priority", priority=priority)
+    requests = waiting_requests(b.plan.run_id, b.state)
+    if requests:
+        b.effect(SetQueuedPriority(request_ids=requests, priority=priority))
+
+
+def update_events(state: RunState, update: JobUpdate) -> list[EventSpec]:
+    """What a job's news becomes in its run's eventlog: its finish, or its new status (SUBMITTED says
+    nothing new); news of an older submission of a resubmitted replica no longer counts."""
+    current = state.job(update.replica_num, update.job_num)
+    if current is None or current.submission_num != update.submission_num:
+        return []
+    ctx: dict[str, Any] = {"replica": update.replica_num, "job": update.job_num}
+    ctx["submission"] = update.submission_num
+    if update.status.is_finished():
+        finish = dict(
+            status=update.status,
+            reason=update.termination_reason,
+            exit_status=update.exit_status,
+            provisioned=update.instance is not None,
+        )
+        return [("job-finish", {**ctx, **finish})]
+    if update.status != current.status and update.status != JobStatus.SUBMITTED:
+        reason = update.termination_reason if update.status == JobStatus.TERMINATING else None
+        return [("job-status", {**ctx, "status": update.status, "reason": reason})]
+    return []

@@ -1,0 +1,23 @@
+"""The retry policies of Ferry's activities, in one place (docs/checklists.md: adding an activity).
+
+Temporal retries an activity by its policy; these say how hard each kind of effect is worth retrying.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+# Effects that talk to an agent or the store retry quickly and without end: a worker restart or a busy
+# agent must not cost seconds, and the activity's timeout (or the job's stop) bounds them.
+QUICK = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=2))
+
+# One-off requests whose failure the caller handles (stop a task, clean or stop an instance): three tries.
+FEW_TRIES = RetryPolicy(maximum_attempts=3)
+
+# Removing a finished task from its agent: a few tries, then the job logs that it could not.
+REMOVE = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=5))
+
+# Deploying the agent to an SSH host: a second try for a flaky connection, then the host is failed.
+DEPLOY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
