@@ -4,7 +4,8 @@ The graph is read from the source with `ast`, not from an interpreter: an import
 module is imported (module level, in a class body or a `with`/`try`/`if` block, the workflows'
 `imports_passed_through` included); one under `if TYPE_CHECKING:` or inside a function does not.
 `from pkg import name` is an edge to the submodule `pkg.name` when there is one, else to the package
-`pkg` (its `__init__`); `import a.b` is an edge to `a.b` alone.
+`pkg` (its `__init__`); `import a.b` is an edge to `a.b`. Importing `a.b.c` runs the `__init__` of `a` and
+`a.b` first, so each is an edge too, unless the importer is inside it (then it is already being imported).
 
 A second check counts every import, deferred ones too: a function-local or TYPE_CHECKING import is how
 cli.api <-> cli.fleet_api and store.engine <-> store.repository once hid their cycles.
@@ -99,7 +100,17 @@ def module_edges(module: str, path: Path, modules: Iterable[str], *, deferred: b
                 edges.add(submodule)
             elif base in known:
                 edges.add(base)
-    return edges
+    return edges | _parent_packages(module, edges, known)
+
+
+def _parent_packages(module: str, targets: set[str], known: set[str]) -> set[str]:
+    """The packages whose `__init__` runs before each target, but for those `module` is inside."""
+    own = {".".join(module.split(".")[:n]) for n in range(1, module.count(".") + 2)}
+    parents = set()
+    for target in targets:
+        parts = target.split(".")
+        parents |= {".".join(parts[:n]) for n in range(1, len(parts))}
+    return (parents & known) - own
 
 
 def import_graph(root: Path, packages: Iterable[str], *, deferred: bool = False) -> dict[str, set[str]]:
@@ -190,6 +201,22 @@ def test_no_cycle_hides_behind_a_deferred_import() -> None:
 
 
 # --- the graph and its cycles, on small made-up ones -----------------------------------------------------
+
+
+def test_a_package_init_on_the_way_counts(tmp_path: Path) -> None:
+    """`from b.y import ...` runs b/__init__.py first: a cycle through it is one (b imports a back)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "__init__.py").write_text("")
+    (tmp_path / "a" / "x.py").write_text("from b.y import thing\n")
+    (tmp_path / "b" / "__init__.py").write_text("from b import z\n")
+    (tmp_path / "b" / "y.py").write_text("thing = 1\n")
+    (tmp_path / "b" / "z.py").write_text("from a.x import thing\n")
+    graph = import_graph(tmp_path, ["a", "b"])
+    assert graph["a.x"] == {"b", "b.y"}
+    assert graph["b.z"] == {"a", "a.x"}
+    assert graph["b"] == {"b.z"}  # its own submodule: no edge back to itself
+    assert find_cycles(graph) == [["a.x", "b", "b.z", "a.x"]]
 
 
 def test_find_cycles_names_each_cycle() -> None:

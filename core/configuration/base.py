@@ -19,6 +19,7 @@ from core.configuration.fields import (
 )
 from core.configuration.model import ConfigFieldError, ConfigModel
 from core.configuration.resources import ResourcesSpec
+from core.configuration.retry import RetryPolicy
 from core.configuration.specs import (
     LooseItem,
     PythonVersion,
@@ -28,7 +29,6 @@ from core.configuration.specs import (
     Shell,
     UtilizationPolicy,
 )
-from core.runs.retry import RetryPolicy
 
 DEFAULT_STOP_DURATION = 300  # dstack: a graceful stop gets 5m before the job is killed
 MAX_PRIORITY = 100

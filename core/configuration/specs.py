@@ -18,7 +18,7 @@ from pydantic import (
 
 from core.configuration.durations import Duration
 from core.configuration.model import ConfigFieldError, ConfigModel, shape_of
-from core.runs.retry import RetryPolicy
+from core.configuration.retry import RetryPolicy
 
 # --- replicas ----------------------------------------------------------------------------------------
 

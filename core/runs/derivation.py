@@ -12,7 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from core.runs.retry import RetryPolicy, RetryVerdict, decide_retry, pending_backoff
+from core.configuration.retry import RetryPolicy
+from core.runs.retry import RetryVerdict, decide_retry, pending_backoff
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
 StopCriteria = Literal["all-done", "master-done"]

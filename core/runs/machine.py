@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from core.configuration.retry import RetryPolicy
 from core.eventlog import Event
 from core.runs.derivation import jobs_to_stop
 from core.runs.effects import Effect, StartJob, TerminateJob
-from core.runs.retry import RetryPolicy
 from core.runs.state_machine import RunState, apply_run_event
 from core.status import JobTerminationReason
 

@@ -1,24 +1,12 @@
-"""The retry policy of a run (`retry` in a configuration) and the decisions built on it."""
+"""When a failed job may be retried, by its run's retry policy (`retry` in a configuration, parsed in
+core.configuration.retry), and the pending backoff: docs/runs.md, "When a job may be retried"."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from core.configuration.durations import Duration
-from core.status import JobTerminationReason, RetryEvent
-
-DEFAULT_RETRY_DURATION = 3600  # dstack: retrying stops after 1h unless `duration` says otherwise
-
-
-class RetryPolicy(BaseModel):
-    """What `retry: true` or `retry: {on_events, duration}` means once normalised."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    on_events: list[RetryEvent] = Field(default_factory=lambda: list(RetryEvent))
-    duration: Duration = DEFAULT_RETRY_DURATION
+from core.configuration.retry import RetryPolicy
+from core.status import JobTerminationReason
 
 
 class RetryVerdict(StrEnum):

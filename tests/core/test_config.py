@@ -24,7 +24,7 @@ from core.configuration import (
     parse_configuration,
 )
 from core.configuration.loading import load_configuration, load_configuration_text
-from core.runs.retry import RetryPolicy
+from core.configuration.retry import RetryPolicy
 from core.status import RetryEvent
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yml"))

@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.configuration.retry import RetryPolicy
 from core.eventlog import Event, EventlogError, from_jsonl, to_jsonl
 from core.runs.derivation import derive_run_status
-from core.runs.retry import RetryPolicy, pending_backoff
+from core.runs.retry import pending_backoff
 from core.runs.state_machine import (
     JOB_STATUS_RANK,
     RUN_EVENTS_FROM,

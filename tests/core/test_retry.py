@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.configuration.retry import RetryPolicy
 from core.runs.retry import (
     PENDING_BACKOFF_SCHEDULE,
-    RetryPolicy,
     RetryVerdict,
     decide_retry,
     pending_backoff,

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from core.configuration.retry import RetryPolicy
 from core.runs.derivation import (
     JobView,
     RunDecision,
@@ -17,7 +18,7 @@ from core.runs.derivation import (
     jobs_to_stop,
     run_reason_for_job_failure,
 )
-from core.runs.retry import RetryPolicy, RetryVerdict
+from core.runs.retry import RetryVerdict
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
 S = JobStatus
