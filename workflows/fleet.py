@@ -20,7 +20,6 @@ import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
@@ -64,11 +63,9 @@ with workflow.unsafe.imports_passed_through():
     from core.status import JobTerminationReason
     from core.wire import activity_names as names
     from core.wire.messages import Enqueue, PlacementRefused, Queued, TerminateJob
+    from workflows import retry_policies
+    from workflows.handles import abandon
 
-_QUICK_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=2)
-)
-_DEPLOY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
 _DEPLOY_TIMEOUT = timedelta(minutes=3)
 _HEARTBEAT = timedelta(seconds=10)
 # The health watch's heartbeats carry its cancellation (the SDK sends them at most every 0.8 x this):
@@ -80,9 +77,11 @@ _RECORD_EVERY = timedelta(seconds=2)
 
 @workflow.defn
 class FleetWorkflow:
-    def __init__(self) -> None:
-        self._input: FleetInput | None = None
-        self._book: FleetBook | None = None
+    @workflow.init
+    def __init__(self, inp: FleetInput) -> None:
+        self._input = inp
+        # A continued-as-new fleet takes its book over; a new one deploys its hosts first (`run`).
+        self._book = inp.carry if inp.carry is not None else FleetBook(name=inp.name, local=inp.local)
         self._inbox: list[FleetCommand] = []
         self._health: workflow.ActivityHandle[HealthReport] | None = None
         self._health_view: tuple[list[str], list[str]] | None = None
@@ -121,32 +120,25 @@ class FleetWorkflow:
     async def delete(self) -> FleetDescription:
         """No new placements; the instances go once their jobs have ended, then the workflow ends."""
         self._inbox.append(DeleteFleet())
-        # Handlers may run before `run` on the first activation: the book may not be there yet.
-        await workflow.wait_condition(lambda: self._book is not None and self._book.deleting)
-        return self._require_book().describe()
+        await workflow.wait_condition(lambda: self._book.deleting)
+        return self._book.describe()
 
     @workflow.query
     def describe(self) -> FleetDescription:
-        if self._book is None:  # the very first activation has not run yet
-            return FleetBook(name="", local=False).describe()
         return self._book.describe()
 
     # --- the loop ---------------------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, inp: FleetInput) -> FleetResult:
-        self._input = inp
-        if inp.carry is not None:
-            self._book = inp.carry
-        else:
-            self._book = FleetBook(name=inp.name, local=inp.local)
+        if inp.carry is None:
             slots, failed = await self._deploy(inp)
             self._book, notices = deployed(self._book, slots, failed)
             await self._send(notices)
         while True:
             await self._process()
             self._record()
-            if self._require_book().finished():
+            if self._book.finished():
                 await self._finish()
                 return FleetResult()
             if await self._continued_as_new():
@@ -167,9 +159,9 @@ class FleetWorkflow:
             command = self._inbox.pop(0)
             if isinstance(command, InstanceChange) and command.status == InstanceStatus.READY:
                 await self._clean(command.name)
-            self._book, more = apply(self._require_book(), command)
+            self._book, more = apply(self._book, command)
             notices += more
-        self._book, more = schedule(self._require_book())
+        self._book, more = schedule(self._book)
         await self._send(notices + more)
 
     async def _send(self, notices: list[Notice]) -> None:
@@ -178,10 +170,10 @@ class FleetWorkflow:
             results = await asyncio.gather(*(self._signal(n) for n in notices), return_exceptions=True)
             failed = [notice for notice, result in zip(notices, results, strict=True) if result is not None]
             for notice in failed:
-                self._book = undelivered(self._require_book(), notice)
+                self._book = undelivered(self._book, notice)
             notices = []
             if any(n.kind in (NoticeKind.PLACED, NoticeKind.QUEUED) for n in failed):
-                self._book, notices = schedule(self._require_book())
+                self._book, notices = schedule(self._book)
 
     async def _signal(self, notice: Notice) -> None:
         handle = workflow.get_external_workflow_handle(notice.workflow_id)
@@ -205,7 +197,7 @@ class FleetWorkflow:
                 LocalInstance(fleet=inp.name),
                 result_type=InstanceSlot,
                 start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=_QUICK_RETRY,
+                retry_policy=retry_policies.QUICK,
             )
             return [slot], {}
         hosts = len(inp.configuration.ssh_config.hosts) if inp.configuration.ssh_config else 0
@@ -219,7 +211,7 @@ class FleetWorkflow:
                     result_type=InstanceSlot,
                     start_to_close_timeout=_DEPLOY_TIMEOUT,
                     heartbeat_timeout=_HEARTBEAT,
-                    retry_policy=_DEPLOY_RETRY,
+                    retry_policy=retry_policies.DEPLOY,
                 )
                 for index in range(hosts)
             ),
@@ -235,7 +227,7 @@ class FleetWorkflow:
 
     async def _clean(self, name: str) -> None:
         """Before a lost host takes jobs again: the tasks of the jobs that failed with it removed."""
-        jobs = self._require_book().lost.get(name, [])
+        jobs = self._book.lost.get(name, [])
         if not jobs:
             return
         with contextlib.suppress(ActivityError):
@@ -244,7 +236,7 @@ class FleetWorkflow:
                 CleanInstance(instance=name, job_ids=jobs),
                 start_to_close_timeout=timedelta(minutes=1),
                 heartbeat_timeout=_HEARTBEAT,
-                retry_policy=RetryPolicy(maximum_attempts=3),
+                retry_policy=retry_policies.FEW_TRIES,
             )
 
     def _watch_health(self) -> None:
@@ -253,11 +245,11 @@ class FleetWorkflow:
         if self._health is not None and view == self._health_view:
             return
         if self._health is not None:
-            _drop(self._health)
+            abandon(self._health)
             self._health = self._health_view = None
         if view is None:
             return
-        inp = self._require_input()
+        inp = self._input
         assert inp.configuration is not None
         self._health_view = view
         self._health = workflow.start_activity(
@@ -272,13 +264,13 @@ class FleetWorkflow:
             result_type=HealthReport,
             start_to_close_timeout=timedelta(days=365),
             heartbeat_timeout=_HEALTH_HEARTBEAT,
-            retry_policy=_QUICK_RETRY,
+            retry_policy=retry_policies.QUICK,
         )
 
     def _health_watched(self) -> tuple[list[str], list[str]] | None:
         """(ready, unreachable or never deployed) SSH instances; None when there is nothing to watch."""
-        book = self._require_book()
-        if self._require_input().configuration is None or book.deleting:
+        book = self._book
+        if self._input.configuration is None or book.deleting:
             return None
         instances = book.scheduler.instances.values()
         ready = sorted(i.name for i in instances if i.status == InstanceStatus.READY)
@@ -300,14 +292,14 @@ class FleetWorkflow:
                 self._wake_for_record = asyncio.ensure_future(asyncio.sleep(max(left, 0)))  # a durable timer
             return
         self._wake_for_record = None
-        inp, current = self._require_input(), self._views()
+        inp, current = self._input, self._views()
         self._recorded, self._recorded_at = current, workflow.now().timestamp()
         status, views = current
         self._recording = workflow.start_activity(
             names.RECORD_FLEET,
             RecordFleet(project=inp.project, fleet=inp.name, status=status, instances=views),
             start_to_close_timeout=timedelta(seconds=10),
-            retry_policy=_QUICK_RETRY,
+            retry_policy=retry_policies.QUICK,
         )
 
     def _record_due(self) -> bool:
@@ -326,7 +318,7 @@ class FleetWorkflow:
         return (status, [(v.name, v.status) for v in views]) == (was, [(v.name, v.status) for v in before])
 
     def _views(self) -> tuple[str, list[InstanceView]]:
-        book = self._require_book()
+        book = self._book
         return (FleetStatus.DELETING if book.deleting else FleetStatus.ACTIVE), book.views()
 
     async def _settle(self) -> None:
@@ -342,13 +334,13 @@ class FleetWorkflow:
 
     async def _finish(self) -> None:
         await self._settle()
-        inp = self._require_input()
+        inp = self._input
         await workflow.execute_activity(
             names.STOP_FLEET,
             StopFleet(project=inp.project, fleet=inp.name, configuration=inp.configuration),
             start_to_close_timeout=timedelta(minutes=2),
             heartbeat_timeout=timedelta(seconds=30),
-            retry_policy=RetryPolicy(maximum_attempts=3),
+            retry_policy=retry_policies.FEW_TRIES,
         )
 
     async def _continued_as_new(self) -> bool:
@@ -358,22 +350,8 @@ class FleetWorkflow:
         await self._settle()
         if self._inbox or not workflow.all_handlers_finished():
             return False
-        inp = self._require_input()
-        workflow.continue_as_new(inp.model_copy(update={"carry": self._require_book()}))
-
-    def _require_book(self) -> FleetBook:
-        assert self._book is not None
-        return self._book
-
-    def _require_input(self) -> FleetInput:
-        assert self._input is not None
-        return self._input
-
-
-def _drop(handle: workflow.ActivityHandle[HealthReport]) -> None:
-    """Cancel an activity whose result no longer matters (its cancellation is its outcome)."""
-    handle.cancel()
-    handle.add_done_callback(lambda done: None if done.cancelled() else done.exception())
+        inp = self._input
+        workflow.continue_as_new(inp.model_copy(update={"carry": self._book}))
 
 
 def _why(error: BaseException) -> str:

@@ -31,13 +31,15 @@ with workflow.unsafe.imports_passed_through():
         JOB_REFUSED,
         ReleaseJob,
     )
-    from core.jobs.phases import JobControl, JobPhase, PlacementOutcome, grace_seconds
+    from core.jobs.phases import JobControl, PlacementOutcome, grace_seconds
     from core.jobs.state_machine import JobState, apply_job_event
     from core.jobs.transitions import (
         fatal,
         last_note,
         outcome_events,
+        prepare_task,
         reason_for_failure,
+        start_job,
     )
     from core.status import JobTerminationReason
     from core.wire import activity_names as names
@@ -47,30 +49,18 @@ with workflow.unsafe.imports_passed_through():
         JobOutcome,
         Placement,
         PlacementRefused,
-        PrepareTask,
         Queued,
-        StartJob,
-        StopTask,
-        TaskRef,
         TerminateJob,
-        WatchJob,
         job_submission_id,
     )
-    from workflows import retry_policies
     from workflows.handles import abandon
+    from workflows.job_agent import JobAgent, Stopped
     from workflows.job_news import JobNews
 
-_STEP_HEARTBEAT = timedelta(seconds=10)
-# The watch long-polls its agent up to 5 s per request; the SDK sends heartbeats at most every 0.8 x this,
-# so a longer timeout means fewer of them for every running job, at the cost of noticing a dead worker later.
-_WATCH_HEARTBEAT = timedelta(seconds=20)
 # Past this the agent is presumed gone even if it answered before: the grace period has long ended.
 _STOP_MARGIN = timedelta(seconds=30)
 _LOST = JobTerminationReason.INSTANCE_UNREACHABLE
-
-
-class _Terminated(Exception):
-    """The run asked this job to stop while a step was in flight."""
+_AGENT_STEP_TIMEOUT = timedelta(minutes=10)  # an image pull or a big code archive may take a while
 
 
 @workflow.defn
@@ -91,6 +81,7 @@ class JobWorkflow:
         self._state: JobState = apply_job_event(None, submit)
         self._events.append(submit)
         self._news = JobNews(inp, lambda: (self._events, self._state))
+        self._agent = JobAgent(self._id, lambda: self._control)
 
     @workflow.signal
     def terminate(self, request: TerminateJob) -> None:
@@ -117,7 +108,7 @@ class JobWorkflow:
         # The run knows it was submitted: the submit event goes to the store with the job's first news.
         try:
             await self._provision_and_run(inp)
-        except _Terminated:
+        except Stopped:
             self._log_stop()
             self._news.publish()
         return await self._clean_up(inp)
@@ -129,30 +120,12 @@ class JobWorkflow:
         self._log("alloc", instance=placement.instance_name)
         self._news.publish(soon=True)
         try:
-            await self._step(
-                names.PREPARE_TASK,
-                PrepareTask(
-                    job_submission_id=self._id,
-                    instance_name=placement.instance_name,
-                    task_name=inp.spec.run_name,
-                    resources=inp.resources,
-                    env=inp.spec.env,
-                ),
-                timeout=timedelta(minutes=10),
-            )
+            prepare = prepare_task(inp, self._id, placement)
+            await self._agent.step(names.PREPARE_TASK, prepare, timeout=_AGENT_STEP_TIMEOUT)
             self._log("pull")
             self._news.publish(soon=True)
-            spec = inp.spec.model_copy(update={"cluster_info": placement.cluster})
-            await self._step(
-                names.START_JOB,
-                StartJob(
-                    job_submission_id=self._id,
-                    instance_name=placement.instance_name,
-                    spec=spec,
-                    code_hash=inp.code_hash,
-                ),
-                timeout=timedelta(minutes=10),
-            )
+            start = start_job(inp, self._id, placement)
+            await self._agent.step(names.START_JOB, start, timeout=_AGENT_STEP_TIMEOUT)
         except ActivityError as err:
             self._fail_from(err, JobTerminationReason.EXECUTOR_ERROR)
             return
@@ -177,37 +150,23 @@ class JobWorkflow:
         while True:
             await workflow.wait_condition(lambda: self._control.placement_outcome() is not None)
             outcome = self._control.placement_outcome()
+            assert outcome is not None  # the condition above
+            self._control = self._control.after(outcome)
             if outcome == PlacementOutcome.PLACED:
-                self._control = self._control.with_phase(JobPhase.PLACED)
                 return self._control.placement
             if outcome == PlacementOutcome.WITHDRAW:
-                # The clean-up tells the fleet, which drops the replica's request.
-                self._control = self._control.with_phase(JobPhase.WITHDRAWN)
-                raise _Terminated()
+                raise Stopped()  # the clean-up tells the fleet, which drops the replica's request
             if outcome == PlacementOutcome.REFUSED:
-                self._control = self._control.with_phase(JobPhase.REFUSED)
                 reason = JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY
                 self._log(*fatal(reason, self._control.refused))
                 return None
-            self._control = self._control.with_phase(JobPhase.WAITING_FOR_CAPACITY)
             self._log("memo", waiting="capacity")
             self._news.publish()
 
     async def _watch(self, instance: str) -> JobOutcome:
-        watch = workflow.start_activity(
-            names.WATCH_JOB,
-            WatchJob(job_submission_id=self._id, instance_name=instance),
-            result_type=JobOutcome,
-            start_to_close_timeout=timedelta(days=365),
-            heartbeat_timeout=_WATCH_HEARTBEAT,
-            retry_policy=retry_policies.QUICK,
-        )
-        stop_requested = asyncio.ensure_future(
-            workflow.wait_condition(lambda: self._control.terminate is not None)
-        )
-        await workflow.wait([watch, stop_requested], return_when=asyncio.FIRST_COMPLETED)
+        watch = self._agent.watch(instance)
+        await self._agent.until_stopped_or(watch)
         if watch.done():
-            stop_requested.cancel()
             return watch.result()
         # Stopping a running job: log why, ask the agent, then keep watching until the process has ended
         # (the agent sends SIGKILL once the grace period is over) so the last log bytes are kept too.
@@ -215,7 +174,7 @@ class JobWorkflow:
         self._news.publish()
         if self._control.lost:
             return self._gone(watch)
-        await self._stop_task(instance, request)
+        await self._agent.stop_task(instance, request, self._grace(request))
         # A later abort (`ferry stop -x` during the grace period) kills at once: the agent lets the
         # shorter of two stop requests win.
         self._control = self._control.stop_sent(request)
@@ -238,7 +197,7 @@ class JobWorkflow:
                 abort = self._control.terminate
                 assert abort is not None  # abort_requested() says so
                 self._control = self._control.stop_sent(abort)
-                await self._stop_task(instance, abort)
+                await self._agent.stop_task(instance, abort, self._grace(abort))
                 deadline = min(deadline, workflow.now() + _STOP_MARGIN)
         return watch.result()
 
@@ -246,22 +205,6 @@ class JobWorkflow:
         """The fleet lost the instance: nothing more will come from there."""
         abandon(watch)
         return JobOutcome(termination_reason=_LOST, termination_message="its instance was lost")
-
-    async def _stop_task(self, instance: str, request: TerminateJob) -> None:
-        """Ask the agent to stop the job: SIGTERM, then SIGKILL once the grace period is over."""
-        with contextlib.suppress(ActivityError):  # if the agent is gone, the watch says so
-            await workflow.execute_activity(
-                names.STOP_TASK,
-                StopTask(
-                    job_submission_id=self._id,
-                    instance_name=instance,
-                    reason=request.reason,
-                    message=request.message,
-                    timeout=self._grace(request),
-                ),
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=retry_policies.FEW_TRIES,
-            )
 
     def _grace(self, request: TerminateJob) -> float:
         return grace_seconds(request, self._input.stop_duration)
@@ -275,43 +218,13 @@ class JobWorkflow:
 
     def _fail_from(self, err: ActivityError, reason: JobTerminationReason) -> None:
         if isinstance(err.cause, CancelledError):
-            raise _Terminated() from err
+            raise Stopped() from err
         # An activity that fails for a reason says so by its ApplicationError type; the note is its
         # message alone (str() would prefix the type, which the reason already is).
         cause = err.cause
         if isinstance(cause, ApplicationError):
             reason = reason_for_failure(cause.type, reason)
         self._log(*fatal(reason, cause.message if isinstance(cause, FailureError) else str(err)))
-
-    async def _step(self, activity: str, arg: Any, *, timeout: timedelta) -> Any:
-        """Run an activity unless the run asks this job to stop first (then cancel it)."""
-        if self._control.terminate is not None:
-            raise _Terminated()
-        # Cancelling waits for the attempt in flight to end, so the clean-up that follows never races
-        # an allocation or a task submission that is still landing on the agent; the steps heartbeat,
-        # so that wait is short even if their worker died.
-        handle = workflow.start_activity(
-            activity,
-            arg,
-            start_to_close_timeout=timeout,
-            retry_policy=retry_policies.QUICK,
-            heartbeat_timeout=_STEP_HEARTBEAT,
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-        )
-        stop_requested = asyncio.ensure_future(
-            workflow.wait_condition(lambda: self._control.terminate is not None)
-        )
-        await workflow.wait([handle, stop_requested], return_when=asyncio.FIRST_COMPLETED)
-        if handle.done():
-            stop_requested.cancel()
-            return handle.result()
-        if self._control.lost:  # nothing of the step can land on a lost instance: no need to wait for it
-            abandon(handle)
-        else:
-            handle.cancel()
-            with contextlib.suppress(ActivityError, CancelledError):
-                await handle
-        raise _Terminated()
 
     async def _clean_up(self, inp: JobInput) -> JobOutcome:
         """Stop and remove the task, free the capacity, then the finished status (docs/jobs.md)."""
@@ -321,7 +234,11 @@ class JobWorkflow:
                 note = f"{instance} is unreachable: its task is removed if it comes back"
                 self._log("exception", type="free", severity=1, note=note)
             else:
-                await self._remove_task(instance)
+                problem = await self._agent.remove_task(instance)
+                if problem is None:
+                    self._log("release", ranks="all", final=True)
+                else:
+                    self._log("exception", type="free", severity=1, note=problem)
             self._log("free")
         # The capacity goes back with the last word below.
         releasing = asyncio.ensure_future(self._release(inp)) if self._control.must_release() else None
@@ -336,20 +253,6 @@ class JobWorkflow:
         return JobOutcome(
             termination_reason=reason, termination_message=last_note(state), exit_status=state.exit_status
         )
-
-    async def _remove_task(self, instance: str) -> None:
-        ref = TaskRef(job_submission_id=self._id, instance_name=instance)
-        try:
-            await workflow.execute_activity(
-                names.RELEASE_TASK,
-                ref,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=retry_policies.REMOVE,
-            )
-            self._log("release", ranks="all", final=True)
-        except ActivityError as err:
-            note = f"could not remove the task from {instance}: {err.cause or err}"
-            self._log("exception", type="free", severity=1, note=note)
 
     async def _release(self, inp: JobInput) -> None:
         """The capacity back to the fleet, once the task is gone (a fleet deleted meanwhile needs nothing)."""

@@ -83,6 +83,10 @@ class JobControl(BaseModel):
             return PlacementOutcome.LOG_WAITING
         return None
 
+    def after(self, outcome: PlacementOutcome) -> JobControl:
+        """The phase a placement outcome leads to."""
+        return self.with_phase(_PHASE_AFTER[outcome])
+
     def with_phase(self, phase: JobPhase) -> JobControl:
         return self.model_copy(update={"phase": phase})
 
@@ -102,6 +106,14 @@ class JobControl(BaseModel):
 
     def stop_sent(self, request: TerminateJob) -> JobControl:
         return self.with_phase(JobPhase.KILLED if request.abort else JobPhase.STOPPING)
+
+
+_PHASE_AFTER = {
+    PlacementOutcome.PLACED: JobPhase.PLACED,
+    PlacementOutcome.WITHDRAW: JobPhase.WITHDRAWN,
+    PlacementOutcome.REFUSED: JobPhase.REFUSED,
+    PlacementOutcome.LOG_WAITING: JobPhase.WAITING_FOR_CAPACITY,
+}
 
 
 def grace_seconds(request: TerminateJob, stop_duration: int | None) -> float:

@@ -10,7 +10,16 @@ from typing import Any
 from core.eventlog import Event
 from core.jobs.state_machine import JobState
 from core.status import JobStatus, JobTerminationReason
-from core.wire.messages import JobInput, JobOutcome, JobUpdate, RecordJob, job_submission_id
+from core.wire.messages import (
+    JobInput,
+    JobOutcome,
+    JobUpdate,
+    Placement,
+    PrepareTask,
+    RecordJob,
+    StartJob,
+    job_submission_id,
+)
 
 # The reasons a job's own exit gives (a `finish` event); every other reason is an exception first.
 EXITED = frozenset({JobTerminationReason.DONE_BY_RUNNER, JobTerminationReason.CONTAINER_EXITED_WITH_ERROR})
@@ -75,6 +84,27 @@ def job_status_message(state: JobState) -> str | None:
     if state.status == JobStatus.SUBMITTED and state.memo.get("waiting") == "capacity":
         return WAITING_FOR_CAPACITY
     return None
+
+
+def prepare_task(inp: JobInput, job_id: str, placement: Placement) -> PrepareTask:
+    """The agent's first step for a placed job: its resources reserved, its task registered."""
+    return PrepareTask(
+        job_submission_id=job_id,
+        instance_name=placement.instance_name,
+        task_name=inp.spec.run_name,
+        resources=inp.resources,
+        env=inp.spec.env,
+    )
+
+
+def start_job(inp: JobInput, job_id: str, placement: Placement) -> StartJob:
+    """The agent's second step: the job started with its code, knowing its cluster (every node's IP)."""
+    return StartJob(
+        job_submission_id=job_id,
+        instance_name=placement.instance_name,
+        spec=inp.spec.model_copy(update={"cluster_info": placement.cluster}),
+        code_hash=inp.code_hash,
+    )
 
 
 def job_record(inp: JobInput, state: JobState, start_seq: int, events: list[Event]) -> RecordJob:
