@@ -1,6 +1,6 @@
 """Latency of a trivial task on the local backend: submit -> job RUNNING and submit -> run DONE.
 
-A real dev server (tuned as DESIGN.md §5 says), a worker, the local agent and a SQLite store, all on
+A real dev server (tuned as docs/README.md says), a worker, the local agent and a SQLite store, all on
 this machine. Run with `.venv/bin/python bench/lifecycle_bench.py [RUNS]`; prints `name: value` lines.
 The times come from the eventlogs: the job's `start` event and the run's `clean` event (which follows
 the release of the job's resources), measured from the moment the client began to submit.

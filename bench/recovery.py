@@ -186,7 +186,7 @@ def _figures(r: Report, trials: list[Trial]) -> None:
     _spread(r, "recovery_loss_to_unreachable", [t.to_unreachable_s for t in trials])
     _spread(r, "recovery_loss_to_resubmitted_running", [t.to_resubmitted_running_s for t in trials])
     r.note(
-        "loss -> resubmitted RUNNING includes the run's first pending backoff (15 s, seed 001's schedule "
+        "loss -> resubmitted RUNNING includes the run's first pending backoff (15 s, docs/runs.md "
         "15/30/60.. s), which each trial's fresh run pays once"
     )
 

@@ -1,4 +1,4 @@
-"""Run and job statuses, termination reasons, and what each reason leads to (seeds 000/001)."""
+"""Run and job statuses, termination reasons, and what each reason leads to (docs/runs.md)."""
 
 from __future__ import annotations
 

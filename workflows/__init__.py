@@ -1,1 +1,2 @@
-"""Temporal workflows: RunWorkflow, JobWorkflow and the fleet scheduler (filled by the lifecycle issue)."""
+"""Temporal workflows: RunWorkflow, JobWorkflow and FleetWorkflow, which carry out what core decides
+(docs/README.md)."""

@@ -1,4 +1,4 @@
-"""FleetWorkflow: one fleet's scheduler, an entity workflow (id ferry/<project>/fleet/<name>), DESIGN §4.
+"""FleetWorkflow: one fleet's scheduler, an entity workflow (id ferry/<project>/fleet/<name>), docs/fleets.md.
 
 It deploys the fleet's instances, then serves its jobs for as long as the fleet lives: node 0 of each
 replica enqueues the replica's placement request, the scheduler grants whole replicas by priority and

@@ -1,4 +1,4 @@
-"""The runs' custom search attributes (DESIGN §5): filter runs by them in the Temporal Web UI."""
+"""The runs' custom search attributes (docs/README.md): filter runs by them in the Temporal Web UI."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The messages of FleetWorkflow, the fleet's scheduler: its signals, its notices to jobs, its activities'.
 
-One pydantic model in, one out (DESIGN §5). Placement decisions travel as instance names: addresses of
+One pydantic model in, one out (docs/README.md). Placement decisions travel as instance names: addresses of
 agents and their tokens stay in the workers (activities.instances).
 """
 

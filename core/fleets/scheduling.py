@@ -1,4 +1,4 @@
-"""The fleet scheduler's state and decisions: pure, deterministic, no I/O (DESIGN §4).
+"""The fleet scheduler's state and decisions: pure, deterministic, no I/O (docs/fleets.md).
 
 `SchedulerState` is a frozen pydantic model and every operation returns a NEW state, leaving the old one as
 it was: an entity workflow keeps `self.state = self.state.enqueue(request)`, serialises it whole, and hands

@@ -1,4 +1,4 @@
-"""Lifecycle rules of a run: the status derivation of seed 001 STEP 2 and the replica-restart decision.
+"""Lifecycle rules of a run: the status derivation of docs/runs.md STEP 2 and the replica-restart decision.
 
 `RunWorkflow` calls `derive_run_status` on the latest submission of every job each time a job changes,
 and acts on the `RunDecision`: it is the only place a run's status is decided, and it is pure.
@@ -107,7 +107,7 @@ _RUN_REASON_PRIORITY = (
 def _kind(job: JobView) -> _Kind:
     reason = job.termination_reason
     if reason == JobTerminationReason.SCALED_DOWN:
-        return _Kind.IGNORED  # seed 001: SCALED_DOWN jobs do not contribute to the run status
+        return _Kind.IGNORED  # docs/runs.md: SCALED_DOWN jobs do not contribute to the run status
     if reason is not None:
         # TERMINATING or finished: a job that exited 0 is done (or about to be); anything else failed.
         return _Kind.DONE if reason.to_status() == JobStatus.DONE else _Kind.FAILED
@@ -138,12 +138,12 @@ def derive_run_status(
     run_submitted_at: float,
     attempt: int = 0,
 ) -> RunDecision:
-    """Seed 001 STEP 2: an active run's next status from the latest submission of each of its jobs.
+    """docs/runs.md STEP 2: an active run's next status from the latest submission of each of its jobs.
 
     Priority order: a non-retryable failure (TERMINATING with its reason); `master-done` with the master
     job (replica 0, job 0) done (TERMINATING, ALL_JOBS_DONE); any RUNNING; any PROVISIONING or PULLING;
     any SUBMITTED; every contributing job DONE (TERMINATING, ALL_JOBS_DONE); otherwise PENDING.
-    A job failed retryably makes its whole replica retry (seed 000: all jobs of a replica go together).
+    A job failed retryably makes its whole replica retry (docs/runs.md: all jobs of a replica go together).
     Retrying replicas are resubmitted in place while another replica is active, and do not contribute
     to the status; if nothing else is active, the run goes PENDING until `now + pending_backoff(attempt)`.
     `run_submitted_at` is when the run's current cycle began (its submission, or a scheduled run's

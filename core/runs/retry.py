@@ -67,7 +67,7 @@ def decide_retry(
     first_submitted_at: float,
     last_provisioned_at: float | None,
 ) -> RetryVerdict:
-    """The three rules of 'when can the job be retried' (seeds 000/001), in order."""
+    """The three rules of 'when can the job be retried' (docs/runs.md), in order."""
     if not retry_event_allowed(policy, reason):
         return RetryVerdict.NOT_RETRYABLE
     if not within_retry_window(

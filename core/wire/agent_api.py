@@ -1,6 +1,6 @@
 """The agent's HTTP API: every request and response body, shared by the agent and its client.
 
-The agent plays dstack's two roles (seed 003): the shim role works with *tasks* (an id, resources, ports,
+The agent plays dstack's two roles (docs/jobs.md): the shim role works with *tasks* (an id, resources, ports,
 volumes), the runner role runs one *job* per task (a job spec, a code archive, commands, logs by offset).
 Pure models, no I/O.
 """

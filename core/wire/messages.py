@@ -1,4 +1,4 @@
-"""The pydantic messages the workflows and activities exchange: one model in, one out (DESIGN.md §5).
+"""The pydantic messages the workflows and activities exchange: one model in, one out (docs/README.md).
 
 Payloads stay small: logs and code travel through the store, referenced by job submission id and hash.
 """

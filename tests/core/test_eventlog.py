@@ -1,4 +1,4 @@
-"""Seed 004 (Flux RFC 21) eventlogs: the event format, JSON lines, and the job state machine's replay."""
+"""Eventlogs (Flux RFC 21, docs/eventlog.md): the event format, JSON lines, the job state machine's replay."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A run's eventlog: replaying it gives the run's state, which feeds seed 001 STEP 2 again."""
+"""A run's eventlog: replaying it gives the run's state, which feeds docs/runs.md STEP 2 again."""
 
 from __future__ import annotations
 

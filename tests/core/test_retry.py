@@ -1,4 +1,4 @@
-"""The retry decision of seeds 000/001 ("when can the job be retried?") and the backoff of 001 STEP 3."""
+"""The retry decision ("when can the job be retried?") and the backoff of STEP 3, docs/runs.md."""
 
 from __future__ import annotations
 

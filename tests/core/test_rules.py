@@ -1,4 +1,4 @@
-"""Seed 000/001 STEP 2: deriving a run's status from its jobs' latest submissions, and replica restarts."""
+"""docs/runs.md STEP 2: deriving a run's status from its jobs' latest submissions, and replica restarts."""
 
 from __future__ import annotations
 

@@ -199,7 +199,7 @@ async def test_fleet_list_reapply_and_a_worker_that_finds_hosts_in_the_store(clu
 async def test_a_lost_host_fails_its_job_which_runs_again_elsewhere(cluster: Cluster, tmp_path: Path) -> None:
     """The job's host is killed (its namespace and every process in it): the job fails with
     INSTANCE_UNREACHABLE, the run retries on `interruption` and its new submission runs on another host;
-    both submissions' logs are kept. Prints the measured times (not asserted: DESIGN §7)."""
+    both submissions' logs are kept. Prints the measured times (not asserted: bench/README.md)."""
     await cluster.apply()
     marker = tmp_path / "ran-once"
     command = (

@@ -29,7 +29,7 @@ def code_dir(tmp_path: Path) -> Path:
 
 
 async def test_retried_run_ends_done(ferry: FerryAPI, tmp_path: Path) -> None:
-    """Seed 001 STEP 2-3: the command fails the first time; the run goes PENDING, is resubmitted after
+    """docs/runs.md STEP 2-3: the command fails the first time; the run goes PENDING, is resubmitted after
     the 15 s backoff on a durable timer, and its second submission ends DONE."""
     marker = shlex.quote(str(tmp_path / "failed-once"))  # outside the code dir, which each job gets anew
     command = f"if [ -e {marker} ]; then echo second try; else touch {marker}; echo first try; exit 1; fi"
@@ -52,7 +52,7 @@ async def test_retried_run_ends_done(ferry: FerryAPI, tmp_path: Path) -> None:
 
 
 async def test_stop_lets_the_job_handle_sigterm(ferry: FerryAPI, tmp_path: Path) -> None:
-    """Seed 001 STEP 4-5 (`ferry stop`): the job gets SIGTERM and its grace period; what it prints on
+    """docs/runs.md STEP 4-5 (`ferry stop`): the job gets SIGTERM and its grace period; what it prints on
     the way out is in the stored log; the job ends TERMINATED (TERMINATED_BY_USER), the run TERMINATED."""
     commands = ["trap 'echo caught SIGTERM; exit 0' TERM", "echo started", "sleep 1000 & wait"]
     record = await ferry.submit(task(commands), repo_dir=code_dir(tmp_path))
@@ -74,7 +74,7 @@ async def test_stop_lets_the_job_handle_sigterm(ferry: FerryAPI, tmp_path: Path)
 
 
 async def test_abort_kills_at_once(ferry: FerryAPI, tmp_path: Path) -> None:
-    """Seed 001 STEP 4-5 (`ferry stop -x`): a job that ignores SIGTERM is killed with no grace period
+    """docs/runs.md STEP 4-5 (`ferry stop -x`): a job that ignores SIGTERM is killed with no grace period
     (it has 300 s of it on a graceful stop); the job ends ABORTED, the run TERMINATED."""
     commands = ["trap '' TERM", "echo started", "sleep 1000"]
     record = await ferry.submit(task(commands), repo_dir=code_dir(tmp_path))

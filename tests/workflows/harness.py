@@ -159,7 +159,7 @@ class Harness:
         return self.backend.jobs[key].ordered()
 
     async def check_eventlogs_replay(self, handle: WorkflowHandle[Any, Any]) -> None:
-        """DESIGN §3: the stored eventlogs are the workflows' own, and replay to the workflows' state."""
+        """The stored eventlogs are the workflows' own, and replay to their state (docs/eventlog.md)."""
         described = await self.describe(handle)
         stored = self.run_events()
         assert described.first_seq == 0

@@ -55,7 +55,7 @@ async def test_a_two_node_task_gets_two_hosts_and_its_masters_address(harness: H
 
 async def test_a_lost_host_fails_its_job_which_is_retried_on_another(harness: Harness) -> None:
     """A service of two replicas: replica 0's host is lost; its job fails with INSTANCE_UNREACHABLE and,
-    the other replica being active, is resubmitted at once (seed 001 STEP 2) on the third host."""
+    the other replica being active, is resubmitted at once (docs/runs.md STEP 2) on the third host."""
     backend = harness.backend
     backend.watch_script = {(0, 0, 0): BLOCK, (1, 0, 0): BLOCK, (0, 0, 1): BLOCK}
     await harness.start_fleet(FLEET, lab())

@@ -1,4 +1,4 @@
-"""The replay check of recorded histories catches a change that breaks determinism (DESIGN §5)."""
+"""The replay check of recorded histories catches a change that breaks determinism (docs/README.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """RunWorkflow and JobWorkflow on the time-skipping test server, with scripted activity doubles.
 
-Each test names the seed step it covers (seed 001 for runs, seed 000/001 for jobs). Every test ends by
-checking that the eventlogs the doubles stored are the workflows' own and replay to their state
-(DESIGN §3), and that the recorded histories replay without nondeterminism (DESIGN §5).
+Each test names the lifecycle step it covers (docs/runs.md for runs, docs/jobs.md for jobs). Every
+test ends by checking that the eventlogs the doubles stored are the workflows' own and replay to their state
+(docs/eventlog.md), and that the recorded histories replay without nondeterminism (docs/README.md).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ async def check_logs(harness: Harness, handle: WorkflowHandle[Any, Any]) -> None
 
 
 async def test_task_done(harness: Harness) -> None:
-    """Seed 001 run STEP 1-2 and 5, job STEP 1-5: one job exits 0, the run ends DONE."""
+    """docs/runs.md STEP 1-2 and 5, job STEP 1-5: one job exits 0, the run ends DONE."""
     handle = await harness.start(configuration())
     result = await harness.result(handle)
     assert (result.status, result.termination_reason) == (RunStatus.DONE, RunTerminationReason.ALL_JOBS_DONE)
@@ -56,7 +56,7 @@ async def test_task_done(harness: Harness) -> None:
 
 
 async def test_slow_provisioning_is_reported(harness: Harness) -> None:
-    """Seed 001 run STEP 1: a job that takes a while to provision makes its run PROVISIONING (the news of
+    """docs/runs.md STEP 1: a job that takes a while to provision makes its run PROVISIONING (the news of
     a slow step goes without waiting for the next)."""
     harness.backend.prepare_script[(0, 0, 0)] = 2.0
     handle = await harness.start(configuration())
@@ -68,7 +68,7 @@ async def test_slow_provisioning_is_reported(harness: Harness) -> None:
 
 
 async def test_replica_retried_in_place(harness: Harness) -> None:
-    """Seed 001 STEP 2: a replica fails retryably while another is active; only it gets a new
+    """docs/runs.md STEP 2: a replica fails retryably while another is active; only it gets a new
     submission, at once, and the run stays RUNNING."""
     backend = harness.backend
     backend.watch_script = {(0, 0, 0): BLOCK, (1, 0, 0): exited(1), (1, 0, 1): BLOCK}
@@ -101,7 +101,7 @@ async def test_replica_retried_in_place(harness: Harness) -> None:
 
 
 async def test_pending_then_resubmitted_after_backoff(harness: Harness) -> None:
-    """Seed 001 STEP 2-3: the only job fails retryably, the run goes PENDING, waits out the 15 s
+    """docs/runs.md STEP 2-3: the only job fails retryably, the run goes PENDING, waits out the 15 s
     backoff on a durable timer (skipped time), resubmits, and the new submission ends DONE."""
     harness.backend.watch_script = {(0, 0, 0): exited(1), (0, 0, 1): exited(0)}
     handle = await harness.start(configuration(retry=RETRY_ON_ERROR))
@@ -122,7 +122,7 @@ async def test_pending_then_resubmitted_after_backoff(harness: Harness) -> None:
 
 
 async def test_retry_window_exceeded(harness: Harness) -> None:
-    """Seed 000/001 'when can the job be retried': no-capacity failures (a job no instance of the fleet
+    """docs/runs.md 'when can the job be retried': no-capacity failures (a job no instance of the fleet
     could ever hold) are retried only within `retry.duration` of the first submission; the failure past
     it ends the run RETRY_LIMIT_EXCEEDED."""
     too_big = {**SMALL, "cpu": f"{LOCAL_CPUS + 1}.."}
@@ -148,7 +148,7 @@ async def test_retry_window_exceeded(harness: Harness) -> None:
 
 
 async def test_master_done_ends_the_run(harness: Harness) -> None:
-    """Seed 001 STEP 2, `stop_criteria: master-done`: node 0 exits 0 while node 1 still runs; the run
+    """docs/runs.md STEP 2, `stop_criteria: master-done`: node 0 exits 0 while node 1 still runs; the run
     ends DONE and node 1 is stopped (as dstack does, for ALL_JOBS_DONE, i.e. DONE_BY_RUNNER)."""
     harness.backend.watch_script = {(0, 0, 0): BLOCK, (0, 1, 0): BLOCK}
     handle = await harness.start(configuration(nodes=2, stop_criteria="master-done"))
@@ -169,7 +169,7 @@ async def test_master_done_ends_the_run(harness: Harness) -> None:
 
 
 async def test_stop_during_provisioning(harness: Harness) -> None:
-    """Seed 001 STEP 4-5 and job STEP 5: a stop while the task is being prepared cancels that activity,
+    """docs/runs.md STEP 4-5 and job STEP 5: a stop while the task is being prepared cancels that activity,
     releases the instance, and ends the job TERMINATED (TERMINATED_BY_USER), the run TERMINATED."""
     harness.backend.prepare_script[(0, 0, 0)] = BLOCK
     handle = await harness.start(configuration())
@@ -192,7 +192,7 @@ async def test_stop_during_provisioning(harness: Harness) -> None:
 
 
 async def test_abort_running_job(harness: Harness) -> None:
-    """Seed 001 STEP 4-5: `stop -x` (ABORTED_BY_USER) stops the job with no grace (timeout 0); the job
+    """docs/runs.md STEP 4-5: `stop -x` (ABORTED_BY_USER) stops the job with no grace (timeout 0); the job
     ends ABORTED and the run TERMINATED."""
     harness.backend.watch_script = {(0, 0, 0): BLOCK}
     handle = await harness.start(configuration())
@@ -211,7 +211,7 @@ async def test_abort_running_job(harness: Harness) -> None:
 
 
 async def test_stop_sent_with_the_start(harness: Harness) -> None:
-    """Seed 001 STEP 1 and 4: a stop that reaches the run with its start (update-with-start) waits for
+    """docs/runs.md STEP 1 and 4: a stop that reaches the run with its start (update-with-start) waits for
     the run's first step, then terminates it: no job ever runs."""
     # The job waits for capacity (the local instance is out of service), so none is placed before the
     # stop: the time-skipping server cannot cancel an activity in the workflow task that completes it
@@ -246,7 +246,7 @@ async def test_stop_sent_with_the_start(harness: Harness) -> None:
 
 
 async def test_abort_during_graceful_stop(harness: Harness) -> None:
-    """Seed 001 STEP 4 / job STEP 5: a job that ignores SIGTERM is in its grace period after a stop;
+    """docs/runs.md STEP 4 / job STEP 5: a job that ignores SIGTERM is in its grace period after a stop;
     an abort then kills it at once (a second stop_task, timeout 0) instead of waiting out the 300 s."""
     harness.backend.watch_script = {(0, 0, 0): TRAP}
     handle = await harness.start(configuration())
@@ -259,7 +259,7 @@ async def test_abort_during_graceful_stop(harness: Harness) -> None:
     await harness.wait_until("the abort", lambda: len(harness.backend.called(names.STOP_TASK)) == 2)
     assert [s.timeout for s in harness.backend.called(names.STOP_TASK)] == [300, 0]
     result = await harness.result(handle)
-    # The first reason stays (seed 001: the job was terminating already); the abort only cut the grace.
+    # The first reason stays (docs/jobs.md: the job was terminating already); the abort only cut the grace.
     assert (result.status, result.termination_reason) == (
         RunStatus.TERMINATED,
         RunTerminationReason.STOPPED_BY_USER,
@@ -271,7 +271,7 @@ async def test_abort_during_graceful_stop(harness: Harness) -> None:
 
 
 async def test_stop_while_pending(harness: Harness) -> None:
-    """Seed 001 STEP 3-5: a stop during the PENDING backoff cancels the resubmission; the run ends
+    """docs/runs.md STEP 3-5: a stop during the PENDING backoff cancels the resubmission; the run ends
     TERMINATED with no new submission."""
     harness.backend.watch_script = {(0, 0, 0): exited(1)}
     handle = await harness.start(configuration(retry=RETRY_ON_ERROR))
@@ -289,7 +289,7 @@ async def test_stop_while_pending(harness: Harness) -> None:
 
 
 async def test_failure_without_retry_stops_other_replicas(harness: Harness) -> None:
-    """Seed 001 STEP 2 (a non-retryable failure comes first) and STEP 4: a replica fails with no retry
+    """docs/runs.md STEP 2 (a non-retryable failure comes first) and STEP 4: a replica fails with no retry
     configured; the run terminates its other replica (TERMINATED_BY_SERVER) and ends FAILED."""
     harness.backend.watch_script = {(0, 0, 0): BLOCK, (1, 0, 0): exited(2)}
     handle = await harness.start(configuration("service", replicas=2))
