@@ -15,6 +15,7 @@ from sqlmodel import Session, col, select
 
 from core.fleets.status import FleetStatus
 from store.models import FleetRecord, InstanceRecord
+from store.sql import row_of
 
 _FLEETS: Table = FleetRecord.__table__  # type: ignore[attr-defined]
 _INSTANCES: Table = InstanceRecord.__table__  # type: ignore[attr-defined]
@@ -53,7 +54,7 @@ class FleetRecords(ABC):
 
     def put_fleet(self, record: FleetRecord) -> None:
         """Inserts the fleet, or replaces every field of the stored one with the same id."""
-        self._upsert_row(_FLEETS, _row(_FLEETS, record))
+        self._upsert_row(_FLEETS, row_of(_FLEETS, record))
 
     def get_fleet(self, project: str, name: str) -> FleetRecord | None:
         with self._session() as session:
@@ -81,7 +82,7 @@ class FleetRecords(ABC):
         names = [record.name for record in records]
         with self._writer.begin() as connection:
             for record in records:
-                self._upsert_row(_INSTANCES, _row(_INSTANCES, record), connection)
+                self._upsert_row(_INSTANCES, row_of(_INSTANCES, record), connection)
             connection.execute(
                 update(_INSTANCES)
                 .where(
@@ -116,7 +117,3 @@ class FleetRecords(ABC):
         )
         with self._session() as session:
             return session.exec(statement).first()
-
-
-def _row(table: Table, record: Any) -> dict[str, Any]:
-    return {column.name: getattr(record, column.name) for column in table.columns}

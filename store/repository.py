@@ -17,8 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, Table, func, update
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlmodel import Session, SQLModel, col, select
+from sqlmodel import Session, col, select
 
 from core.status import RunStatus
 from store.engine import for_writes
@@ -31,6 +30,7 @@ from store.models import (
     LogChunkRecord,
     RunRecord,
 )
+from store.sql import insert_ignore, row_of, upsert
 
 _RUNS: Table = RunRecord.__table__  # type: ignore[attr-defined]
 _JOBS: Table = JobSubmissionRecord.__table__  # type: ignore[attr-defined]
@@ -71,7 +71,7 @@ class Store(FleetRecords):
     def put_run(self, record: RunRecord) -> None:
         """Inserts the run, or replaces every field of the stored run with the same id."""
         with self._writer.begin() as connection:
-            _upsert(connection, _RUNS, _row(_RUNS, record), keep=())
+            upsert(connection, _RUNS, row_of(_RUNS, record), keep=())
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Sets these fields of a stored run, and updated_at unless given; RecordNotFoundError if none."""
@@ -157,7 +157,7 @@ class Store(FleetRecords):
         if not rows:
             return
         with self._writer.begin() as connection:
-            _insert_ignore(connection, _EVENTS, rows, _EVENT_KEY)
+            insert_ignore(connection, _EVENTS, rows, _EVENT_KEY)
 
     def record_changes(
         self,
@@ -175,7 +175,7 @@ class Store(FleetRecords):
         run_fields.setdefault("updated_at", time.time())
         with self._writer.begin() as connection:
             if rows:
-                _insert_ignore(connection, _EVENTS, rows, _EVENT_KEY)
+                insert_ignore(connection, _EVENTS, rows, _EVENT_KEY)
             for record, _, _ in jobs:
                 _put_job(connection, record)
             _update_row(connection, _RUNS, run_id, run_fields)
@@ -277,7 +277,7 @@ class Store(FleetRecords):
                 return digest
         row = {"hash": digest, "data": data, "size": len(data), "created_at": time.time()}
         with self._writer.begin() as connection:
-            _insert_ignore(connection, _CODE, [row], ("hash",))
+            insert_ignore(connection, _CODE, [row], ("hash",))
         return digest
 
     def get_code(self, code_hash: str) -> bytes | None:
@@ -299,10 +299,10 @@ class Store(FleetRecords):
 
     def _upsert_row(self, table: Table, row: dict[str, Any], connection: Connection | None = None) -> None:
         if connection is not None:
-            _upsert(connection, table, row, keep=())
+            upsert(connection, table, row, keep=())
             return
         with self._writer.begin() as connection:
-            _upsert(connection, table, row, keep=())
+            upsert(connection, table, row, keep=())
 
     def _update(self, table: Table, record_id: str, fields: dict[str, Any]) -> None:
         updatable = {column.name for column in table.columns if not column.primary_key}
@@ -342,60 +342,10 @@ def _update_row(connection: Connection, table: Table, record_id: str, fields: di
 
 def _put_job(connection: Connection, record: JobSubmissionRecord) -> None:
     _lock_log(connection, record.id)
-    row = _row(_JOBS, record)
+    row = row_of(_JOBS, record)
     # A record written after some of its log (or a stale copy of one) must not reset log_size.
     row["log_size"] = _stored_log_size(connection, record.id)
-    _upsert(connection, _JOBS, row, keep=("log_size",))
-
-
-def _row(table: Table, record: SQLModel) -> dict[str, Any]:
-    return {column.name: getattr(record, column.name) for column in table.columns}
-
-
-def _dialect_insert(connection: Connection, table: Table) -> Any:
-    """The dialect's INSERT that knows ON CONFLICT, or None where the dialect has none we use."""
-    name = connection.dialect.name
-    if name == "sqlite":
-        return sqlite.insert(table)
-    if name == "postgresql":
-        return postgresql.insert(table)
-    return None
-
-
-def _upsert(connection: Connection, table: Table, row: dict[str, Any], keep: tuple[str, ...]) -> None:
-    """Inserts the row, or updates the stored row with its primary key (but for the `keep` columns)."""
-    keys = [column.name for column in table.primary_key.columns]
-    changes = {name: value for name, value in row.items() if name not in keys and name not in keep}
-    statement = _dialect_insert(connection, table)
-    if statement is not None:
-        connection.execute(statement.values(**row).on_conflict_do_update(index_elements=keys, set_=changes))
-        return
-    # Other databases: correct for one writer at a time, as portable SQL allows.
-    where = [table.c[name] == row[name] for name in keys]
-    if connection.execute(update(table).where(*where).values(**changes)).rowcount == 0:
-        connection.execute(sa.insert(table).values(**row))
-
-
-def _insert_ignore(
-    connection: Connection, table: Table, rows: list[dict[str, Any]], key: tuple[str, ...]
-) -> None:
-    """Inserts the rows whose `key` (a unique constraint's columns) is not stored yet."""
-    statement = _dialect_insert(connection, table)
-    if statement is not None:
-        connection.execute(statement.on_conflict_do_nothing(index_elements=list(key)), rows)
-        return
-    # Other databases: correct for one writer at a time, as portable SQL allows.
-    stored = {
-        tuple(found)
-        for found in connection.execute(
-            sa.select(*(table.c[name] for name in key)).where(
-                sa.tuple_(*(table.c[name] for name in key)).in_([tuple(row[n] for n in key) for row in rows])
-            )
-        )
-    }
-    fresh = [row for row in rows if tuple(row[name] for name in key) not in stored]
-    if fresh:
-        connection.execute(sa.insert(table), fresh)
+    upsert(connection, _JOBS, row, keep=("log_size",))
 
 
 def _lock_log(connection: Connection, job_submission_id: str) -> None:

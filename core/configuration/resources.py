@@ -1,4 +1,4 @@
-"""Resources as configurations write them, and whether an instance's resources satisfy them.
+"""Resources as configurations write them (whether an instance has them: core.fleets.matching).
 
 `cpu: 2..8`, `memory: 8GB..`, `disk: 100GB..`, `shm_size: 1GB`, `gpu: A100:40GB:2` and dstack's other
 spellings become inclusive ranges (None for an open end). Sizes are kept in GB, with 1024 between MB, GB
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from core.configuration.gpus import (
     GPU,
@@ -25,7 +25,6 @@ from core.configuration.ranges import (
     Range,
     bounds,
     format_memory,
-    format_number,
     optional_memory,
     parse_count_range,
     parse_memory,
@@ -38,21 +37,17 @@ __all__ = [
     "GPU",
     "Allocation",
     "GPUSpec",
-    "InstanceResources",
     "MemoryRange",
     "MemorySize",
     "Range",
     "ResourcesSpec",
     "allocation",
     "format_memory",
-    "matching_gpus",
     "parse_count_range",
     "parse_cpu",
     "parse_gpu",
     "parse_memory",
     "parse_memory_range",
-    "satisfies",
-    "unsatisfied",
 ]
 
 _ARCHES = {
@@ -337,98 +332,3 @@ class Allocation(NamedTuple):
 def allocation(spec: ResourcesSpec) -> Allocation:
     gpus = 0 if spec.gpu is None else spec.gpu.count.min or 0
     return Allocation(cpu=float(spec.cpu.min or 0), memory_gb=spec.memory.min or 0.0, gpu_count=gpus)
-
-
-# --- an instance's resources ----------------------------------------------------------------------------
-
-
-class InstanceResources(BaseModel):
-    """What an instance has. `cpu_arch` (`x86`/`arm`) is checked only when both sides state one."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    cpus: float = Field(ge=0)
-    memory_gb: float = Field(ge=0)
-    disk_gb: float = Field(ge=0)
-    gpus: list[GPU] = Field(default_factory=list)
-    cpu_arch: str | None = None
-
-    @field_validator("cpu_arch", mode="before")
-    @classmethod
-    def _cpu_arch(cls, value: Any) -> Any:
-        return None if value is None else normalise_arch(value)
-
-    def gpu_summary(self) -> str:
-        """`8xH100:80GB`, `1xA100:80GB+1xT4:16GB`, or `` without GPUs."""
-        groups: dict[tuple[str, float], int] = {}
-        for gpu in self.gpus:
-            groups[gpu.name, gpu.memory_gb] = groups.get((gpu.name, gpu.memory_gb), 0) + 1
-        return "+".join(f"{n}x{name}:{format_memory(memory)}" for (name, memory), n in groups.items())
-
-    def pretty(self) -> str:
-        """One short line: `cpu=8 mem=32GB disk=500GB gpu=8xH100:80GB` (no gpu word without GPUs)."""
-        cpu = f"{self.cpu_arch}:{format_number(self.cpus)}" if self.cpu_arch else format_number(self.cpus)
-        words = [f"cpu={cpu}", f"mem={format_memory(self.memory_gb)}", f"disk={format_memory(self.disk_gb)}"]
-        if self.gpus:
-            words.append(f"gpu={self.gpu_summary()}")
-        return " ".join(words)
-
-
-# --- matching -------------------------------------------------------------------------------------------
-
-
-def _within(value: float, wanted: Range[Any], check_max: bool) -> bool:
-    return (wanted.min is None or value >= wanted.min) and (
-        not check_max or wanted.max is None or value <= wanted.max
-    )
-
-
-def matching_gpus(instance: InstanceResources, spec: GPUSpec) -> list[GPU]:
-    """The instance's GPUs of the spec's vendor, names (any case) and per-GPU memory."""
-    names = {name.lower() for name in spec.name or []}
-    return [
-        gpu
-        for gpu in instance.gpus
-        if (spec.vendor is None or gpu.vendor == spec.vendor)
-        and (not names or gpu.name.lower() in names)
-        and (spec.memory is None or spec.memory.contains(gpu.memory_gb))
-    ]
-
-
-def unsatisfied(instance: InstanceResources, spec: ResourcesSpec, *, check_max: bool = True) -> list[str]:
-    """Why `instance` does not fit `spec`, one reason per resource; [] when it fits.
-
-    As dstack matches offers, an instance fits a range when its amount is at least the lower bound and,
-    with `check_max` (the default), at most the upper bound: `cpu: 4` wants a 4-CPU instance, `cpu: 4..`
-    any with 4 or more. `check_max=False` checks lower bounds only (an instance shared between jobs).
-    GPUs: with no `gpu` spec any instance fits, GPUs or not; otherwise the number of the instance's GPUs
-    that match the spec must be within its count range, and their memory within `total_memory`."""
-    reasons: list[str] = []
-    if not _within(instance.cpus, spec.cpu, check_max):
-        reasons.append(f"needs {spec.cpu} CPUs, instance has {format_number(instance.cpus)}")
-    if spec.cpu_arch is not None and instance.cpu_arch is not None and spec.cpu_arch != instance.cpu_arch:
-        reasons.append(f"needs {spec.cpu_arch} CPUs, instance has {instance.cpu_arch}")
-    if not _within(instance.memory_gb, spec.memory, check_max):
-        wanted = spec.memory.format(format_memory)
-        reasons.append(f"needs {wanted} memory, instance has {format_memory(instance.memory_gb)}")
-    if not _within(instance.disk_gb, spec.disk, check_max):
-        wanted = spec.disk.format(format_memory)
-        reasons.append(f"needs {wanted} disk, instance has {format_memory(instance.disk_gb)}")
-    if spec.gpu is not None:
-        matching = matching_gpus(instance, spec.gpu)
-        if not _within(len(matching), spec.gpu.count, check_max):
-            kind = spec.gpu.kind()
-            what = f"{spec.gpu.count} GPUs" + (f" {kind}" if kind else "")
-            have = f"{len(matching)} matching ({instance.gpu_summary()})" if instance.gpus else "no GPUs"
-            reasons.append(f"needs {what}, instance has {have}")
-        total = sum(gpu.memory_gb for gpu in matching)
-        if spec.gpu.total_memory is not None and not _within(total, spec.gpu.total_memory, check_max):
-            wanted = spec.gpu.total_memory.format(format_memory)
-            reasons.append(
-                f"needs {wanted} of GPU memory in total, matching GPUs have {format_memory(total)}"
-            )
-    return reasons
-
-
-def satisfies(instance: InstanceResources, spec: ResourcesSpec, *, check_max: bool = True) -> bool:
-    return not unsatisfied(instance, spec, check_max=check_max)

@@ -18,7 +18,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.configuration.gpus import GPU
-from core.configuration.resources import InstanceResources, ResourcesSpec, unsatisfied
+from core.configuration.resources import ResourcesSpec
+from core.fleets.matching import InstanceResources, unsatisfied
 from core.wire.agent_api import BYTES_PER_GB, InstanceInfo, Resources
 
 EPS = 1e-9

@@ -15,20 +15,17 @@ from core.configuration.resources import (
     GPU,
     Allocation,
     GPUSpec,
-    InstanceResources,
     Range,
     ResourcesSpec,
     allocation,
     format_memory,
-    matching_gpus,
     parse_count_range,
     parse_cpu,
     parse_gpu,
     parse_memory,
     parse_memory_range,
-    satisfies,
-    unsatisfied,
 )
+from core.fleets.matching import InstanceResources, matching_gpus, satisfies, unsatisfied
 
 
 def ints(low: int | None, high: int | None) -> Range[int]:

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.configuration.gpus import GPU
-from core.configuration.resources import InstanceResources, ResourcesSpec
+from core.configuration.resources import ResourcesSpec
+from core.fleets.matching import InstanceResources
 from core.fleets.placement import node_cost
 from core.fleets.scheduling import (
     Grant,

@@ -285,7 +285,7 @@ def test_code_archives_are_content_addressed(store: Store) -> None:
 
 def test_databases_without_on_conflict_stay_idempotent(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     # Databases other than SQLite and PostgreSQL take the portable path; run it here on SQLite.
-    monkeypatch.setattr("store.repository._dialect_insert", lambda connection, table: None)
+    monkeypatch.setattr("store.sql.dialect_insert", lambda connection, table: None)
     store.put_run(_run("r1"))
     store.put_run(_run("r1", status=RunStatus.RUNNING))
     assert _stored_run(store, "r1").status == "running"
