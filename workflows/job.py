@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         prepare_task,
         reason_for_failure,
         start_job,
+        stop_event,
     )
     from core.status import JobTerminationReason
     from core.wire import activity_names as names
@@ -212,8 +213,7 @@ class JobWorkflow:
     def _log_stop(self) -> TerminateJob:
         request = self._control.terminate
         assert request is not None  # only called once a stop has been asked for
-        kind = None if request.reason == _LOST else "cancel"
-        self._log(*fatal(request.reason, request.message or "stopped by the run", kind))
+        self._log(*stop_event(request))
         return request
 
     def _fail_from(self, err: ActivityError, reason: JobTerminationReason) -> None:

@@ -18,6 +18,7 @@ from core.wire.messages import (
     PrepareTask,
     RecordJob,
     StartJob,
+    TerminateJob,
     job_submission_id,
 )
 
@@ -44,6 +45,12 @@ def fatal(reason: JobTerminationReason, note: str | None, kind: str | None = Non
     """A severity-0 exception: the job terminates for `reason`."""
     context = {"type": kind or exception_type(reason), "severity": 0, "reason": reason, "note": note}
     return "exception", context
+
+
+def stop_event(request: TerminateJob) -> EventSpec:
+    """Why a job asked to stop ends: a cancel (RFC 21) in the run's words, or its instance's loss."""
+    kind = None if request.reason == JobTerminationReason.INSTANCE_UNREACHABLE else "cancel"
+    return fatal(request.reason, request.message or "stopped by the run", kind)
 
 
 def reason_for_failure(error_type: str | None, default: JobTerminationReason) -> JobTerminationReason:

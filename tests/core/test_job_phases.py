@@ -346,3 +346,19 @@ def test_any_sequence_keeps_the_first_answers(sequence: list[Signal]) -> None:
         assert control.terminate.abort == any(r.abort for r in requests)
     else:
         assert control.terminate is None
+
+
+@pytest.mark.parametrize(
+    ("outcome", "phase"),
+    [
+        (PlacementOutcome.PLACED, JobPhase.PLACED),
+        (PlacementOutcome.WITHDRAW, JobPhase.WITHDRAWN),
+        (PlacementOutcome.REFUSED, JobPhase.REFUSED),
+        (PlacementOutcome.LOG_WAITING, JobPhase.WAITING_FOR_CAPACITY),
+    ],
+)
+def test_after_moves_to_the_phase_its_outcome_leads_to(outcome: PlacementOutcome, phase: JobPhase) -> None:
+    """Each placement outcome has its phase; waiting is logged once, since the next outcome is not it."""
+    control = JobControl().on_queued()
+    assert control.after(outcome).phase == phase
+    assert control.after(PlacementOutcome.LOG_WAITING).placement_outcome() is None

@@ -6,11 +6,11 @@ from typing import Any
 
 from core.eventlog import Event
 from core.jobs.state_machine import JobState, apply_job_event, replay_job
-from core.jobs.transitions import last_note, outcome_events, reason_for_failure
+from core.jobs.transitions import last_note, outcome_events, reason_for_failure, stop_event
 from core.runs.pending import replicas_to_resubmit
 from core.runs.state_machine import replay_run, status_message
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
-from core.wire.messages import JobOutcome
+from core.wire.messages import JobOutcome, TerminateJob
 
 R = JobTerminationReason
 
@@ -105,3 +105,15 @@ def test_pending_run_resubmits_its_failed_replicas() -> None:
         update={"status": RunStatus.DONE, "termination_reason": RunTerminationReason.ALL_JOBS_DONE}
     )
     assert status_message(done) == "all jobs done"
+
+
+def test_a_stop_asked_by_the_run_is_a_cancel_and_a_lost_instance_is_not() -> None:
+    stopped = stop_event(TerminateJob(reason=R.TERMINATED_BY_USER))
+    assert stopped == (
+        "exception",
+        {"type": "cancel", "severity": 0, "reason": R.TERMINATED_BY_USER, "note": "stopped by the run"},
+    )
+    lost = stop_event(TerminateJob(reason=R.INSTANCE_UNREACHABLE, message="gone"))
+    assert lost[1]["type"] == "lost" and lost[1]["note"] == "gone"
+    name, context = lost
+    assert apply_job_event(RUNNING, ev(10, name, **context)).termination_reason == R.INSTANCE_UNREACHABLE
