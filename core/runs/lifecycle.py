@@ -20,7 +20,7 @@ from core.eventlog import Event
 from core.jobs.spec import nodes_count, replica_count
 from core.runs import active, pending, terminating
 from core.runs.effects import SetQueuedPriority
-from core.runs.machine import RunMachine, RunPlan, Step, StepBuilder, StopKind
+from core.runs.machine import RunMachine, RunPlan, Step, StepBuilder, StopKind, stronger_stop
 from core.runs.state_machine import RunState, apply_run_event
 from core.runs.submissions import waiting_requests
 from core.status import JobStatus
@@ -35,7 +35,7 @@ class Inbox(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     updates: list[JobUpdate] = Field(default_factory=list)  # the jobs' news, in the order it arrived
-    stop: StopKind | None = None  # the stop asked for so far (stronger_stop of every request)
+    stop: StopKind | None = None  # the stop asked for so far (None: nothing new)
     priorities: list[int] = Field(default_factory=list)  # `ferry set-priority`, in order
 
 
@@ -69,7 +69,8 @@ def submit_run(inp: RunInput, now: float) -> Step:
 def advance(machine: RunMachine, inbox: Inbox, now: float) -> Step:
     """One step of an active run's lifecycle (a finished one only hears its jobs' last words)."""
     b = StepBuilder(machine, now)
-    b.stop = inbox.stop
+    if inbox.stop is not None:
+        b.stop = stronger_stop(machine.stop, inbox.stop)  # a stop never weakens
     for update in inbox.updates:
         _hear(b, update)
     if b.state.status.is_finished():
