@@ -31,17 +31,10 @@ with workflow.unsafe.imports_passed_through():
         JOB_REFUSED,
         ReleaseJob,
     )
+    from core.jobs import transitions as job
     from core.jobs.phases import JobControl, PlacementOutcome, grace_seconds
     from core.jobs.state_machine import JobState, apply_job_event
-    from core.jobs.transitions import (
-        fatal,
-        last_note,
-        outcome_events,
-        prepare_task,
-        reason_for_failure,
-        start_job,
-        stop_event,
-    )
+    from core.jobs.transitions import INSTANCE_LOST, NO_END_AFTER_STOP, fatal, last_note, outcome_events
     from core.status import JobTerminationReason
     from core.wire import activity_names as names
     from core.wire.messages import (
@@ -60,7 +53,6 @@ with workflow.unsafe.imports_passed_through():
 
 # Past this the agent is presumed gone even if it answered before: the grace period has long ended.
 _STOP_MARGIN = timedelta(seconds=30)
-_LOST = JobTerminationReason.INSTANCE_UNREACHABLE
 _AGENT_STEP_TIMEOUT = timedelta(minutes=10)  # an image pull or a big code archive may take a while
 
 
@@ -121,11 +113,11 @@ class JobWorkflow:
         self._log("alloc", instance=placement.instance_name)
         self._news.publish(soon=True)
         try:
-            prepare = prepare_task(inp, self._id, placement)
+            prepare = job.prepare_task(inp, self._id, placement)
             await self._agent.step(names.PREPARE_TASK, prepare, timeout=_AGENT_STEP_TIMEOUT)
             self._log("pull")
             self._news.publish(soon=True)
-            start = start_job(inp, self._id, placement)
+            start = job.start_job(inp, self._id, placement)
             await self._agent.step(names.START_JOB, start, timeout=_AGENT_STEP_TIMEOUT)
         except ActivityError as err:
             self._fail_from(err, JobTerminationReason.EXECUTOR_ERROR)
@@ -188,10 +180,7 @@ class JobWorkflow:
                 )
             except TimeoutError:
                 watch.cancel()
-                return JobOutcome(
-                    termination_reason=JobTerminationReason.INSTANCE_UNREACHABLE,
-                    termination_message="the job did not end after it was stopped",
-                )
+                return NO_END_AFTER_STOP
             if not watch.done() and self._control.lost:
                 return self._gone(watch)
             if not watch.done() and self._control.abort_requested():
@@ -205,7 +194,7 @@ class JobWorkflow:
     def _gone(self, watch: workflow.ActivityHandle[JobOutcome]) -> JobOutcome:
         """The fleet lost the instance: nothing more will come from there."""
         abandon(watch)
-        return JobOutcome(termination_reason=_LOST, termination_message="its instance was lost")
+        return INSTANCE_LOST
 
     def _grace(self, request: TerminateJob) -> float:
         return grace_seconds(request, self._input.stop_duration)
@@ -213,7 +202,7 @@ class JobWorkflow:
     def _log_stop(self) -> TerminateJob:
         request = self._control.terminate
         assert request is not None  # only called once a stop has been asked for
-        self._log(*stop_event(request))
+        self._log(*job.stop_event(request))
         return request
 
     def _fail_from(self, err: ActivityError, reason: JobTerminationReason) -> None:
@@ -223,7 +212,7 @@ class JobWorkflow:
         # message alone (str() would prefix the type, which the reason already is).
         cause = err.cause
         if isinstance(cause, ApplicationError):
-            reason = reason_for_failure(cause.type, reason)
+            reason = job.reason_for_failure(cause.type, reason)
         self._log(*fatal(reason, cause.message if isinstance(cause, FailureError) else str(err)))
 
     async def _clean_up(self, inp: JobInput) -> JobOutcome:

@@ -47,6 +47,17 @@ def fatal(reason: JobTerminationReason, note: str | None, kind: str | None = Non
     return "exception", context
 
 
+# How a stopped job's watch ends when the agent cannot tell: the fleet lost the instance, or the job was
+# still there long after its grace period (the agent is presumed gone even if it answered before).
+INSTANCE_LOST = JobOutcome(
+    termination_reason=JobTerminationReason.INSTANCE_UNREACHABLE, termination_message="its instance was lost"
+)
+NO_END_AFTER_STOP = JobOutcome(
+    termination_reason=JobTerminationReason.INSTANCE_UNREACHABLE,
+    termination_message="the job did not end after it was stopped",
+)
+
+
 def stop_event(request: TerminateJob) -> EventSpec:
     """Why a job asked to stop ends: a cancel (RFC 21) in the run's words, or its instance's loss."""
     kind = None if request.reason == JobTerminationReason.INSTANCE_UNREACHABLE else "cancel"
