@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import re
 from collections.abc import AsyncIterator
 from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, WebSocket
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocketDisconnect
 
 from agent import jobs
@@ -38,6 +42,14 @@ WS_CLOSE_UNAUTHORIZED = 4401  # WebSocket close codes that mirror the HTTP statu
 WS_CLOSE_NOT_FOUND = 4404
 WS_CLOSE_BAD_REQUEST = 4400
 
+# Request bodies: JSON ones are small; a code archive is streamed to disk, so it may be far larger.
+MAX_JSON_BODY = 8 * 2**20
+MAX_CODE_BODY = 2 * 2**30
+_CODE_PATH = re.compile(r"^/api/tasks/[^/]+/code$")
+OPEN_PATHS = frozenset({"/api/healthcheck"})
+MAX_OFFSET = 2**62  # a log offset: seek() and file sizes are 63-bit
+UNAUTHORIZED = "missing or wrong bearer token"
+
 
 def agent_version() -> str:
     try:
@@ -61,9 +73,11 @@ def create_app(registry: TaskRegistry, token: str) -> FastAPI:
     if not token:
         raise ValueError("the agent needs a non-empty token")
 
+    # GuardMiddleware refuses first, before any body is read; this dependency stays so that the
+    # routes stay guarded even if mounted without it, and so that the schema says they need a token.
     async def require_token(authorization: str | None = Header(default=None)) -> None:
         if not _token_matches(_bearer(authorization), token):
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -76,7 +90,17 @@ def create_app(registry: TaskRegistry, token: str) -> FastAPI:
     errors: dict[int | str, dict[str, object]] = {
         code: {"model": ErrorResponse} for code in (400, 401, 404, 409)
     }
-    app = FastAPI(title="ferry-agent", version=agent_version(), lifespan=lifespan, responses=errors)
+    # The schema is served behind the token (the guard covers every path but the healthcheck); the
+    # docs pages are off: a browser loading them could not send the token to fetch the schema.
+    app = FastAPI(
+        title="ferry-agent",
+        version=agent_version(),
+        lifespan=lifespan,
+        responses=errors,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.add_middleware(GuardMiddleware, token=token)
     api = APIRouter(prefix="/api", dependencies=[Depends(require_token)])
 
     for exc_type, status_code in ((TaskNotFound, 404), (TaskConflict, 409), (BadTaskRequest, 400)):
@@ -85,6 +109,18 @@ def create_app(registry: TaskRegistry, token: str) -> FastAPI:
             return JSONResponse({"detail": str(exc)}, status_code=status_code)
 
         app.add_exception_handler(exc_type, handler)
+
+    async def invalid_request(_: Request, exc: Exception) -> JSONResponse:
+        # FastAPI's own handler echoes each bad input back, and an input such as 1e309 (inf) cannot
+        # be written as JSON: it answered 500. Where and why is what the caller needs.
+        assert isinstance(exc, RequestValidationError)
+        errors = [
+            {"loc": list(error["loc"]), "msg": str(error["msg"]), "type": str(error["type"])}
+            for error in exc.errors()
+        ]
+        return JSONResponse({"detail": errors}, status_code=422)
+
+    app.add_exception_handler(RequestValidationError, invalid_request)
 
     @app.get("/api/healthcheck")
     async def healthcheck() -> HealthcheckResponse:
@@ -143,10 +179,10 @@ def create_app(registry: TaskRegistry, token: str) -> FastAPI:
     @api.get("/tasks/{task_id}/pull", response_model=PullResponse)
     async def pull(
         task_id: str,
-        offset: int = Query(default=0, ge=0),
+        offset: int = Query(default=0, ge=0, le=MAX_OFFSET),
         limit: int = Query(default=DEFAULT_PULL_LIMIT, ge=1, le=MAX_PULL_LIMIT),
-        states_offset: int = Query(default=0, ge=0),
-        wait: float = Query(default=0.0, ge=0, le=jobs.MAX_PULL_WAIT),
+        states_offset: int = Query(default=0, ge=0, le=MAX_OFFSET),
+        wait: float = Query(default=0.0, ge=0, le=jobs.MAX_PULL_WAIT, allow_inf_nan=False),
     ) -> Response:
         if wait > 0:
             body = await jobs.pull_waiting(registry, task_id, offset, limit, states_offset, wait)
@@ -168,20 +204,85 @@ def create_app(registry: TaskRegistry, token: str) -> FastAPI:
             query_token if query_token is not None else _bearer(websocket.headers.get("authorization"))
         )
         if not _token_matches(presented, token):
-            await _refuse(websocket, WS_CLOSE_UNAUTHORIZED, "missing or wrong bearer token")
+            await _refuse(websocket, WS_CLOSE_UNAUTHORIZED, UNAUTHORIZED)
             return
         try:
             registry.get(task_id)
         except TaskNotFound as exc:
             await _refuse(websocket, WS_CLOSE_NOT_FOUND, str(exc))
             return
-        if offset < 0:
-            await _refuse(websocket, WS_CLOSE_BAD_REQUEST, "offset must not be negative")
+        if not 0 <= offset <= MAX_OFFSET:
+            await _refuse(websocket, WS_CLOSE_BAD_REQUEST, f"offset must be in [0, {MAX_OFFSET}]")
             return
         await websocket.accept()
         await _stream(websocket, registry, task_id, offset)
 
     return app
+
+
+class BodyTooLarge(HTTPException):
+    """Raised from `receive` once a body passes its limit. An HTTPException, so that FastAPI's body
+    parsing passes it on as it is rather than answering 400."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body larger than {limit} bytes")
+
+
+class GuardMiddleware:
+    """Pure ASGI, ahead of routing and body parsing: a request without the token is answered 401 before
+    a byte of its body is read, and a body past its limit is refused 413, at once when Content-Length
+    says so, else (chunked) as soon as the bytes received pass it."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # the log WebSocket checks its token itself (header or query)
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        headers = Headers(scope=scope)
+        if path not in OPEN_PATHS and not _token_matches(_bearer(headers.get("authorization")), self.token):
+            await _answer(send, 401, UNAUTHORIZED, {"www-authenticate": "Bearer"})
+            return
+        limit = MAX_CODE_BODY if _CODE_PATH.match(path) else MAX_JSON_BODY
+        declared = headers.get("content-length")
+        if declared is not None and not declared.isdigit():
+            await _answer(send, 400, "bad Content-Length header")
+            return
+        if declared is not None and int(declared) > limit:
+            await _answer(send, 413, BodyTooLarge(limit).detail)
+            return
+        received = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        async def watching_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, watching_send)
+        except BodyTooLarge as exc:  # read by a route that streams the body itself, outside FastAPI's parsing
+            if started:
+                raise
+            await _answer(send, 413, exc.detail)
+
+
+async def _answer(send: Send, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
+    response = JSONResponse({"detail": detail}, status_code=status, headers=headers)
+    await send({"type": "http.response.start", "status": status, "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": response.body})
 
 
 async def _refuse(websocket: WebSocket, code: int, reason: str) -> None:

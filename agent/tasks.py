@@ -50,6 +50,17 @@ class BadTaskRequest(Exception):
     pass
 
 
+def _as_submitted(record: TaskRecord) -> TaskSubmitRequest:
+    return TaskSubmitRequest(
+        id=record.id,
+        name=record.name,
+        resources=record.resources,
+        ports=record.ports,
+        volumes=record.volumes,
+        env=record.env,
+    )
+
+
 class TaskRegistry:
     def __init__(self, data_dir: Path, capacity: HostCapacity, gpus: list[GpuInfo]) -> None:
         self.data_dir = data_dir
@@ -121,7 +132,11 @@ class TaskRegistry:
     def submit(self, request: TaskSubmitRequest) -> TaskInfo:
         existing = self._records.get(request.id)
         if existing is not None:
-            return existing.to_info()  # idempotent: the same id never starts a second task
+            # Idempotent for a retry of the same request; a different one under the same id is a
+            # mistake the caller must hear of, not a task silently other than the one it asked for.
+            if _as_submitted(existing) != request:
+                raise TaskConflict(f"task {request.id!r} already exists with a different request")
+            return existing.to_info()  # the same id never starts a second task
         for port in request.ports:
             for other in self._records.values():
                 if other.status != TaskStatus.TERMINATED and port in other.ports:

@@ -8,10 +8,11 @@ Pure models, no I/O.
 from __future__ import annotations
 
 import base64
+import posixpath
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from core.status import JobStatus, JobTerminationReason
 
@@ -27,6 +28,29 @@ BYTES_PER_GB = 2**30
 CODE_HASH_PARAM = "sha256"
 DEFAULT_PULL_LIMIT = 4 * 2**20
 MAX_PULL_LIMIT = 32 * 2**20
+
+# Upper bounds for what a request may carry: far beyond any real host or job, yet small enough that
+# arithmetic on them (wall clock + seconds, GB * 2**30) stays finite and exact. Floats are finite too:
+# JSON's 1e309 parses as inf, and inf or NaN would slip past `ge` or poison the ledger.
+MAX_CPUS = 2**20
+MAX_MEMORY_GB = 2**30  # an exabyte
+MAX_GPUS = 2**16
+MAX_SECONDS = 100 * 365 * 86400  # timeouts and durations: a century
+MAX_COUNT = 2**31  # replica, job and node numbers
+
+
+def _confined_path(value: str) -> str:
+    """A path the agent acts on: no NUL (the OS refuses it, late), and a relative one stays inside the
+    directory it is taken relative to. Any `..` is refused, not just one that escapes lexically: the
+    workdir holds volume links, and `vol/..` leads to the host path's parent, not back to the workdir."""
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character")
+    if not posixpath.isabs(value) and ".." in value.split("/"):
+        raise ValueError("a relative path must not contain '..': it would leave the task's directory")
+    return value
+
+
+ConfinedPath = Annotated[str, AfterValidator(_confined_path)]
 
 
 class _Model(BaseModel):
@@ -58,9 +82,13 @@ class GpuInfo(_Model):
 class Resources(_Model):
     """An amount of a host's resources: what a task asks for, or what a host has or has free."""
 
-    cpu: float = Field(default=0, ge=0, description="CPUs, may be fractional")
-    memory: float = Field(default=0, ge=0, description="GB (2**30 bytes)")
-    gpu: int = Field(default=0, ge=0, description="number of GPUs")
+    cpu: float = Field(
+        default=0, ge=0, le=MAX_CPUS, allow_inf_nan=False, description="CPUs, may be fractional"
+    )
+    memory: float = Field(
+        default=0, ge=0, le=MAX_MEMORY_GB, allow_inf_nan=False, description="GB (2**30 bytes)"
+    )
+    gpu: int = Field(default=0, ge=0, le=MAX_GPUS, description="number of GPUs")
 
 
 class InstanceInfo(_Model):
@@ -75,8 +103,10 @@ class InstanceInfo(_Model):
 
 
 class VolumeMount(_Model):
-    host_path: str = Field(min_length=1)
-    path: str = Field(min_length=1, description="where the job sees it; relative paths are in its workdir")
+    host_path: ConfinedPath = Field(min_length=1)
+    path: ConfinedPath = Field(
+        min_length=1, description="where the job sees it; relative paths are in its workdir"
+    )
 
 
 class PortMapping(_Model):
@@ -118,29 +148,43 @@ class TaskList(_Model):
 class TerminateRequest(_Model):
     reason: JobTerminationReason = JobTerminationReason.TERMINATED_BY_USER
     message: str | None = None
-    timeout: float = Field(default=10, ge=0, description="seconds between SIGTERM and SIGKILL; 0 aborts")
+    timeout: float = Field(
+        default=10,
+        ge=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="seconds between SIGTERM and SIGKILL; 0 aborts",
+    )
 
 
 class ClusterInfo(_Model):
-    node_rank: int = Field(default=0, ge=0)
-    nodes_num: int = Field(default=1, ge=1)
+    node_rank: int = Field(default=0, ge=0, le=MAX_COUNT)
+    nodes_num: int = Field(default=1, ge=1, le=MAX_COUNT)
     master_node_ip: str = "127.0.0.1"
     node_ips: list[str] = Field(default_factory=list, description="every node's IP; [master] when empty")
-    gpus_per_node: int | None = Field(default=None, ge=0, description="the task's GPU count when None")
+    gpus_per_node: int | None = Field(
+        default=None, ge=0, le=MAX_GPUS, description="the task's GPU count when None"
+    )
 
 
 class JobSpec(_Model):
     run_name: str
-    replica_num: int = Field(default=0, ge=0)
-    job_num: int = Field(default=0, ge=0)
+    replica_num: int = Field(default=0, ge=0, le=MAX_COUNT)
+    job_num: int = Field(default=0, ge=0, le=MAX_COUNT)
     commands: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, str] = Field(default_factory=dict)
-    working_dir: str | None = None
+    working_dir: ConfinedPath | None = Field(
+        default=None, description="relative to the workdir, which an absolute one replaces"
+    )
     shell: str = Field(default="bash", min_length=1)
     cluster_info: ClusterInfo = Field(default_factory=ClusterInfo)
-    max_duration: int | None = Field(default=None, gt=0, description="seconds; None for no limit")
-    stop_duration: int = Field(default=10, ge=0, description="SIGTERM to SIGKILL when max_duration ends it")
+    max_duration: int | None = Field(
+        default=None, gt=0, le=MAX_SECONDS, description="seconds; None for no limit"
+    )
+    stop_duration: int = Field(
+        default=10, ge=0, le=MAX_SECONDS, description="SIGTERM to SIGKILL when max_duration ends it"
+    )
 
 
 class JobStateEvent(_Model):
