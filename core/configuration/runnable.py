@@ -9,9 +9,16 @@ never start (a job needs at least one command: core.wire.agent_api.JobSpec).
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import NamedTuple
 
-from core.configuration import AnyConfiguration, FleetConfiguration, ServiceConfiguration, TaskConfiguration
+from core.configuration import (
+    AnyConfiguration,
+    FleetConfiguration,
+    RunConfiguration,
+    ServiceConfiguration,
+    TaskConfiguration,
+)
 
 
 class Refusal(NamedTuple):
@@ -23,8 +30,9 @@ class Refusal(NamedTuple):
 
 def refusals(configuration: AnyConfiguration) -> list[Refusal]:
     """Every reason Ferry cannot run `configuration`; [] when it can."""
+    found = [] if isinstance(configuration, FleetConfiguration) else _working_dir_refusals(configuration)
     if isinstance(configuration, TaskConfiguration | ServiceConfiguration):
-        return _commands_refusals(configuration)
+        return found + _commands_refusals(configuration)
     if isinstance(configuration, FleetConfiguration) and configuration.ssh_config is None:
         return [
             Refusal(
@@ -34,6 +42,18 @@ def refusals(configuration: AnyConfiguration) -> list[Refusal]:
             )
         ]
     # A dev environment always runs: its `init`, then a command that keeps it up (core.jobs.spec).
+    return found
+
+
+def _working_dir_refusals(configuration: RunConfiguration) -> list[Refusal]:
+    """The agent confines a relative working_dir to the job's directory (core.wire.agent_api.JobSpec)."""
+    working_dir = configuration.working_dir
+    if working_dir is None or PurePosixPath(working_dir).is_absolute():
+        return []
+    if ".." in PurePosixPath(working_dir).parts or "\0" in working_dir:
+        return [
+            Refusal(("working_dir",), "a relative working_dir cannot go up (`..`) out of the job's directory")
+        ]
     return []
 
 

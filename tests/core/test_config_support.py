@@ -201,3 +201,16 @@ def test_a_fleet_of_nodes_is_refused() -> None:
 )
 def test_what_ferry_can_run_is_not_refused(text: str) -> None:
     assert loaded(text).refusals() == []
+
+
+@pytest.mark.parametrize("kind", ["task", "dev-environment"])
+def test_a_working_dir_that_goes_up_is_refused(kind: str) -> None:
+    """The agent confines a relative working_dir to the job's directory: `..` would end the run at its
+    first step, so it is refused before submission (an absolute path is the user's to choose)."""
+    commands = "commands: [pwd]\n" if kind == "task" else "ide: vscode\n"
+    config = loaded(f"type: {kind}\n{commands}working_dir: src/../../etc\n", "bad.yml")
+    assert [str(issue) for issue in config.refusals()] == [
+        "bad.yml:3: working_dir: a relative working_dir cannot go up (`..`) out of the job's directory"
+    ]
+    for fine in ("src/app", "/opt/app", "./src"):
+        assert loaded(f"type: {kind}\n{commands}working_dir: {fine}\n").refusals() == []
