@@ -22,6 +22,13 @@ from core.configuration import (
     parse_configuration,
 )
 from core.configuration.runnable import refusals
+from core.configuration.yaml_safety import (
+    MAX_BYTES,
+    MAX_BYTES_TEXT,
+    ConfigLoader,
+    escape_control,
+    line_and_column,
+)
 
 Loc = tuple[str | int, ...]
 # Where each mapping key and sequence item of a document starts: path -> 1-based line.
@@ -44,9 +51,11 @@ class ConfigIssue:
             where += f":{self.line}"
             if self.column is not None:
                 where += f":{self.column}"
-        return (
+        line = (
             f"{where}: {self.field_path}: {self.message}" if self.field_path else f"{where}: {self.message}"
         )
+        # Names and values quoted from the file may hold control characters: one visible line each.
+        return escape_control(line)
 
 
 class ConfigurationError(Exception):
@@ -108,22 +117,32 @@ def ensure_runnable(configuration: AnyConfiguration, source: str = "<configurati
 def load_configuration(path: str | Path) -> LoadedConfiguration:
     """Read, parse and validate one configuration file; ConfigurationError for anything wrong with it."""
     file = str(path)
-    target = Path(path)
     try:
-        text = target.read_text(encoding="utf-8")
+        with Path(path).open("rb") as stream:
+            # Bounded: a huge file, or /dev/zero, is refused without reading it all.
+            raw = stream.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            raise _too_large(file)
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise _single(file, "no such file") from None
     except IsADirectoryError:
         raise _single(file, "is a directory, not a configuration file") from None
     except UnicodeDecodeError as exc:
-        raise _single(file, f"is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        before = raw[: exc.start].decode("utf-8")
+        line = line_and_column(before, len(before))[0]
+        raise _single(file, f"is not UTF-8 text ({exc.reason} at byte {exc.start}, line {line})") from None
     except OSError as exc:
         raise _single(file, f"cannot be read: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a path with a NUL byte in it
+        raise _single(file, f"cannot be read: {exc}") from None
     return load_configuration_text(text, file)
 
 
 def load_configuration_text(text: str, filename: str = "<configuration>") -> LoadedConfiguration:
     """Like load_configuration, for a configuration given as text; `filename` names it in errors."""
+    if len(text) > MAX_BYTES // 4 and len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        raise _too_large(filename)
     data, lines = parse_yaml(text, filename)
     if data is None:
         raise _single(
@@ -138,16 +157,20 @@ def load_configuration_text(text: str, filename: str = "<configuration>") -> Loa
         configuration = parse_configuration(data)
     except ValidationError as exc:
         raise ConfigurationError(issues_from_validation_error(exc, filename, lines)) from None
+    except RecursionError:  # the loader bounds nesting; should a validator still recurse too deep
+        raise _single(filename, "nested too deeply") from None
     return LoadedConfiguration(filename, configuration, lines)
 
 
 def parse_yaml(text: str, filename: str) -> tuple[Any, LineMap]:
     """The YAML document in `text` and the line of each of its keys and items.
 
-    Syntax errors, several documents in one file and duplicate keys are ConfigurationErrors.
+    Syntax errors, several documents in one file, duplicate keys, unsupported tags, and documents too
+    deep or with aliases that expand too far (yaml_safety) are ConfigurationErrors.
     """
-    loader = _ConfigLoader(text)
+    loader: ConfigLoader | None = None
     try:
+        loader = ConfigLoader(text)  # the reader checks every character here
         node = loader.get_single_node()
         if node is None:
             return None, {}
@@ -167,10 +190,22 @@ def parse_yaml(text: str, filename: str) -> tuple[Any, LineMap]:
             line=mark.line + 1 if mark else None,
             column=mark.column + 1 if mark else None,
         ) from None
+    except yaml.reader.ReaderError as exc:
+        line, column = line_and_column(text, exc.position)
+        code = exc.character if isinstance(exc.character, int) else 0
+        raise _single(
+            filename,
+            f"invalid YAML: character {escape_control(chr(code))} (U+{code:04X}) is not allowed",
+            line=line,
+            column=column,
+        ) from None
     except yaml.YAMLError as exc:
-        raise _single(filename, f"invalid YAML: {exc}") from None
+        raise _single(filename, f"invalid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:  # the loader bounds nesting (yaml_safety.MAX_DEPTH); this is a safety net
+        raise _single(filename, "invalid YAML: nested too deeply") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _record_lines(node: yaml.Node, path: tuple[str, ...], lines: LineMap, file: str) -> Iterable[ConfigIssue]:
@@ -193,31 +228,6 @@ def _record_lines(node: yaml.Node, path: tuple[str, ...], lines: LineMap, file: 
         for index, item in enumerate(node.value):
             lines[(*path, str(index))] = item.start_mark.line + 1
             yield from _record_lines(item, (*path, str(index)), lines, file)
-
-
-class _ConfigLoader(yaml.SafeLoader):
-    """SafeLoader without YAML 1.1's base-60 numbers, so that `80:30` stays the port mapping it means
-    instead of becoming 4830 (YAML 1.2 dropped them too)."""
-
-
-_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
-_ConfigLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _FLOAT)]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_ConfigLoader.add_implicit_resolver(
-    _INT,
-    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-    list("-+0123456789"),
-)
-_ConfigLoader.add_implicit_resolver(
-    _FLOAT,
-    re.compile(
-        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-    ),
-    list("-+0123456789."),
-)
 
 
 # Path segments pydantic adds that are no field: our shape tags (`<list>`), union members (`str`,
@@ -288,10 +298,18 @@ def _message(detail: Any, path: tuple[str, ...], config_type: str | None) -> str
         message = "should" + message[len("Input should") :]
         value = detail.get("input")
         if isinstance(value, str | int | float) and not isinstance(value, bool):
-            message += f", got {value!r}"
+            message += f", got {_quote(value)}"
         elif isinstance(value, bool):
             message += f", got {str(value).lower()}"
     return message
+
+
+def _quote(value: str | int | float) -> str:
+    """repr of a value from the file, cut short: a 1 MiB string is no part of a one-line message."""
+    if isinstance(value, int) and abs(value) >= 10**60:
+        return "a very large integer"
+    shown = repr(value)
+    return shown if len(shown) <= 80 else f"{shown[:76]}..."
 
 
 def _unknown_field_message(path: tuple[str, ...], config_type: str | None) -> str:
@@ -305,6 +323,10 @@ def _unknown_field_message(path: tuple[str, ...], config_type: str | None) -> st
         return "unknown field here"
     close = difflib.get_close_matches(name, sorted(known_field_names()), n=1, cutoff=0.75)
     return f"unknown field (did you mean {close[0]!r}?)" if close else "unknown field"
+
+
+def _too_large(file: str) -> ConfigurationError:
+    return _single(file, f"is larger than {MAX_BYTES_TEXT}, the most a configuration file may be")
 
 
 def _single(
