@@ -51,7 +51,20 @@ def read_token(path: Path) -> str:
     if not token:
         raise SystemExit(f"ferry-agent: the token file {path} is empty")
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        logger.warning("token file %s is readable by others than its owner (chmod 600 it)", path)
+        # Whoever reads the token runs commands as this user: made 0600, or refused if it is not ours.
+        wide = stat.S_IMODE(mode)
+        try:
+            os.chmod(path, wide & 0o600)
+        except OSError as exc:
+            raise SystemExit(
+                f"ferry-agent: the token file {path} is mode {wide:04o}, readable by others, and cannot be "
+                f"made private: {exc.strerror}"
+            ) from exc
+        print(
+            f"ferry-agent: {path} was mode {wide:04o}, readable by others: now {wide & 0o600:04o}",
+            file=sys.stderr,
+            flush=True,
+        )
     return token
 
 

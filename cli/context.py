@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.settings import DEFAULT_PROJECT, Settings
@@ -34,7 +36,27 @@ class Context:
     def store(self) -> Store:
         from store import open_store
 
+        self._private_database()
         return open_store(self.settings.database_url)
+
+    def _private_database(self) -> None:
+        """The SQLite store created 0600 (in FERRY_HOME created 0700) before SQLite creates it with the
+        umask's mode: it holds every run's env. SQLite gives its -wal and -shm the database's mode."""
+        from sqlalchemy.engine import make_url
+
+        from worker.processes import PRIVATE_FILE, private_dir
+
+        url = make_url(self.settings.database_url)
+        database = url.database
+        if url.get_backend_name() != "sqlite" or not database or database.startswith("file:"):
+            return
+        if database == ":memory:":
+            return
+        path = Path(database)
+        if path.parent == self.settings.home:
+            private_dir(path.parent)
+        with contextlib.suppress(FileExistsError, FileNotFoundError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
 
     def ensure_stack(self) -> str:
         """The Temporal address; the embedded stack is started first if that is what is used."""

@@ -6,6 +6,10 @@ FERRY_TEMPORAL_ADDRESS is set and none is running. Errors a user can cause are o
 
 from __future__ import annotations
 
+import os
+import sys
+from typing import Any, NoReturn
+
 import typer
 
 from cli.errors import FerryGroup, one_line_errors
@@ -18,7 +22,57 @@ HELP = (
     "started in the background when needed: see `ferry server`."
 )
 
-app = typer.Typer(
+_SDK_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"  # the SDK's native module: its Rust runtime
+
+
+class FerryTyper(typer.Typer):
+    """The `ferry` entry point: a command that loaded the Temporal SDK ends with `os._exit`.
+
+    The SDK's Rust runtime keeps threads that the interpreter's teardown races with: about one exit in a
+    hundred aborted with `Fatal Python error: PyGILState_Release` (exit 134) after the command had done
+    its work (temporalio/sdk-python#300). Once the command is done there is nothing left to clean up
+    that matters (the store's writes are committed, the embedded stack is in other processes), so the
+    output is flushed and the process leaves without that teardown.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Without the SDK's native module loaded there is no Rust runtime: the ordinary exit is safe.
+        try:
+            result = super().__call__(*args, **kwargs)
+        except SystemExit as done:
+            if _SDK_BRIDGE not in sys.modules:
+                raise
+            code = _exit_status(done.code)
+        else:
+            if _SDK_BRIDGE not in sys.modules:
+                return result
+            code = 0
+        _leave(code)
+
+
+def _exit_status(code: object) -> int:
+    """What `sys.exit(code)` would exit with (a message is printed to stderr, and exits 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _leave(code: int) -> NoReturn:
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # the reader went away (`ferry ps | head`), or it is closed
+            code = code or 1
+    os._exit(code)
+
+
+app = FerryTyper(
     name="ferry", cls=FerryGroup, no_args_is_help=True, add_completion=False, help=HELP,
     pretty_exceptions_enable=False,
 )  # fmt: skip

@@ -6,7 +6,9 @@ the command) and returns the dev server's address. `ferry server` runs the same 
 
 Files under FERRY_HOME/stack: stack.json (ports and pids), temporal.pid, worker.pid, worker.ready (the
 worker's pid, written once it polls), temporal.db (the dev server's SQLite), *.log. The agent keeps its
-own files under FERRY_HOME/agent (worker.local_agent). Light to import: no Temporal SDK at module level.
+own files under FERRY_HOME/agent (worker.local_agent). Everything under FERRY_HOME is private to the user
+(directories 0700, files 0600): checked, and fixed where it is not, whenever the stack is started.
+Light to import: no Temporal SDK at module level.
 """
 
 from __future__ import annotations
@@ -24,7 +26,19 @@ from pydantic import BaseModel, ConfigDict
 
 from core.settings import TASK_QUEUE, Settings
 from worker.devserver import dev_server_command, port_open
-from worker.processes import STOP_TIMEOUT, free_port, pid_alive, port_free, terminate
+from worker.processes import (
+    PRIVATE_UMASK,
+    STOP_TIMEOUT,
+    NotPrivate,
+    free_port,
+    job_code,
+    make_private,
+    pid_alive,
+    port_free,
+    private_dir,
+    private_opener,
+    terminate,
+)
 
 DEFAULT_PORT = 7233
 DEFAULT_UI_PORT = 8233
@@ -103,14 +117,17 @@ class Stack:
 
     def _write_state(self, state: StackState) -> None:
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(state.model_dump_json(indent=2))
+        tmp.unlink(missing_ok=True)  # created anew, so private whatever mode a stale one had
+        with open(tmp, "w", opener=private_opener) as out:
+            out.write(state.model_dump_json(indent=2))
         tmp.replace(self.state_file)
         for name, pid in (("temporal", state.temporal_pid), ("worker", state.worker_pid)):
             pid_file = self.dir / f"{name}.pid"
             if pid is None:
                 pid_file.unlink(missing_ok=True)
             else:
-                pid_file.write_text(f"{pid}\n")
+                with open(pid_file, "w", opener=private_opener) as out:
+                    out.write(f"{pid}\n")
 
     def _agent(self) -> AgentFile | None:
         try:
@@ -120,8 +137,9 @@ class Stack:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / "lock", "w") as lock:
+        private_dir(self.home)
+        private_dir(self.dir)
+        with open(self.dir / "lock", "w", opener=private_opener) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
@@ -194,6 +212,7 @@ class Stack:
     def start(self, timeout: float = START_TIMEOUT) -> StackStatus:
         """Start whatever part of the stack is not running; idempotent, and safe to call concurrently."""
         with self._locked():
+            self.make_private()
             state = self._read_state()
             temporal: subprocess.Popen[bytes] | None = None
             worker: subprocess.Popen[bytes] | None = None
@@ -249,6 +268,16 @@ class Stack:
                 (self.home / "agent" / "agent.json").unlink(missing_ok=True)
         return stopped
 
+    def make_private(self) -> None:
+        """FERRY_HOME's directories 0700 and files 0600, each change said on stderr (the next start finds
+        nothing to say); StackError if a wide file is another user's."""
+        try:
+            changes = make_private(self.home, skip=job_code)
+        except NotPrivate as err:
+            raise StackError(str(err)) from None
+        for change in changes:
+            print(f"ferry: {change}", file=sys.stderr, flush=True)
+
     def _choose_port(self, recorded: int | None, default: int) -> int:
         """The port this home used before, else the default, else any free one."""
         for candidate in (recorded, default):
@@ -272,7 +301,8 @@ class Stack:
     def _spawn(
         self, name: str, command: list[str], env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
-        with open(self.log(name), "ab") as log:  # the child keeps its own copy of the descriptor
+        # The child keeps its own copy of the descriptor.
+        with open(self.log(name), "ab", opener=private_opener) as log:
             return subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
@@ -281,6 +311,7 @@ class Stack:
                 start_new_session=True,  # outlives the command, and Ctrl-C in its terminal
                 env=env if env is not None else self._env,
                 cwd=self.dir,
+                umask=PRIVATE_UMASK,  # temporal.db, ferry.db and their -wal/-shm: private from the start
             )
 
     def _wait(
