@@ -33,7 +33,7 @@ from bench import recovery
 from bench.common import Clock, Report, cpu_seconds, files_mb, processes_mentioning, rss_mb
 from cli.api import FerryAPI
 from core.configuration import RunConfiguration, TaskConfiguration, parse_configuration
-from core.jobs.spec import job_resources
+from core.run_types import configurator_for
 from core.status import JobStatus, RunStatus
 from store import JobSubmissionRecord, LogChunkRecord, RunRecord, Store, open_store
 from worker.stack import Stack, StackStatus
@@ -258,7 +258,7 @@ class FerrySide:
         """`count` long-running runs sharing the local instance; footprint and one more run meanwhile."""
         r = self.report
         conf = configuration(["sleep 3600"], SHARED)
-        resources = job_resources(conf)
+        resources = configurator_for(conf).resources()
         r.put("scale_runs", count)
         r.put(
             "scale_job_allocation", f"cpu={resources.cpu:g} memory={resources.memory:g}GB gpu={resources.gpu}"

@@ -26,10 +26,11 @@ def expected_shape(run: RunRecord) -> tuple[int, int]:
     """(replicas, nodes per replica) the run's configuration asks for; (1, 1) if it cannot tell."""
     try:
         from core.configuration import parse_configuration
-        from core.jobs.spec import nodes_count, replica_count
+        from core.run_types import configurator_for
 
         conf = parse_configuration(run.configuration_data())
-        return replica_count(conf), nodes_count(conf)  # type: ignore[arg-type]
+        configurator = configurator_for(conf)  # type: ignore[arg-type]
+        return configurator.replica_count(), configurator.nodes_per_replica()
     except (ValueError, TypeError):
         return 1, 1
 

@@ -1,6 +1,6 @@
 """`type: dev-environment`: a machine to attach an IDE to, kept until stopped.
 
-Ferry runs `init` and keeps the job up (core.jobs.spec); it installs no IDE server, forwards no ports and
+Ferry runs `init` and keeps the job up (core.run_types); it installs no IDE server, forwards no ports and
 does not watch for connections, so `ide`, `version`, `ports` and `inactivity_duration` are not acted on.
 """
 

@@ -41,7 +41,7 @@ def refusals(configuration: AnyConfiguration) -> list[Refusal]:
                 "a fleet needs `ssh_config` with the hosts to use",
             )
         ]
-    # A dev environment always runs: its `init`, then a command that keeps it up (core.jobs.spec).
+    # A dev environment always runs: its `init`, then a command that keeps it up (core.run_types).
     return found
 
 

@@ -37,7 +37,7 @@ from core.fleets.messages import (
 )
 from core.fleets.placement import Frozen, InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
 from core.fleets.scheduling import SchedulerState
-from core.jobs.spec import job_resources
+from core.run_types import configurator_for
 from core.wire.agent_api import ClusterInfo, Resources
 from core.wire.messages import Enqueue, Placement, job_submission_id, placement_request_id
 
@@ -59,7 +59,7 @@ def replica_enqueue(
     priority: int,
 ) -> Enqueue:
     """A replica's placement request: one node per job (node j at submission `submissions[j]`)."""
-    resources = job_resources(configuration)
+    resources = configurator_for(configuration).resources()
     job_ids = [job_submission_id(run_id, replica_num, job, s) for job, s in enumerate(submissions)]
     request = PlacementRequest(
         request_id=placement_request_id(run_id, replica_num, submissions[0]),

@@ -57,9 +57,10 @@ class RunConfigurator(ABC, Generic[ConfigurationT]):
             working_dir=configuration.working_dir,
             shell=configuration.shell or "bash",
             max_duration=configuration.max_duration,
-            stop_duration=grace_seconds(configuration.stop_duration),
+            stop_duration=_agent_grace(configuration.stop_duration),
         )
 
 
-def grace_seconds(stop_duration: int | None) -> int:
+def _agent_grace(stop_duration: int | None) -> int:
+    """The grace the agent gives a job it ends itself (max_duration): `off` is no limit."""
     return UNLIMITED_GRACE if stop_duration is None else stop_duration

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.eventlog import Event
-from core.jobs.spec import nodes_count, replica_count
+from core.run_types import configurator_for
 from core.runs import active, pending, terminating
 from core.runs.effects import SetQueuedPriority
 from core.runs.machine import RunMachine, RunPlan, Step, StepBuilder, StopKind, stronger_stop
@@ -41,10 +41,11 @@ class Inbox(BaseModel):
 
 def plan_of(inp: RunInput) -> RunPlan:
     conf = inp.configuration
+    run_type = configurator_for(conf)
     return RunPlan(
         run_id=inp.run_id,
-        replicas=replica_count(conf),
-        nodes=nodes_count(conf),
+        replicas=run_type.replica_count(),
+        nodes=run_type.nodes_per_replica(),
         stop_criteria=conf.stop_criteria.value,
         retry=conf.retry,
         submitted_at=inp.submitted_at,

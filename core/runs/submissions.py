@@ -7,7 +7,7 @@ request (every node's job, by its JobWorkflow id) for the run's fleet; every nod
 from __future__ import annotations
 
 from core.fleets.state_machine import replica_enqueue
-from core.jobs.spec import job_resources, job_spec, nodes_count
+from core.run_types import configurator_for
 from core.runs.state_machine import RunState
 from core.status import JobStatus
 from core.wire.messages import (
@@ -27,7 +27,8 @@ def run_priority(inp: RunInput, state: RunState) -> int:
 def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int, job: int) -> JobInput:
     """The latest submission of (replica, job), as its JobWorkflow starts."""
     conf = inp.configuration
-    nodes = nodes_count(conf)
+    run_type = configurator_for(conf)
+    nodes = run_type.nodes_per_replica()
     current = state.job(replica, job)
     siblings = [state.job(replica, n) for n in range(nodes)]
     assert current is not None and all(s is not None for s in siblings)
@@ -52,8 +53,8 @@ def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int
         job_num=job,
         submission_num=current.submission_num,
         nodes_num=nodes,
-        spec=job_spec(conf, run_name=inp.run_name, replica_num=replica, job_num=job),
-        resources=job_resources(conf),
+        spec=run_type.job_spec(run_name=inp.run_name, replica_num=replica, job_num=job),
+        resources=run_type.resources(),
         code_hash=inp.code_hash,
         stop_duration=conf.stop_duration,
         priority=run_priority(inp, state),

@@ -42,7 +42,7 @@ def warned(text: str) -> list[str]:
 
 # --- the audit: every field is acted on or named ------------------------------------------------------
 
-# The fields Ferry acts on, and where: core.jobs.spec (commands, init, env, working_dir, shell, nodes,
+# The fields Ferry acts on, and where: core.run_types (commands, init, env, working_dir, shell, nodes,
 # replicas' minimum, max_duration, stop_duration, resources), core.runs.submissions and workflows.run
 # (priority, retry, stop_criteria), cli.fleet_api.choose_fleet (fleets), activities.ssh_config (ssh_config,
 # blocks). Every other field must be in the model's NOT_ACTED_ON: a new field has to be put on one side.

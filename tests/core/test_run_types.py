@@ -1,4 +1,4 @@
-"""Run types as configurators: what each type decides for its jobs, and core.jobs.spec's answers from them."""
+"""Run types as configurators: what each type decides for its jobs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from core.configuration import FleetConfiguration, RunConfiguration, parse_configuration
-from core.jobs import spec
 from core.run_types import (
     UNLIMITED_GRACE,
     DevEnvironmentConfigurator,
@@ -128,16 +127,17 @@ GPU_1 = Resources(cpu=2, memory=8, gpu=1)
     ],
     ids=["task", "service", "dev-environment"],
 )
-def test_core_jobs_spec_answers_as_the_run_type(
+def test_each_run_type_answers_for_its_jobs(
     configuration: RunConfiguration,
     replicas: int,
     nodes: int,
     commands: list[str],
     resources: Resources,
 ) -> None:
-    assert spec.replica_count(configuration) == replicas
-    assert spec.nodes_count(configuration) == nodes
-    assert spec.job_commands(configuration) == commands
-    assert spec.job_resources(configuration) == resources
-    job = spec.job_spec(configuration, run_name="r", replica_num=1, job_num=0)
+    run_type = configurator_for(configuration)
+    assert run_type.replica_count() == replicas
+    assert run_type.nodes_per_replica() == nodes
+    assert run_type.commands() == commands
+    assert run_type.resources() == resources
+    job = run_type.job_spec(run_name="r", replica_num=1, job_num=0)
     assert (job.run_name, job.replica_num, job.job_num, job.commands) == ("r", 1, 0, commands)
