@@ -19,6 +19,7 @@ from core.wire.agent_api import (
     PortMapping,
     Resources,
     TaskInfo,
+    TaskNetwork,
     TaskStatus,
     VolumeMount,
 )
@@ -57,6 +58,12 @@ class TaskRecord(BaseModel):
     stop: StopRequest | None = None
     deadline: float | None = Field(default=None, description="when max_duration runs out (wall clock)")
     linked_paths: list[str] = Field(default_factory=list, description="volume links to remove at the end")
+    # Network isolation (agent.network): what the request asked for, what the task got (host where the
+    # agent could not isolate it), its namespace, and the namespace side's address, where its ports are.
+    requested_network: TaskNetwork = "host"
+    network: TaskNetwork = "host"
+    netns: str | None = None
+    address: str | None = None
 
     def to_info(self) -> TaskInfo:
         return TaskInfo(
@@ -67,6 +74,8 @@ class TaskRecord(BaseModel):
             gpu_indices=self.gpu_indices,
             ports=[PortMapping(container_port=port, host_port=port) for port in self.ports],
             volumes=self.volumes,
+            network=self.network,
+            address=self.address,
             termination_reason=self.termination_reason,
             termination_message=self.termination_message,
             exit_status=self.exit_status,

@@ -16,6 +16,7 @@ import signal
 import time
 from pathlib import Path
 
+from agent import network
 from agent.executors import Executors, JobHandle, JobLiveness
 from agent.instance import HostCapacity
 from agent.records import StopRequest, TaskPaths, TaskRecord, load_job_spec, load_record, save_record
@@ -58,6 +59,7 @@ def _as_submitted(record: TaskRecord) -> TaskSubmitRequest:
         ports=record.ports,
         volumes=record.volumes,
         env=record.env,
+        network=record.requested_network,
     )
 
 
@@ -107,6 +109,8 @@ class TaskRegistry:
             self._records[record.id] = record
             if record.status != TaskStatus.TERMINATED:
                 self.ledger.restore(record.id, record.resources, record.gpu_indices)
+            if record.status == TaskStatus.PENDING and record.netns is not None:
+                self._restore_network(record)
             if record.status == TaskStatus.PREPARING:
                 self._recover_preparing(record)
             elif record.status == TaskStatus.RUNNING:
@@ -137,38 +141,101 @@ class TaskRegistry:
             if _as_submitted(existing) != request:
                 raise TaskConflict(f"task {request.id!r} already exists with a different request")
             return existing.to_info()  # the same id never starts a second task
-        for port in request.ports:
-            for other in self._records.values():
-                if other.status != TaskStatus.TERMINATED and port in other.ports:
-                    raise TaskConflict(f"port {port} is already used by task {other.id!r}")
+        if request.network == "host":
+            self._check_ports(request)
         try:
             gpu_indices = self.ledger.allocate(request.id, request.resources)
         except InsufficientResources as exc:
             raise TaskConflict(f"task {request.id!r} does not fit: {exc}") from exc
-        record = TaskRecord(
-            id=request.id,
-            name=request.name,
-            status=TaskStatus.PENDING,
-            resources=request.resources,
-            gpu_indices=gpu_indices,
-            ports=request.ports,
-            volumes=request.volumes,
-            env=request.env,
-            created_at=time.time(),
-        )
+        isolation: network.Isolation | None = None
         try:
+            if request.network == "isolated":
+                # Blocking, a few `ip` calls: the task's network is known, and final, once it is submitted.
+                isolation = self._isolate(request.id)
+                if isolation is None:
+                    self._check_ports(request, " (network isolation is unavailable on this instance)")
+            record = TaskRecord(
+                id=request.id,
+                name=request.name,
+                status=TaskStatus.PENDING,
+                resources=request.resources,
+                gpu_indices=gpu_indices,
+                ports=request.ports,
+                volumes=request.volumes,
+                env=request.env,
+                created_at=time.time(),
+                requested_network=request.network,
+                network="isolated" if isolation is not None else "host",
+                netns=isolation.netns if isolation is not None else None,
+                address=isolation.address if isolation is not None else None,
+            )
             self.paths(request.id).root.mkdir(parents=True, mode=0o700, exist_ok=True)
             self.save(record)
-        except OSError:
+        except BaseException:
             self.ledger.release(request.id)
+            if isolation is not None:
+                self._teardown_network(request.id, isolation.netns)
             raise
         self._records[record.id] = record
         return record.to_info()
+
+    def _check_ports(self, request: TaskSubmitRequest, note: str = "") -> None:
+        """A port is refused only between tasks on the host's network: an isolated task has its own."""
+        for port in request.ports:
+            for other in self._records.values():
+                if other.status != TaskStatus.TERMINATED and other.network == "host" and port in other.ports:
+                    raise TaskConflict(f"port {port} is already used by task {other.id!r}{note}")
+
+    def _isolate(self, task_id: str) -> network.Isolation | None:
+        """The task's own network namespace, or None (and why, in the log) when it gets the host's."""
+        # The data dir is in the name's key: two agents on one machine may both have a task of this id.
+        netns = network.namespace_name(f"{self.data_dir}\0{task_id}")
+        if network.leaves_trace(netns):
+            # An earlier task of this id whose removal failed, or a submission that died before its record
+            # was written: whatever it left (processes included) is no part of this new task.
+            self._teardown_network(task_id, netns)
+        try:
+            isolation = network.setup(netns)
+        except network.NetworkError as exc:
+            logger.warning("task %s runs on the host's network: it cannot be isolated: %s", task_id, exc)
+            return None
+        if isolation.outbound_error is not None:
+            logger.warning(
+                "task %s: its network namespace %s has no outbound access, only the host reaches it: %s",
+                task_id,
+                netns,
+                isolation.outbound_error,
+            )
+        return isolation
+
+    def _restore_network(self, record: TaskRecord) -> None:
+        """After an agent restart: make a pending task's namespace again if it is gone (a reboot)."""
+        assert record.netns is not None
+        if network.is_intact(record.netns):
+            return
+        try:
+            isolation = network.setup(record.netns)
+        except network.NetworkError as exc:
+            logger.warning(
+                "task %s: its network namespace is gone and cannot be made again: %s", record.id, exc
+            )
+            return  # its job will not start, and says why
+        if isolation.address != record.address:
+            record.address = isolation.address
+            self.save(record)
+
+    def _teardown_network(self, task_id: str, netns: str) -> None:
+        try:
+            network.teardown(netns)
+        except network.NetworkError as exc:
+            logger.warning("task %s: its network namespace %s was not fully removed: %s", task_id, netns, exc)
 
     def remove(self, task_id: str) -> TaskInfo:
         record = self.get(task_id)
         if record.status != TaskStatus.TERMINATED:
             raise TaskConflict(f"task {task_id!r} is {record.status}: terminate it before removing it")
+        if record.netns is not None:
+            self._teardown_network(task_id, record.netns)
         shutil.rmtree(self.paths(task_id).root, ignore_errors=True)
         del self._records[task_id]
         self.tell(task_id)
@@ -272,6 +339,9 @@ class TaskRegistry:
         )
         self.ledger.release(record.id)
         unlink_paths(record.linked_paths)
+        if record.netns is not None and record.started_at is None:
+            # The job never ran (a failed start, or ended before it): nothing will use the namespace.
+            self._teardown_network(record.id, record.netns)
         self.save(record)
         self._watched.discard(record.id)
         self.tell(record.id)

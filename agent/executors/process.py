@@ -5,6 +5,10 @@ stdout and stderr are one file description on the task's log file (opened O_APPE
 lands on disk interleaved and in order, and the job is never blocked by the agent. When the commands end
 the wrapper writes their exit status to a file. The agent can therefore die and come back: the job keeps
 running, and the files tell the restarted agent what happened.
+
+A task with its own network namespace (agent.network) has its wrapper started through `nsenter` (or `ip
+netns exec`), which enters the namespace and execs the wrapper in place: the pid the agent records, the
+session and the process group are the wrapper's, as for any other job.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ import contextlib
 import enum
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent import network
 from agent.executors.base import Executor, JobCheck, JobHandle, JobLiveness
 from agent.executors.environment import job_environment
 from agent.records import TaskPaths, TaskRecord
@@ -50,9 +55,12 @@ def write_script(paths: TaskPaths, spec: JobSpec) -> None:
     paths.script.write_text("\n".join(spec.commands) + "\n")
 
 
-def spawn_job(paths: TaskPaths, spec: JobSpec, env: Mapping[str, str], cwd: Path) -> int:
-    """Start the job's wrapper in a new session; return its pid, which is also the job's process group."""
-    argv = ["/bin/sh", "-c", WRAPPER_SCRIPT, WRAPPER_NAME, str(paths.root), str(cwd)]
+def spawn_job(
+    paths: TaskPaths, spec: JobSpec, env: Mapping[str, str], cwd: Path, prefix: Sequence[str] = ()
+) -> int:
+    """Start the job's wrapper in a new session; return its pid, which is also the job's process group.
+    `prefix` (an absolute path first) runs the wrapper: it must exec it in place, keeping the pid."""
+    argv = [*prefix, "/bin/sh", "-c", WRAPPER_SCRIPT, WRAPPER_NAME, str(paths.root), str(cwd)]
     argv += [spec.shell, "-e", str(paths.script)]
     file_actions = [
         (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
@@ -157,7 +165,10 @@ class ProcessExecutor(Executor):
         self, paths: TaskPaths, record: TaskRecord, spec: JobSpec, cwd: Path, host_has_gpus: bool
     ) -> JobHandle:
         env = job_environment(os.environ, record, spec, host_has_gpus)
-        pid = spawn_job(paths, spec, env, cwd)
+        prefix: list[str] = []
+        if record.network == "isolated" and record.netns is not None:
+            prefix = network.exec_prefix(record.netns)  # NetworkError, an OSError, when it is gone
+        pid = spawn_job(paths, spec, env, cwd, prefix)
         self._children.add(pid)
         return JobHandle(pid, process_start_time(pid))
 

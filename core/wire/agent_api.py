@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import posixpath
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -109,6 +109,9 @@ class VolumeMount(_Model):
     )
 
 
+TaskNetwork = Literal["host", "isolated"]
+
+
 class PortMapping(_Model):
     container_port: int
     host_port: int
@@ -121,6 +124,11 @@ class TaskSubmitRequest(_Model):
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list)
     volumes: list[VolumeMount] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    network: TaskNetwork = Field(
+        default="host",
+        description="isolated: the job gets its own network namespace, so jobs that listen on the same "
+        "port can share the instance; TaskInfo.address is where its ports are reached",
+    )
 
 
 class TaskInfo(_Model):
@@ -131,6 +139,10 @@ class TaskInfo(_Model):
     gpu_indices: list[int]
     ports: list[PortMapping]
     volumes: list[VolumeMount]
+    network: TaskNetwork = "host"  # what the task got: host where the agent could not isolate it
+    address: str | None = Field(
+        default=None, description="the IP its ports are reached at from the instance; None: the instance's"
+    )
     termination_reason: JobTerminationReason | None = None
     termination_message: str | None = None
     exit_status: int | None = None
