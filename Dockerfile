@@ -17,6 +17,7 @@ COPY agent agent
 COPY store store
 COPY worker worker
 COPY cli cli
+COPY gateway gateway
 # psycopg: the driver of FERRY_DATABASE_URL=postgresql+psycopg://...
 RUN pip install . "psycopg[binary]>=3.1" && mkdir -p "$FERRY_HOME"
 

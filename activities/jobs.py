@@ -103,6 +103,7 @@ class JobActivities:
             resources=request.resources,
             ports=request.ports,
             env=request.env,
+            network=request.network,
         )
         try:
             async with heartbeating():

@@ -6,6 +6,7 @@ import asyncio
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from pydantic import TypeAdapter, ValidationError
@@ -15,11 +16,14 @@ from rich.table import Table
 from cli import render
 from cli.context import Context, confirm
 from cli.errors import ABORTS, USAGE_EXIT, CommandError
-from core.configuration import FleetConfiguration, RunConfiguration
+from core.configuration import FleetConfiguration, RunConfiguration, ServiceConfiguration
 from core.configuration.durations import format_duration
 from core.configuration.fields import Name
 from core.configuration.loading import load_configuration
 from core.status import RunStatus
+
+if TYPE_CHECKING:
+    from store import RunRecord, Store
 
 INTERRUPTED_EXIT = 130
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -67,6 +71,19 @@ def with_overrides(configuration: RunConfiguration, *, name: str | None, env: li
             merged[key] = value if sep else None
         update["env"] = merged
     return configuration.model_copy(update=update) if update else configuration
+
+
+def service_line(store: Store, record: RunRecord, configuration: ServiceConfiguration) -> str:
+    """Where the service answers, and what a request needs (docs/services.md)."""
+    from cli.services import proxy_url
+    from core.services.replicas import service_url
+
+    base = proxy_url(store)
+    if base is None:
+        return "service: no proxy is running (start one: ferry server start, or python -m gateway)"
+    url = service_url(base, record.project, record.run_name)
+    needs = " (send Authorization: Bearer $(ferry token))" if configuration.auth else ""
+    return f"service at {url}{needs}"
 
 
 def plan_table(ctx: Context, file: str, configuration: RunConfiguration) -> Table:
@@ -121,6 +138,10 @@ async def _submit(
             await api.wait(name)
     record = await api.submit(configuration, repo_dir=repo_dir, run_name=name)
     console.print(f"run {record.run_name} submitted (id {record.id})", highlight=False)
+    if isinstance(configuration, ServiceConfiguration):
+        console.print(
+            await asyncio.to_thread(service_line, api.store, record, configuration), highlight=False
+        )
     if detach:
         console.print(f"follow it with: ferry logs -f {record.run_name}", highlight=False)
         return 0

@@ -167,6 +167,20 @@ def ps(
 
 @app.command()
 @one_line_errors
+def token(
+    rotate: bool = typer.Option(False, "--rotate", help="A new token; the old one stops working."),
+) -> None:
+    """Your token: what a service with `auth` (the default) asks for, as `Authorization: Bearer <token>`."""
+    from cli.api import default_user
+    from cli.context import Context
+    from cli.services import TOKEN_FILE, user_token
+
+    ctx = Context.from_env()
+    typer.echo(user_token(ctx.store(), ctx.settings.home / TOKEN_FILE, default_user(), rotate=rotate))
+
+
+@app.command()
+@one_line_errors
 def logs(
     run: str = RUN,
     follow: bool = typer.Option(False, "-f", "--follow", help="Follow until the run finishes."),

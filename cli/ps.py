@@ -11,6 +11,7 @@ from rich.live import Live
 
 from cli import render
 from cli.context import Context
+from cli.services import ServiceView, service_views
 
 if TYPE_CHECKING:
     from store import JobSubmissionRecord, RunRecord, Store
@@ -30,28 +31,29 @@ def ps(*, all_runs: bool, watch: bool, as_json: bool, limit: int) -> None:
     ctx.ensure_stack()  # runs move on only while the stack is up
     store = ctx.store()
 
-    def current() -> list[tuple[RunRecord, list[JobSubmissionRecord]]]:
-        return collect(store, ctx.project, all_runs=all_runs, limit=limit)
+    def current() -> tuple[list[tuple[RunRecord, list[JobSubmissionRecord]]], dict[str, ServiceView]]:
+        runs = collect(store, ctx.project, all_runs=all_runs, limit=limit)
+        return runs, service_views(store, [run for run, _ in runs])
 
     if as_json:
-        typer.echo(json.dumps(render.runs_json(current()), indent=2))
+        typer.echo(json.dumps(render.runs_json(*current()), indent=2))
         return
     console = render.console()
     if not watch:
-        console.print(render.runs_table(current()))
+        console.print(render.runs_table(*current()))
         return
     try:
         if console.is_terminal:
             with Live(console=console, auto_refresh=False) as live:
                 while True:
-                    live.update(render.runs_table(current()), refresh=True)
+                    live.update(render.runs_table(*current()), refresh=True)
                     time.sleep(WATCH_INTERVAL)
         shown = ""
         while True:  # piped: a new table only when a status or message changed, not the ages
-            runs = current()
-            key = json.dumps(render.runs_json(runs))
+            runs, services = current()
+            key = json.dumps(render.runs_json(runs, services))
             if key != shown:
-                console.print(render.runs_table(runs))
+                console.print(render.runs_table(runs, services))
                 shown = key
             time.sleep(WATCH_INTERVAL)
     except KeyboardInterrupt:

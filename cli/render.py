@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +14,7 @@ from rich.table import Table
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
 if TYPE_CHECKING:
+    from cli.services import ServiceView
     from core.eventlog import Event
     from store import JobSubmissionRecord, RunRecord
 
@@ -89,7 +90,7 @@ def decisive_job(jobs: Sequence[JobSubmissionRecord]) -> JobSubmissionRecord | N
 def run_message(run: RunRecord, jobs: Sequence[JobSubmissionRecord], now: float | None = None) -> str:
     status = RunStatus(run.status)
     if status == RunStatus.PENDING:
-        return "retrying"
+        return run.status_message or "retrying"  # or "scaled to zero: a request wakes it"
     if run.termination_reason:
         return RunTerminationReason(run.termination_reason).value.replace("_", " ")
     messages = [job_record_message(job, run, now) for job in latest_jobs(jobs)]
@@ -158,7 +159,12 @@ def console(*, stderr: bool = False) -> Console:
     return out if out.is_terminal else Console(stderr=stderr, width=_PIPED_WIDTH)
 
 
-def runs_table(runs: Sequence[tuple[RunRecord, list[JobSubmissionRecord]]]) -> Table:
+def runs_table(
+    runs: Sequence[tuple[RunRecord, list[JobSubmissionRecord]]],
+    services: Mapping[str, ServiceView] | None = None,
+) -> Table:
+    """The runs and their latest jobs; a service's row shows its URL, its replicas their probe state."""
+    services = services or {}
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("NAME", "REPLICA", "JOB", "SUB", "STATUS", "MESSAGE", "RESOURCES", "INSTANCE"):
         table.add_column(column, no_wrap=column == "NAME")
@@ -166,22 +172,33 @@ def runs_table(runs: Sequence[tuple[RunRecord, list[JobSubmissionRecord]]]) -> T
     table.add_column("ERROR", overflow="fold")
     now = time.time()
     for run, jobs in runs:
+        service = services.get(run.id)
+        message = run_message(run, jobs, now)
+        if service is not None and service.url and RunStatus(run.status).is_active():
+            message = f"{message} {service.url}".strip()
         table.add_row(
-            run.run_name, "", "", "", run.status, run_message(run, jobs, now), resources_of(run), "",
+            run.run_name, "", "", "", run.status, message, resources_of(run), "",
             ago(run.submitted_at, now), "",
         )  # fmt: skip
         for job in latest_jobs(jobs):
             failed = job.status == JobStatus.FAILED
+            job_message = job_record_message(job, run, now)
+            if service is not None and job.id in service.replicas:
+                job_message = job_message or service.replicas[job.id]
             table.add_row(
                 "", str(job.replica_num), str(job.job_num), str(job.submission_num), job.status,
-                job_record_message(job, run, now), "", job.instance_name or "", ago(job.submitted_at, now),
+                job_message, "", job.instance_name or "", ago(job.submitted_at, now),
                 note(job) if failed else "",
             )  # fmt: skip
     return table
 
 
-def runs_json(runs: Sequence[tuple[RunRecord, list[JobSubmissionRecord]]]) -> list[dict[str, Any]]:
+def runs_json(
+    runs: Sequence[tuple[RunRecord, list[JobSubmissionRecord]]],
+    services: Mapping[str, ServiceView] | None = None,
+) -> list[dict[str, Any]]:
     now = time.time()
+    services = services or {}
     return [
         {
             "id": run.id,
@@ -195,6 +212,7 @@ def runs_json(runs: Sequence[tuple[RunRecord, list[JobSubmissionRecord]]]) -> li
             "resources": resources_of(run),
             "submitted_at": run.submitted_at,
             "finished_at": run.finished_at,
+            **({"url": services[run.id].url} if run.id in services else {}),
             "jobs": [
                 {
                     "id": job.id,
@@ -209,6 +227,7 @@ def runs_json(runs: Sequence[tuple[RunRecord, list[JobSubmissionRecord]]]) -> li
                     "instance": job.instance_name,
                     "submitted_at": job.submitted_at,
                     "finished_at": job.finished_at,
+                    **({"serving": services[run.id].replicas.get(job.id)} if run.id in services else {}),
                 }
                 for job in jobs
             ],

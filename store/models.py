@@ -162,3 +162,73 @@ class InstanceRecord(SQLModel, table=True):
     def resources_data(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.resources)
         return data
+
+
+class ServiceReplicaRecord(SQLModel, table=True):
+    """A service replica the proxies may route to: its job submission, where it listens, and its probes.
+
+    Written by the worker that probes it (activities.services); read by every proxy (gateway/). A row
+    exists from the job's start to its end; only a `ready` replica gets new requests (docs/services.md).
+    """
+
+    __tablename__ = "service_replicas"
+
+    id: str = Field(primary_key=True)  # the job submission id
+    run_id: str = Field(index=True)
+    replica_num: int
+    submission_num: int
+    deployment_num: int = 0
+    url: str  # http://host:port, what the proxies forward to
+    state: str  # a core.services.replicas.ReplicaState value: probing, ready, unready or draining
+    probes: str = Field(default="[]", sa_type=Text)  # JSON list of core.services.probes.ProbeStatus
+    registered_at: float = Field(default_factory=time.time)
+    updated_at: float = Field(default_factory=time.time)
+
+
+class GatewayRecord(SQLModel, table=True):
+    """A running proxy: drains wait for every proxy seen lately, and the CLI prints a live one's URL."""
+
+    __tablename__ = "gateways"
+
+    id: str = Field(primary_key=True)
+    url: str  # where users reach it, e.g. http://127.0.0.1:8300
+    started_at: float = Field(default_factory=time.time)
+    seen_at: float = Field(default_factory=time.time)  # its last heartbeat
+
+
+class ReplicaDrainRecord(SQLModel, table=True):
+    """A proxy's word that it sends a draining replica nothing more and has no request in flight to it."""
+
+    __tablename__ = "replica_drains"
+    __table_args__ = (UniqueConstraint("replica_id", "gateway_id", name="uq_replica_drains"),)
+
+    id: int | None = Field(default=None, primary_key=True, sa_type=_BIG_ID)
+    replica_id: str
+    gateway_id: str
+    drained_at: float = Field(default_factory=time.time)
+
+
+class ServiceRequestsRecord(SQLModel, table=True):
+    """Requests one proxy received for one service in one second: the autoscaler's figures."""
+
+    __tablename__ = "service_requests"
+    __table_args__ = (
+        UniqueConstraint("run_id", "gateway_id", "second", name="uq_service_requests"),
+        Index("ix_service_requests_second", "second"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True, sa_type=_BIG_ID)
+    run_id: str
+    gateway_id: str
+    second: int = Field(sa_type=BigInteger)  # unix time, whole seconds
+    count: int
+
+
+class UserRecord(SQLModel, table=True):
+    """A user and the hash of their token (`ferry token`): what a service with `auth` asks for."""
+
+    __tablename__ = "users"
+
+    name: str = Field(primary_key=True)
+    token_hash: str = Field(index=True, unique=True)  # sha256 hex of the token
+    created_at: float = Field(default_factory=time.time)

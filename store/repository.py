@@ -30,6 +30,7 @@ from store.models import (
     LogChunkRecord,
     RunRecord,
 )
+from store.service_repository import ServiceRecords
 from store.sql import insert_ignore, row_of, upsert
 
 _RUNS: Table = RunRecord.__table__  # type: ignore[attr-defined]
@@ -59,8 +60,9 @@ class RecordNotFoundError(LookupError):
     """An update named a record that is not stored."""
 
 
-class Store(FleetRecords):
-    """The store's API over one engine (see store.opening.open_store); fleets and instances: FleetRecords."""
+class Store(FleetRecords, ServiceRecords):
+    """The store's API over one engine (see store.opening.open_store); fleets and instances: FleetRecords;
+    services, proxies and users: ServiceRecords."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

@@ -17,6 +17,7 @@ from activities.fleet import FleetActivities, InstanceResolver
 from activities.instances import LOCAL_INSTANCE, InstanceDirectory
 from activities.jobs import JobActivities
 from activities.records import RecordActivities
+from activities.services import ServiceActivities
 from activities.ssh import HostPool
 from activities.ssh_config import DeployOptions
 from core.settings import TASK_QUEUE, Settings
@@ -36,6 +37,7 @@ def activities_for(instances: InstanceDirectory, store: Store) -> list[Callable[
     jobs = JobActivities(instances, store)
     records = RecordActivities(store)
     fleets = FleetActivities(instances, store)
+    services = ServiceActivities(instances, store)
     # A host this worker has not deployed (a fleet older than the worker) is found through the store.
     instances.set_resolver(InstanceResolver(instances, store))
     return [
@@ -51,6 +53,10 @@ def activities_for(instances: InstanceDirectory, store: Store) -> list[Callable[
         fleets.clean_instance,
         fleets.record_fleet,
         fleets.stop_fleet,
+        services.probe_replica,
+        services.drain_replica,
+        services.unregister_replica,
+        services.watch_load,
     ]
 
 

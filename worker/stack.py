@@ -1,11 +1,13 @@
-"""The embedded stack: a Temporal dev server, one worker and the local agent, under FERRY_HOME/stack.
+"""The embedded stack: a Temporal dev server, one worker, the services proxy and the local agent, under
+FERRY_HOME/stack.
 
 `ensure_stack` is what every command that needs Temporal calls when no FERRY_TEMPORAL_ADDRESS is set:
 it starts whatever part of the stack is not running (in the background, detached, so that it outlives
 the command) and returns the dev server's address. `ferry server` runs the same stack in the foreground.
 
-Files under FERRY_HOME/stack: stack.json (ports and pids), temporal.pid, worker.pid, worker.ready (the
-worker's pid, written once it polls), temporal.db (the dev server's SQLite), *.log. The agent keeps its
+Files under FERRY_HOME/stack: stack.json (ports and pids), temporal.pid, worker.pid, proxy.pid,
+worker.ready and proxy.ready (each the process's pid, written once it polls or listens), temporal.db (the
+dev server's SQLite), *.log. The agent keeps its
 own files under FERRY_HOME/agent (worker.local_agent). Everything under FERRY_HOME is private to the user
 (directories 0700, files 0600): checked, and fixed where it is not, whenever the stack is started.
 Light to import: no Temporal SDK at module level.
@@ -42,6 +44,7 @@ from worker.processes import (
 
 DEFAULT_PORT = 7233
 DEFAULT_UI_PORT = 8233
+DEFAULT_PROXY_PORT = 8300  # the services proxy (gateway/): http://127.0.0.1:8300/proxy/services/...
 START_TIMEOUT = 60.0
 
 
@@ -54,8 +57,10 @@ class StackState(BaseModel):
 
     port: int
     ui_port: int
+    proxy_port: int | None = None  # None: a stack.json of a Ferry before the proxy; one is chosen
     temporal_pid: int | None = None
     worker_pid: int | None = None
+    proxy_pid: int | None = None
 
 
 class AgentFile(BaseModel):
@@ -106,6 +111,10 @@ class Stack:
     def ready_file(self) -> Path:
         return self.dir / "worker.ready"
 
+    @property
+    def proxy_ready_file(self) -> Path:
+        return self.dir / "proxy.ready"
+
     def log(self, name: str) -> Path:
         return self.home / "agent" / "agent.log" if name == "agent" else self.dir / f"{name}.log"
 
@@ -121,7 +130,11 @@ class Stack:
         with open(tmp, "w", opener=private_opener) as out:
             out.write(state.model_dump_json(indent=2))
         tmp.replace(self.state_file)
-        for name, pid in (("temporal", state.temporal_pid), ("worker", state.worker_pid)):
+        for name, pid in (
+            ("temporal", state.temporal_pid),
+            ("worker", state.worker_pid),
+            ("proxy", state.proxy_pid),
+        ):
             pid_file = self.dir / f"{name}.pid"
             if pid is None:
                 pid_file.unlink(missing_ok=True)
@@ -150,6 +163,9 @@ class Stack:
     def _worker_marker(self) -> str:
         return str(self.ready_file)
 
+    def _proxy_marker(self) -> str:
+        return str(self.proxy_ready_file)
+
     def _agent_marker(self) -> str:
         return str(self.home / "agent" / "token")
 
@@ -170,6 +186,14 @@ class Stack:
         except (OSError, ValueError):
             return False
 
+    def _proxy_up(self, state: StackState | None) -> bool:
+        if state is None or not pid_alive(state.proxy_pid, self._proxy_marker()):
+            return False
+        try:
+            return int(self.proxy_ready_file.read_text()) == state.proxy_pid
+        except (OSError, ValueError):
+            return False
+
     def status(self) -> StackStatus:
         state = self._read_state()
         agent = self._agent()
@@ -187,6 +211,13 @@ class Stack:
                 pid=state.worker_pid if state else None,
                 alive=self._worker_up(state),
                 log=str(self.log("worker")),
+            ),
+            ProcessStatus(
+                name="proxy",
+                pid=state.proxy_pid if state else None,
+                alive=self._proxy_up(state),
+                address=proxy_url(state.proxy_port) if state and state.proxy_port else None,
+                log=str(self.log("proxy")),
             ),
             ProcessStatus(
                 name="agent",
@@ -216,13 +247,16 @@ class Stack:
             state = self._read_state()
             temporal: subprocess.Popen[bytes] | None = None
             worker: subprocess.Popen[bytes] | None = None
+            proxy: subprocess.Popen[bytes] | None = None
             if not self._temporal_up(state):
                 if state is not None:
                     terminate(state.temporal_pid, self._temporal_marker())  # alive without its port
                 state = StackState(
                     port=self._choose_port(state.port if state else None, DEFAULT_PORT),
                     ui_port=self._choose_port(state.ui_port if state else None, DEFAULT_UI_PORT),
+                    proxy_port=state.proxy_port if state else None,
                     worker_pid=state.worker_pid if state else None,
+                    proxy_pid=state.proxy_pid if state else None,
                 )
                 temporal = self._spawn("temporal", self._temporal_command(state))
                 state.temporal_pid = temporal.pid
@@ -232,6 +266,12 @@ class Stack:
                 self.ready_file.unlink(missing_ok=True)
                 worker = self._spawn("worker", self._worker_command(state), env=self._worker_env(state))
                 state.worker_pid = worker.pid
+            if not self._proxy_up(state):
+                terminate(state.proxy_pid, self._proxy_marker())  # alive but never ready
+                self.proxy_ready_file.unlink(missing_ok=True)
+                state.proxy_port = self._choose_port(state.proxy_port, DEFAULT_PROXY_PORT)
+                proxy = self._spawn("proxy", self._proxy_command(state), env=self._worker_env(state))
+                state.proxy_pid = proxy.pid
             self._write_state(state)
             agent = self._agent()
             if agent is None or not pid_alive(agent.pid, self._agent_marker()):
@@ -247,20 +287,27 @@ class Stack:
                 self._wait("temporal", temporal, lambda: port_open(state.port), deadline)
             if worker is not None:
                 self._wait("worker", worker, lambda: self._worker_up(state), deadline)
+            if proxy is not None:
+                self._wait("proxy", proxy, lambda: self._proxy_up(state), deadline)
         return self.status()
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> list[str]:
-        """Stop the worker, then the dev server, then the agent; the names of those that were running."""
+        """Stop the proxy and the worker, then the dev server, then the agent; the names of those that were
+        running."""
         stopped: list[str] = []
         with self._locked():
             state = self._read_state()
             if state is not None:
+                if terminate(state.proxy_pid, self._proxy_marker(), timeout):
+                    stopped.append("proxy")
                 if terminate(state.worker_pid, self._worker_marker(), timeout):
                     stopped.append("worker")
                 if terminate(state.temporal_pid, self._temporal_marker(), timeout):
                     stopped.append("temporal")
-                self._write_state(state.model_copy(update={"temporal_pid": None, "worker_pid": None}))
+                stopped_pids = {"temporal_pid": None, "worker_pid": None, "proxy_pid": None}
+                self._write_state(state.model_copy(update=stopped_pids))
             self.ready_file.unlink(missing_ok=True)
+            self.proxy_ready_file.unlink(missing_ok=True)
             agent = self._agent()
             if agent is not None:
                 if terminate(agent.pid, self._agent_marker(), timeout):
@@ -290,6 +337,22 @@ class Stack:
 
     def _worker_command(self, state: StackState) -> list[str]:
         return [sys.executable, "-m", "worker.stack_worker", "--ready-file", str(self.ready_file)]
+
+    def _proxy_command(self, state: StackState) -> list[str]:
+        assert state.proxy_port is not None
+        return [
+            sys.executable,
+            "-m",
+            "gateway",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(state.proxy_port),
+            "--public-url",
+            proxy_url(state.proxy_port),
+            "--ready-file",
+            str(self.proxy_ready_file),
+        ]
 
     def _worker_env(self, state: StackState) -> dict[str, str]:
         env = dict(self._env)
@@ -332,6 +395,10 @@ class Stack:
             lines = []
         last = f": {lines[-1].strip()[:200]}" if lines else ""
         return f"{last} (see {self.log(name)})"
+
+
+def proxy_url(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
 
 
 def ensure_stack(settings: Settings) -> str:

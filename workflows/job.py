@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.handles import abandon
     from workflows.job_agent import JobAgent, Stopped
     from workflows.job_news import JobNews
+    from workflows.job_serving import ReplicaServing
 
 # Past this the agent is presumed gone even if it answered before: the grace period has long ended.
 _STOP_MARGIN = timedelta(seconds=30)
@@ -75,6 +76,9 @@ class JobWorkflow:
         self._events.append(submit)
         self._news = JobNews(inp, lambda: (self._events, self._state))
         self._agent = JobAgent(self._id, lambda: self._control)
+        self._serving = (
+            None if inp.service is None else ReplicaServing(inp, self._id, lambda: self._control, self._note)
+        )
 
     @workflow.signal
     def terminate(self, request: TerminateJob) -> None:
@@ -124,6 +128,8 @@ class JobWorkflow:
             return
         self._log("start")
         self._news.publish()
+        if self._serving is not None:
+            self._serving.start(placement.instance_name)
         outcome = await self._watch(placement.instance_name)
         for event in outcome_events(self._state, outcome):
             self._log(*event)
@@ -167,6 +173,9 @@ class JobWorkflow:
         self._news.publish()
         if self._control.lost:
             return self._gone(watch)
+        if self._serving is not None:
+            # Out of the proxies' rotation first, its requests in flight finished: a stop cuts none.
+            await self._serving.drain(self._grace(request))
         await self._agent.stop_task(instance, request, self._grace(request))
         # A later abort (`ferry stop -x` during the grace period) kills at once: the agent lets the
         # shorter of two stop requests win.
@@ -217,6 +226,8 @@ class JobWorkflow:
 
     async def _clean_up(self, inp: JobInput) -> JobOutcome:
         """Stop and remove the task, free the capacity, then the finished status (docs/jobs.md)."""
+        if self._serving is not None:
+            await self._serving.unregister()
         instance = self._control.instance
         if self._state.allocated and instance is not None:
             if self._control.lost:
@@ -248,6 +259,10 @@ class JobWorkflow:
         fleet = workflow.get_external_workflow_handle(inp.fleet_workflow_id)
         with contextlib.suppress(FailureError):
             await fleet.signal(FLEET_RELEASE, ReleaseJob(job_id=self._id))
+
+    def _note(self, **memo: str) -> None:
+        self._log("memo", **memo)
+        self._news.publish()
 
     def _event(self, name: str, context: dict[str, Any] | None = None, /, **more: Any) -> Event:
         merged = {**(context or {}), **more}

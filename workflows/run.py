@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import FailureError
+from temporalio.exceptions import ActivityError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from core.eventlog import Event
@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.effects import SetQueuedPriority, StartJob, TerminateJob
     from core.runs.lifecycle import Inbox, advance, submit_run
     from core.runs.machine import Step, StopKind, stronger_stop
+    from core.runs.scaling import SCALES_IN
     from core.runs.state_machine import status_message
     from core.runs.submissions import job_input
     from core.status import RunStatus
@@ -42,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         job_workflow_id,
     )
     from core.wire.messages import TerminateJob as TerminateJobRequest
+    from core.wire.services import LoadChange, WatchLoad
     from workflows import retry_policies
     from workflows.job import JobWorkflow
     from workflows.search_attributes import SA_STATUS
@@ -57,6 +59,9 @@ class RunWorkflow:
         self._updates: list[JobUpdate] = []
         self._priorities: list[int] = []  # `ferry set-priority`, not yet logged
         self._job_news: list[RecordJob] = []  # heard from the jobs, to store with the next flush
+        self._load: LoadChange | None = None  # the load watch's answer, not yet acted on
+        self._load_watch: asyncio.Task[None] | None = None
+        self._watching: WatchLoad | None = None  # what the load watch in flight was asked
         if inp.carry is None:
             # STEP 1 in the constructor: a stop sent with the run's start finds the run already logged.
             step = submit_run(inp, workflow.now().timestamp())
@@ -107,16 +112,20 @@ class RunWorkflow:
             await self._carry_out()
         elif inp.carry is None:
             await self._flush()
+        self._watch_load()
         # A finished run still hears its jobs' last words (a stopped sibling's clean-up may end after the
         # run's status is final): it is the one that stores their events.
         while not self._machine.done:
             await self._wait_for_news()
-            inbox = Inbox(updates=self._updates, stop=self._stop, priorities=self._priorities)
-            self._updates, self._priorities = [], []
+            inbox = Inbox(
+                updates=self._updates, stop=self._stop, priorities=self._priorities, load=self._load
+            )
+            self._updates, self._priorities, self._load = [], [], None
             self._job_news += [update.record for update in inbox.updates]
             self._take(advance(self._machine, inbox, workflow.now().timestamp()))
             # In one workflow task: the store write and the new children need not wait for each other.
             await asyncio.gather(self._flush(), self._carry_out())
+            self._watch_load()
             if self._can_continue_as_new():
                 workflow.continue_as_new(self._carry())
         state = self._machine.state
@@ -130,7 +139,12 @@ class RunWorkflow:
             timeout = timedelta(seconds=max(wake_at - workflow.now().timestamp(), 0))
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
-                lambda: bool(self._updates) or self._stop != self._machine.stop or bool(self._priorities),
+                lambda: (
+                    bool(self._updates)
+                    or self._stop != self._machine.stop
+                    or bool(self._priorities)
+                    or self._load is not None
+                ),
                 timeout=timeout,
             )
 
@@ -138,6 +152,45 @@ class RunWorkflow:
         self._machine = step.machine
         self._events += step.events
         self._effects += step.effects
+
+    # --- the load watch -------------------------------------------------------------------------
+
+    def _watch_load(self) -> None:
+        """A service that autoscales has one load watch in flight while it serves (or is scaled to zero),
+        asked about the replica count it keeps now; a new count or a stop replaces or ends it."""
+        machine = self._machine
+        state, rule = machine.state, machine.plan.scaling
+        wanted = None
+        if rule is not None and state.status in SCALES_IN and self._stop is None:
+            wanted = WatchLoad(
+                run_id=self._input.run_id,
+                rule=rule,
+                current=state.replicas if state.replicas is not None else machine.plan.replicas,
+                last_change_at=state.scaled_at or machine.plan.submitted_at,
+            )
+        if wanted == self._watching:
+            return
+        if self._load_watch is not None:
+            self._load_watch.cancel()
+            self._load_watch = None
+        self._watching = wanted
+        if wanted is not None:
+            self._load_watch = asyncio.ensure_future(self._follow_load(wanted))
+
+    async def _follow_load(self, request: WatchLoad) -> None:
+        try:
+            change: LoadChange = await workflow.execute_activity(
+                names.WATCH_LOAD,
+                request,
+                result_type=LoadChange,
+                start_to_close_timeout=timedelta(days=365),
+                heartbeat_timeout=timedelta(seconds=10),
+                retry_policy=retry_policies.QUICK,
+            )
+        except (ActivityError, asyncio.CancelledError):
+            return
+        if self._watching == request:
+            self._load, self._watching, self._load_watch = change, None, None
 
     # --- effects ----------------------------------------------------------------------------------
 
@@ -226,6 +279,7 @@ class RunWorkflow:
             and not self._priorities
             and not self._effects
             and not self._job_news
+            and self._load is None
             and workflow.all_handlers_finished()
         )
 

@@ -1,8 +1,9 @@
-"""`type: service`: commands that serve a port, as replicas.
+"""`type: service`: commands that serve a port, as replicas behind Ferry's proxy (docs/services.md).
 
-Ferry has no proxy yet: the replicas run on their instances and answer whoever reaches them there, so the
-fields about serving (`port`, `auth`, `probes`, `gateway`, ...) and autoscaling are not acted on, and
-`ferry validate` names them in its warning line.
+The proxy (gateway/) serves each service at /proxy/services/<project>/<run>/, checks `auth`, routes by
+`model`, and sends requests only to replicas whose `probes` pass; `replicas` as a range with `scaling`
+autoscales. A separate gateway (`gateway`), its `https`, and `rate_limits` are not acted on: `ferry
+validate` names them in its warning line.
 """
 
 from __future__ import annotations
@@ -17,20 +18,8 @@ from core.configuration.fields import Commands, Port
 from core.configuration.model import ConfigFieldError, ConfigModel, shape_of
 from core.configuration.specs import ReplicaRange, Replicas
 
-# `replicas` only as a range (see ServiceConfiguration.asks_for): Ferry starts its minimum (at least one)
-# and never scales within it.
-SERVICE_FIELDS_NOT_ACTED_ON = RUN_FIELDS_NOT_ACTED_ON | {
-    "port",
-    "replicas",
-    "scaling",
-    "probes",
-    "strip_prefix",
-    "auth",
-    "gateway",
-    "https",
-    "model",
-    "rate_limits",
-}
+# Ferry's proxy is in its server: no separate gateway, so no HTTPS of its own, and no rate limits yet.
+SERVICE_FIELDS_NOT_ACTED_ON = RUN_FIELDS_NOT_ACTED_ON | {"gateway", "https", "rate_limits"}
 
 
 class ScalingSpec(ConfigModel):
@@ -132,11 +121,9 @@ class ServiceConfiguration(BaseRunConfiguration):
         return self
 
     def asks_for(self, field: str) -> bool:
-        if field == "auth":
-            # On unless the file says `auth: false` (dstack's default), and nothing checks a token.
-            return self.auth
-        if field == "replicas":
-            return not self.replicas.is_fixed
+        if field == "https":
+            # On by default (dstack's), but it is about a gateway's domain: asked for only with one.
+            return self.https and self.gateway not in (None, False)
         return super().asks_for(field)
 
     def summary(self) -> ConfigSummary:

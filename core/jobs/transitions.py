@@ -112,6 +112,9 @@ def prepare_task(inp: JobInput, job_id: str, placement: Placement) -> PrepareTas
         task_name=inp.spec.run_name,
         resources=inp.resources,
         env=inp.spec.env,
+        # A service replica gets its own network, so replicas listening on one port can share an instance.
+        ports=[] if inp.service is None else [inp.service.port],
+        network="host" if inp.service is None else "isolated",
     )
 
 

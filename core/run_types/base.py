@@ -13,6 +13,7 @@ from typing import Generic, TypeVar
 from core.configuration import BaseRunConfiguration
 from core.configuration.resources import allocation
 from core.wire.agent_api import JobSpec, Resources
+from core.wire.services import ServiceJob
 
 # `stop_duration: off` means no limit on a graceful stop; the agent still needs a number of seconds.
 UNLIMITED_GRACE = 365 * 86400
@@ -35,6 +36,10 @@ class RunConfigurator(ABC, Generic[ConfigurationT]):
     @abstractmethod
     def commands(self) -> list[str]:
         """What each job runs, one shell line each."""
+
+    def service_job(self) -> ServiceJob | None:
+        """What a service replica's job knows of serving; None for the other run types."""
+        return None
 
     def env(self) -> dict[str, str]:
         # A bare `NAME` (no value) is resolved at apply time; one still unresolved is left out.

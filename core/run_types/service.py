@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from core.configuration import ServiceConfiguration
 from core.run_types.base import RunConfigurator
+from core.wire.services import ServiceJob
 
 
 class ServiceConfigurator(RunConfigurator[ServiceConfiguration]):
@@ -16,3 +17,6 @@ class ServiceConfigurator(RunConfigurator[ServiceConfiguration]):
 
     def commands(self) -> list[str]:
         return list(self.configuration.commands)
+
+    def service_job(self) -> ServiceJob:
+        return ServiceJob(port=self.configuration.port.container_port, probes=list(self.configuration.probes))

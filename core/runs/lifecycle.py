@@ -16,15 +16,18 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.configuration import RunConfiguration, ServiceConfiguration
 from core.eventlog import Event
 from core.run_types import configurator_for
-from core.runs import active, pending, terminating
+from core.runs import active, pending, scaling, terminating
 from core.runs.effects import SetQueuedPriority
 from core.runs.machine import RunMachine, RunPlan, Step, StepBuilder, StopKind, stronger_stop
 from core.runs.state_machine import RunState, apply_run_event
 from core.runs.submissions import waiting_requests
+from core.services.autoscaler import ScalingRule
 from core.status import JobStatus
 from core.wire.messages import JobUpdate, RunInput
+from core.wire.services import LoadChange
 
 EventSpec = tuple[str, dict[str, Any]]
 
@@ -37,6 +40,7 @@ class Inbox(BaseModel):
     updates: list[JobUpdate] = Field(default_factory=list)  # the jobs' news, in the order it arrived
     stop: StopKind | None = None  # the stop asked for so far (None: nothing new)
     priorities: list[int] = Field(default_factory=list)  # `ferry set-priority`, in order
+    load: LoadChange | None = None  # the load watch wants another replica count
 
 
 def plan_of(inp: RunInput) -> RunPlan:
@@ -49,6 +53,21 @@ def plan_of(inp: RunInput) -> RunPlan:
         stop_criteria=conf.stop_criteria.value,
         retry=conf.retry,
         submitted_at=inp.submitted_at,
+        scaling=scaling_rule(conf),
+    )
+
+
+def scaling_rule(conf: RunConfiguration) -> ScalingRule | None:
+    """A service's autoscaling rule, when its `replicas` is a range (which then needs `scaling`)."""
+    if not isinstance(conf, ServiceConfiguration) or conf.scaling is None:
+        return None
+    return ScalingRule(
+        min_replicas=conf.replicas.min,
+        max_replicas=conf.replicas.max,
+        target=conf.scaling.target,
+        window=conf.scaling.window,
+        scale_up_delay=conf.scaling.scale_up_delay,
+        scale_down_delay=conf.scaling.scale_down_delay,
     )
 
 
@@ -80,10 +99,13 @@ def advance(machine: RunMachine, inbox: Inbox, now: float) -> Step:
         _set_priority(b, priority)
     if terminating.stop_pending(b):
         terminating.begin_stop(b)
-    elif pending.retry_due(b):
-        pending.resubmit_all(b)
-    elif active.applies(b):
-        active.decide(b)
+    else:
+        if inbox.load is not None and scaling.applies(b):
+            scaling.rescale(b, inbox.load.desired, inbox.load.rps)
+        if pending.retry_due(b):
+            pending.resubmit_all(b)
+        elif active.applies(b):
+            active.decide(b)
     if terminating.applies(b):
         terminating.terminate_and_clean(b)
     return b.step()

@@ -20,6 +20,7 @@ from core.eventlog import Event
 from core.runs.derivation import jobs_to_stop
 from core.runs.effects import Effect, StartJob, TerminateJob
 from core.runs.state_machine import RunState, apply_run_event
+from core.services.autoscaler import ScalingRule
 from core.status import JobTerminationReason
 
 JobKey = tuple[int, int, int]  # (replica, job, submission)
@@ -49,6 +50,7 @@ class RunPlan(BaseModel):
     stop_criteria: Literal["all-done", "master-done"]
     retry: RetryPolicy | None = None
     submitted_at: float  # when the run's current cycle began: no retry clock starts before it
+    scaling: ScalingRule | None = None  # a service whose replica count follows its load
 
 
 class RunMachine(BaseModel):
@@ -135,6 +137,10 @@ class StepBuilder:
                     message="its replica is resubmitted",
                 )
             )
+
+    def told_keys(self) -> set[JobKey]:
+        """The jobs told to terminate so far, with or without a grace period."""
+        return {(replica, job, submission) for replica, job, submission, _ in self._told}
 
     def tell_once(self, key: JobKey, reason: JobTerminationReason, abort: bool) -> None:
         """Tell a job to terminate for the run's reason, once per (job, abort)."""

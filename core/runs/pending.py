@@ -17,6 +17,9 @@ from core.status import JobStatus, JobTerminationReason, RunStatus
 
 def enter(b: StepBuilder, decision: RunDecision) -> None:
     """The run becomes PENDING (the caller logs the status): when to resubmit, and what to stop now."""
+    if not decision.replicas_to_resubmit:
+        b.retry_at = None  # scaled to zero: a request wakes it (core.runs.scaling), no backoff to wait out
+        return
     b.retry_at = decision.retry_at or b.now + pending_backoff(b.state.retries)
     for replica in decision.replicas_to_resubmit:
         b.stop_replica(replica)

@@ -20,6 +20,7 @@ Run events (status after; '=' unchanged):
 |   status, reason, exit_status?,         |                                   |                           |
 |   provisioned?}                         |                                   |                           |
 | retry {replicas, attempt, backoff}      | any active but TERMINATING        | =                         |
+| scale {replicas, rps}                   | any active but TERMINATING        | =                         |
 | exception {type, severity, note?}       | any active                        | = (recorded only)         |
 | priority {priority}, memo, debug.*      | any active                        | =                         |
 | clean {status, reason}                  | TERMINATING, all jobs finished    | reason.to_status()        |
@@ -64,6 +65,7 @@ RUN_EVENTS_FROM: dict[str, frozenset[RunStatus]] = {
     "job-status": _ACTIVE_RUN,
     "job-finish": _ACTIVE_RUN,
     "retry": _NOT_TERMINATING,
+    "scale": _NOT_TERMINATING,
     "exception": _ACTIVE_RUN,
     "priority": _ACTIVE_RUN,
     "memo": _ACTIVE_RUN,
@@ -136,6 +138,8 @@ class RunState(BaseModel):
     exceptions: tuple[ExceptionRecord, ...] = ()
     priority: int | None = None
     memo: dict[str, Any] = Field(default_factory=dict)
+    replicas: int | None = None  # the autoscaler's latest count (None: the count the run started with)
+    scaled_at: float | None = None  # when it was decided
 
     def job(self, replica_num: int, job_num: int) -> RunJob | None:
         return next((j for j in self.jobs if (j.replica_num, j.job_num) == (replica_num, job_num)), None)
@@ -150,7 +154,7 @@ def status_message(state: RunState) -> str | None:
     if state.termination_reason is not None:
         return state.termination_reason.value.replace("_", " ")
     if state.status == RunStatus.PENDING:
-        return "retrying"
+        return "scaled to zero: a request wakes it" if state.replicas == 0 else "retrying"
     return None
 
 
@@ -275,6 +279,12 @@ def _retry(state: RunState, event: Event) -> RunState:
     return state.model_copy(update={"retries": state.retries + 1, "retry_attempt": attempt})
 
 
+def _scale(state: RunState, event: Event) -> RunState:
+    replicas = need_index(event, "replicas")
+    need(event, "rps", float)
+    return state.model_copy(update={"replicas": replicas, "scaled_at": event.timestamp})
+
+
 def _clean(state: RunState, event: Event) -> RunState:
     status = need(event, "status", RunStatus)
     check_final(status, need(event, "reason", RunTerminationReason), state.termination_reason)
@@ -295,6 +305,7 @@ _RUN_HANDLERS: dict[str, Callable[[RunState, Event], RunState]] = {
     "job-status": _job_status,
     "job-finish": _job_finish,
     "retry": _retry,
+    "scale": _scale,
     "exception": _exception,
     "priority": lambda state, event: state.model_copy(update={"priority": need_index(event, "priority")}),
     "memo": lambda state, event: state.model_copy(update={"memo": memo_update(state.memo, event)}),

@@ -62,6 +62,7 @@ def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int
         fleet_workflow_id=fleet_workflow_id(inp.project, inp.fleet),
         request_id=placement_request_id(inp.run_id, replica, submissions[0]),
         enqueue=enqueue,
+        service=run_type.service_job(),
     )
 
 

@@ -17,3 +17,9 @@ WATCH_FLEET_HEALTH = "watch_fleet_health"
 CLEAN_INSTANCE = "clean_instance"
 RECORD_FLEET = "record_fleet"
 STOP_FLEET = "stop_fleet"
+
+# Services (activities/services.py): readiness, draining and load.
+PROBE_REPLICA = "probe_replica"
+DRAIN_REPLICA = "drain_replica"
+UNREGISTER_REPLICA = "unregister_replica"
+WATCH_LOAD = "watch_load"

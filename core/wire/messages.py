@@ -13,7 +13,8 @@ from core.fleets.placement import PlacementRequest
 from core.runs.machine import RunMachine
 from core.runs.state_machine import RunState
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
-from core.wire.agent_api import ClusterInfo, JobSpec, Resources
+from core.wire.agent_api import ClusterInfo, JobSpec, Resources, TaskNetwork
+from core.wire.services import ServiceJob
 
 
 class _Message(BaseModel):
@@ -125,6 +126,7 @@ class JobInput(_Message):
     fleet_workflow_id: str  # the scheduler that places it
     request_id: str  # its replica's placement request
     enqueue: Enqueue | None = None  # node 0 sends its replica's request; the other nodes wait for theirs
+    service: ServiceJob | None = None  # a service replica: registered in the proxies once its probes pass
 
 
 class TerminateJob(_Message):
@@ -235,6 +237,7 @@ class PrepareTask(_Message):
     resources: Resources
     ports: list[int] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    network: TaskNetwork = "host"
 
 
 class StartJob(_Message):

@@ -61,15 +61,20 @@ def test_validate_refuses_a_fleet_of_nodes_among_good_files(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    ("auth", "line"),
-    [("", "port, auth"), ("auth: true\n", "port, auth"), ("auth: false\n", "port")],
+    ("extra", "line"),
+    [
+        ("", None),
+        ("auth: true\n", None),
+        ("gateway: gw\nrate_limits: [{rps: 1}]\n", "gateway, https, rate_limits"),
+    ],
 )
-def test_validate_names_auth_unless_it_is_off(tmp_path: Path, auth: str, line: str) -> None:
+def test_validate_names_the_service_fields_not_acted_on(tmp_path: Path, extra: str, line: str | None) -> None:
     config = tmp_path / "web.yml"
-    config.write_text("type: service\nport: 8000\ncommands: [serve]\n" + auth)
+    config.write_text("type: service\nport: 8000\ncommands: [serve]\n" + extra)
     result = runner.invoke(app, ["validate", str(config)])
     assert result.exit_code == 0
-    assert result.stderr.splitlines() == [f"{config}: warning: Ferry does not act on yet: {line}"]
+    expected = [] if line is None else [f"{config}: warning: Ferry does not act on yet: {line}"]
+    assert result.stderr.splitlines() == expected
 
 
 @pytest.mark.usefixtures("no_stack")

@@ -402,7 +402,8 @@ def test_no_warning_for_supported_fields() -> None:
 
 
 def test_service_and_dev_environment_unsupported_fields() -> None:
-    assert service("auth: true\nhttps: false\nmodel: m\n").unsupported_fields() == ["port", "auth", "model"]
+    assert service("auth: true\nhttps: false\nmodel: m\n").unsupported_fields() == []
+    assert service("gateway: gw\n").unsupported_fields() == ["gateway", "https"]
     dev = load("type: dev-environment\nide: vscode\nversion: '1.90'\npython: '3.11'\n")
     assert dev.unsupported_fields() == ["python", "ide", "version"]
 
@@ -431,7 +432,6 @@ def test_the_examples_are_all_there() -> None:
 EXAMPLE_WARNINGS = {
     "dev-environment.yml": ["ide", "inactivity_duration"],
     "scheduled.yml": ["schedule"],
-    "service.yml": ["port", "replicas", "scaling", "probes", "auth"],
 }
 
 

@@ -52,7 +52,8 @@ _RUN_ACTED_ON = {
 }  # fmt: skip
 ACTED_ON: dict[type[ConfigModel], set[str]] = {
     TaskConfiguration: _RUN_ACTED_ON | {"type", "commands", "nodes"},
-    ServiceConfiguration: _RUN_ACTED_ON | {"type", "commands"},
+    ServiceConfiguration: _RUN_ACTED_ON
+    | {"type", "commands", "port", "replicas", "scaling", "probes", "strip_prefix", "auth", "model"},
     DevEnvironmentConfiguration: _RUN_ACTED_ON | {"type", "init"},
     # `nodes` is refused (no cloud backend); an SSH fleet's `resources` is warned about in
     # FleetConfiguration.unsupported_fields.
@@ -87,31 +88,25 @@ def test_cloud_fields_are_one_list_shared_by_runs_and_fleets(model: type[ConfigM
 @pytest.mark.parametrize("kind", list(RUN_TYPES))
 def test_every_run_type_names_volumes_and_schedule(kind: str) -> None:
     base = RUN_TYPES[kind]
-    assert warned(base) == {"task": [], "service": ["port"], "dev-environment": ["ide"]}[kind]
+    assert warned(base) == {"task": [], "service": [], "dev-environment": ["ide"]}[kind]
     fields = warned(base + "volumes: [data:/data]\nschedule: {cron: '0 2 * * *'}\nspot_policy: auto\n")
     assert {"volumes", "schedule", "spot_policy"} <= set(fields)
 
 
-def test_a_service_without_auth_asks_for_auth() -> None:
-    # dstack's default is `auth: true`, and Ferry answers anyone: the warning must say so.
-    line = loaded("type: service\nport: 8000\ncommands: [serve]\n").warning()
-    assert line == "x.yml: warning: Ferry does not act on yet: port, auth"
-    assert "auth" in warned("type: service\nport: 8000\ncommands: [serve]\nauth: true\n")
-    assert warned("type: service\nport: 8000\ncommands: [serve]\nauth: false\n") == ["port"]
-
-
-def test_a_range_of_replicas_is_autoscaling() -> None:
+def test_the_proxy_acts_on_port_auth_probes_and_scaling() -> None:
+    # The proxy (gateway/) serves the port, checks the token, follows the probes; the run autoscales.
+    assert loaded("type: service\nport: 8000\ncommands: [serve]\n").warning() is None
+    assert warned("type: service\nport: 8000\ncommands: [serve]\nauth: true\nmodel: m\n") == []
     service = RUN_TYPES["service"]
-    assert warned(service + "replicas: 3\n") == ["port"]
-    fields = warned(service + "replicas: 1..4\nscaling: {target: 5}\nprobes: [{url: /health}]\n")
-    assert fields == ["port", "replicas", "scaling", "probes"]
+    assert warned(service + "replicas: 1..4\nscaling: {target: 5}\nprobes: [{url: /health}]\n") == []
 
 
-def test_service_proxy_fields() -> None:
+def test_a_separate_gateway_and_rate_limits_are_not_acted_on() -> None:
     fields = warned(RUN_TYPES["service"] + "strip_prefix: true\nhttps: true\ngateway: gw\n")
-    assert fields == ["port", "strip_prefix", "gateway", "https"]
-    # `strip_prefix: false` asks for nothing a missing proxy would fail to do.
-    assert warned(RUN_TYPES["service"] + "strip_prefix: false\n") == ["port"]
+    assert fields == ["gateway", "https"]
+    # https (on by default) is about a gateway's domain: with no gateway it asks for nothing.
+    assert warned(RUN_TYPES["service"] + "https: true\n") == []
+    assert warned(RUN_TYPES["service"] + "rate_limits: [{rps: 5}]\n") == ["rate_limits"]
 
 
 def test_startup_order_only_when_it_asks_for_an_order() -> None:

@@ -228,6 +228,8 @@ def run_context(draw: st.DrawFn, state: RunState, name: str) -> dict[str, Any]:
         }
     if name == "priority":
         return {"priority": draw(st.integers(0, 100))}
+    if name == "scale":
+        return {"replicas": draw(st.integers(0, 4)), "rps": draw(st.floats(0, 100))}
     return draw(st.dictionaries(st.sampled_from(["a", "b"]), st.none() | st.integers() | st.text(max_size=3)))
 
 

@@ -43,6 +43,7 @@ def test_services(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert set(services) == {
         "postgresql", "temporal", "temporal-search-attributes", "temporal-ui", "ferry-db", "ferry-worker",
+        "ferry-proxy",
     }  # fmt: skip
     assert services["temporal"]["image"].startswith("temporalio/auto-setup:")
     assert services["temporal"]["environment"]["DB"] == "postgres12"

@@ -7,6 +7,8 @@ import signal
 import time
 from pathlib import Path
 
+import httpx
+
 from tests.e2e.conftest import Ferry, ferry_env
 from worker.stack import Stack, pid_alive
 
@@ -22,8 +24,11 @@ def test_start_status_stop(tmp_path: Path) -> None:
         assert address.startswith("127.0.0.1:") and ui_url.startswith("http://127.0.0.1:")
         assert address in started.stdout and ui_url in started.stdout
         pids = {p["name"]: p["pid"] for p in status["processes"]}
-        assert set(pids) == {"temporal", "worker", "agent"}
-        for name in ("temporal", "worker"):
+        assert set(pids) == {"temporal", "worker", "proxy", "agent"}
+        proxy = next(p for p in status["processes"] if p["name"] == "proxy")
+        assert proxy["address"].startswith("http://127.0.0.1:") and proxy["address"] in started.stdout
+        assert httpx.get(proxy["address"] + "/healthz", trust_env=False).text == "ok"
+        for name in ("temporal", "worker", "proxy"):
             assert (tmp_path / "stack" / f"{name}.pid").read_text().strip() == str(pids[name])
         assert (tmp_path / "stack" / "temporal.db").exists()
         # Idempotent: a second start finds everything running and starts nothing.
@@ -32,7 +37,7 @@ def test_start_status_stop(tmp_path: Path) -> None:
         assert {p["name"]: p["pid"] for p in again["processes"]} == pids
     finally:
         stopped = ferry("server", "stop")
-    assert stopped.stdout == "stopped: worker, temporal, agent\n"
+    assert stopped.stdout == "stopped: proxy, worker, temporal, agent\n"
     assert not any(pid_alive(pid) for pid in pids.values())
     assert ferry("server", "status").returncode == 3  # not running
     # The ports are kept for the next start, so that the addresses stay the same.
@@ -57,5 +62,5 @@ def test_foreground_server_stops_its_stack_on_sigterm(tmp_path: Path) -> None:
             server.kill()
             stack.stop()
     assert server.returncode == 0, err
-    assert "running" in out and out.endswith("stopped: worker, temporal, agent\n")
+    assert "running" in out and out.endswith("stopped: proxy, worker, temporal, agent\n")
     assert not any(pid_alive(pid) for pid in pids)

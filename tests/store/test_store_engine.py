@@ -16,7 +16,20 @@ from store.engine import alembic_config, make_engine, migrate
 from store.opening import open_store
 from store.repository import Store
 
-TABLES = {"runs", "job_submissions", "events", "log_chunks", "code_archives", "fleets", "instances"}
+TABLES = {
+    "runs",
+    "job_submissions",
+    "events",
+    "log_chunks",
+    "code_archives",
+    "fleets",
+    "instances",
+    "service_replicas",
+    "gateways",
+    "replica_drains",
+    "service_requests",
+    "users",
+}
 
 
 def _tables(url: str) -> set[str]:
@@ -80,7 +93,7 @@ def test_migrate_twice_is_a_no_op(store: Store, db_url: str) -> None:
     revision = _revision(db_url)
     migrate(db_url)
     migrate(store.engine)
-    assert _revision(db_url) == revision == ("0002",)
+    assert _revision(db_url) == revision == ("0003",)
     assert store.get_code(code_hash) == b"kept"
 
 

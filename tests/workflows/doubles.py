@@ -46,6 +46,7 @@ from core.wire.messages import (
     TaskRef,
     WatchJob,
 )
+from tests.workflows.service_doubles import ServiceDoubles
 
 Key = tuple[int, int, int]  # (replica, job, submission)
 _KEY = re.compile(r"-r(\d+)-j(\d+)-s(\d+)$")
@@ -106,10 +107,11 @@ class Log:
         return [self.events[n] for n in range(len(self.events))]
 
 
-class FakeBackend:
+class FakeBackend(ServiceDoubles):
     """The activity doubles, and what they were asked to do (`calls`, in order)."""
 
     def __init__(self) -> None:
+        super().__init__()
         # Scripts, by job submission key; a missing key: the job starts and exits 0.
         self.prepare_script: dict[Key, str | float] = {}  # BLOCK, or the seconds the step takes
         self.start_script: dict[Key, Callable[[], ApplicationError]] = {}
@@ -141,6 +143,7 @@ class FakeBackend:
             self.watch_job,
             self.stop_task,
             self.release_task,
+            *self.service_activities(),
         ]
 
     def called(self, name: str, key: Key | None = None) -> list[Any]:

@@ -1,0 +1,218 @@
+"""Service activities (docs/services.md): a replica's registration and probes, its drain, the load watch.
+
+- `probe_replica` registers a running replica in the store (where every proxy reads it) and probes it
+  until its state changes: ready once its probes pass, unready when one fails after that. The job
+  workflow logs each change and calls it again; a lost worker's attempt is retried elsewhere (heartbeats).
+- `drain_replica` takes the replica out of rotation and waits until every live proxy says it has no
+  request in flight to it, so that stopping its job cuts none.
+- `unregister_replica` removes it once its job has ended.
+- `watch_load` measures a service's request rate (every proxy's counts, in the store) until the
+  autoscaler's rule (core.services.autoscaler) wants another replica count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+from temporalio import activity
+
+from activities.agent_client import AgentError
+from activities.instances import InstanceDirectory
+from activities.jobs import heartbeating
+from core.configuration.service import ProbeSpec
+from core.services.autoscaler import desired_replicas
+from core.services.probes import PORT_PROBE, ProbeStatus, replica_state
+from core.services.replicas import ReplicaState
+from core.wire import activity_names as names
+from core.wire.services import (
+    DrainReplica,
+    DrainResult,
+    LoadChange,
+    ProbeReplica,
+    ReplicaReadiness,
+    WatchLoad,
+)
+from store import ServiceReplicaRecord, Store
+
+# How often an unready probe runs: faster than `interval` (dstack's default is 15 s) until the replica is
+# first ready, so that a replica gets traffic (a request held while scaling from zero is answered) well
+# within a second of its port opening. Once passed, a probe runs at its own `interval`.
+PROBE_UNTIL_READY_EVERY = 0.1
+PORT_PROBE_EVERY = 1.0  # the port check of a service with no probes, once ready
+PORT_PROBE_TIMEOUT = 2.0
+# A proxy not heard from for this long is gone: a drain does not wait for it.
+GATEWAY_SILENT_AFTER = 5.0
+DRAIN_POLL = 0.05
+LOAD_POLL = 0.5
+
+
+class ServiceActivities:
+    def __init__(self, instances: InstanceDirectory, store: Store, *, load_poll: float = LOAD_POLL) -> None:
+        self._instances = instances
+        self._store = store
+        self._load_poll = load_poll
+
+    @activity.defn(name=names.PROBE_REPLICA)
+    async def probe_replica(self, request: ProbeReplica) -> ReplicaReadiness:
+        async with heartbeating():
+            url = await self._replica_url(request)
+            record = await asyncio.to_thread(self._register, request, url)
+            probes = list(request.service.probes)
+            statuses = _statuses(probes, record)
+            state = ReplicaState(record.state)
+            due = [0.0] * len(statuses)
+            async with httpx.AsyncClient() as http:
+                while True:
+                    now = time.monotonic()
+                    ready = [i for i, at in enumerate(due) if now >= at]
+                    results = await asyncio.gather(*(_probe(http, url, probes, i) for i in ready))
+                    for i, (ok, result) in zip(ready, results, strict=True):
+                        statuses[i] = statuses[i].after(ok, result)
+                        due[i] = time.monotonic() + _interval(probes, i, statuses[i])
+                    new = replica_state(state, statuses)
+                    if ready:
+                        encoded = json.dumps([s.model_dump() for s in statuses])
+                        kept = await asyncio.to_thread(
+                            self._store.set_replica_state, request.job_submission_id, new, encoded
+                        )
+                        if not kept:  # draining or unregistered: its job no longer follows the probes
+                            return ReplicaReadiness(state=ReplicaState.DRAINING, detail="no longer probed")
+                    state = new
+                    if state != request.known:
+                        return ReplicaReadiness(state=state, detail=_detail(probes, statuses))
+                    await asyncio.sleep(max(min(due) - time.monotonic(), 0.01))
+
+    @activity.defn(name=names.DRAIN_REPLICA)
+    async def drain_replica(self, request: DrainReplica) -> DrainResult:
+        replica_id = request.job_submission_id
+        started = time.monotonic()
+        async with heartbeating():
+            found = await asyncio.to_thread(self._store.set_replica_state, replica_id, ReplicaState.DRAINING)
+            if not found:
+                return DrainResult(drained=True, waited=0)
+            while True:
+                pending = await asyncio.to_thread(self._undrained_by, replica_id)
+                waited = time.monotonic() - started
+                if not pending:
+                    return DrainResult(drained=True, waited=waited)
+                if waited >= request.grace:
+                    return DrainResult(drained=False, waited=waited, pending=sorted(pending))
+                await asyncio.sleep(DRAIN_POLL)
+
+    @activity.defn(name=names.UNREGISTER_REPLICA)
+    async def unregister_replica(self, job_submission_id: str) -> None:
+        await asyncio.to_thread(self._store.remove_replica, job_submission_id)
+
+    @activity.defn(name=names.WATCH_LOAD)
+    async def watch_load(self, request: WatchLoad) -> LoadChange:
+        rule = request.rule
+        async with heartbeating():
+            while True:
+                now = time.time()
+                count = await asyncio.to_thread(
+                    self._store.request_count, request.run_id, int(now - rule.window)
+                )
+                rps = count / rule.window
+                desired = desired_replicas(
+                    rule, current=request.current, rps=rps, last_change_at=request.last_change_at, now=now
+                )
+                if desired != request.current:
+                    return LoadChange(desired=desired, rps=round(rps, 3))
+                await asyncio.sleep(self._load_poll)
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    async def _replica_url(self, request: ProbeReplica) -> str:
+        """Where the proxies reach the replica: its task's own address (an isolated network), else its
+        instance's."""
+        address: str | None = None
+        client = await self._instances.resolve(request.instance_name)
+        try:
+            address = (await client.get_task(request.job_submission_id)).address
+        except AgentError:
+            address = None
+        if address is None:
+            instance = await asyncio.to_thread(self._store.find_instance, request.instance_name)
+            address = instance.address if instance is not None and instance.address else "127.0.0.1"
+        return f"http://{address}:{request.service.port}"
+
+    def _register(self, request: ProbeReplica, url: str) -> ServiceReplicaRecord:
+        """The replica's record, registered now unless an earlier attempt did."""
+        stored = self._store.get_replica(request.job_submission_id)
+        if stored is not None and stored.url == url:
+            return stored
+        record = ServiceReplicaRecord(
+            id=request.job_submission_id,
+            run_id=request.run_id,
+            replica_num=request.replica_num,
+            submission_num=request.submission_num,
+            deployment_num=request.service.deployment_num,
+            url=url,
+            state=request.known,
+        )
+        self._store.register_replica(record)
+        return record
+
+    def _undrained_by(self, replica_id: str) -> set[str]:
+        live = {g.id for g in self._store.live_gateways(time.time() - GATEWAY_SILENT_AFTER)}
+        return live - self._store.drained_by(replica_id)
+
+
+def _statuses(probes: list[ProbeSpec], record: ServiceReplicaRecord) -> list[ProbeStatus]:
+    """The probes' statuses as an earlier attempt stored them, or fresh ones."""
+    fresh = [ProbeStatus(url=p.url, ready_after=p.ready_after) for p in probes] or [
+        ProbeStatus(url=PORT_PROBE)
+    ]
+    try:
+        stored = [ProbeStatus.model_validate(s) for s in json.loads(record.probes)]
+    except (ValueError, TypeError):
+        return fresh
+    same = [(s.url, s.ready_after) for s in stored] == [(s.url, s.ready_after) for s in fresh]
+    return stored if same else fresh
+
+
+def _interval(probes: list[ProbeSpec], index: int, status: ProbeStatus) -> float:
+    if not status.passed:
+        return PROBE_UNTIL_READY_EVERY
+    return float(probes[index].interval) if probes else PORT_PROBE_EVERY
+
+
+async def _probe(http: httpx.AsyncClient, url: str, probes: list[ProbeSpec], index: int) -> tuple[bool, str]:
+    """One probe's result: (passed, what happened)."""
+    if not probes:
+        return await _port_open(url)
+    probe = probes[index]
+    headers = {h.name: h.value for h in probe.headers}
+    try:
+        response = await http.request(
+            probe.method.upper(), url + probe.url, headers=headers, content=probe.body, timeout=probe.timeout
+        )
+    except httpx.TimeoutException:
+        return False, f"no answer in {probe.timeout}s"
+    except httpx.HTTPError as err:
+        return False, _short(err)
+    return 200 <= response.status_code < 400, str(response.status_code)
+
+
+async def _port_open(url: str) -> tuple[bool, str]:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), PORT_PROBE_TIMEOUT)
+    except (OSError, TimeoutError) as err:
+        return False, _short(err)
+    writer.close()
+    return True, "port open"
+
+
+def _short(err: BaseException) -> str:
+    text = str(err) or type(err).__name__
+    return text.splitlines()[0][:120]
+
+
+def _detail(probes: list[ProbeSpec], statuses: list[ProbeStatus]) -> str:
+    if not probes:
+        return f"port: {statuses[0].last}"
+    return "; ".join(f"{p.method.upper()} {p.url}: {s.last}" for p, s in zip(probes, statuses, strict=True))

@@ -1,0 +1,79 @@
+"""What the CLI shows of services (docs/services.md): a service's URL on a live proxy, each replica's probe
+state, and the user's token that a service with `auth` asks for (`ferry token`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from core.services.probes import ProbeStatus, probe_summary
+from core.services.replicas import service_url, token_hash
+
+if TYPE_CHECKING:
+    from store import RunRecord, Store
+
+# A proxy heard from within this long is live (it heartbeats every second).
+LIVE_PROXY = 5.0
+TOKEN_FILE = "token"
+
+
+@dataclass
+class ServiceView:
+    url: str | None  # None: no proxy is running
+    replicas: dict[str, str] = field(default_factory=dict)  # job submission id -> "ready 1/1"
+
+
+def proxy_url(store: Store) -> str | None:
+    """FERRY_GATEWAY_URL if set (a proxy behind another address), else the newest live proxy's URL."""
+    configured = os.environ.get("FERRY_GATEWAY_URL")
+    if configured:
+        return configured.rstrip("/")
+    live = store.live_gateways(time.time() - LIVE_PROXY)
+    return live[0].url if live else None
+
+
+def service_views(store: Store, runs: list[RunRecord]) -> dict[str, ServiceView]:
+    """The services among `runs`, by run id."""
+    services = [run for run in runs if run.type == "service"]
+    if not services:
+        return {}
+    base = proxy_url(store)
+    views = {
+        run.id: ServiceView(url=None if base is None else service_url(base, run.project, run.run_name))
+        for run in services
+    }
+    for replica in store.list_service_replicas([run.id for run in services]):
+        try:
+            probes = [ProbeStatus.model_validate(p) for p in json.loads(replica.probes)]
+        except ValueError:
+            probes = []
+        views[replica.run_id].replicas[replica.id] = probe_summary(replica.state, probes)
+    return views
+
+
+def user_token(store: Store, home_token: os.PathLike[str], user: str, *, rotate: bool = False) -> str:
+    """The user's token: the one kept in FERRY_HOME (created on first use, or anew with `rotate`), known to
+    the store by its hash so that every proxy accepts it."""
+    from worker.processes import private_opener
+
+    path = os.fspath(home_token)
+    token = None
+    if not rotate:
+        try:
+            with open(path) as kept:
+                token = kept.read().strip() or None
+        except FileNotFoundError:
+            token = None
+    if token is None:
+        token = secrets.token_urlsafe(32)
+        with open(path, "w", opener=private_opener) as out:
+            out.write(token + "\n")
+    digest = token_hash(token)
+    stored = store.get_user(user)
+    if stored is None or stored.token_hash != digest:
+        store.put_user(user, digest)
+    return token

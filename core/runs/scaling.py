@@ -1,0 +1,68 @@
+"""A service's replica count (docs/services.md#autoscaling): the autoscaler's answer carried out.
+
+The load watch (activities.services.watch_load) says when `core.services.autoscaler` wants another count;
+this phase logs it (`scale`) and submits new replicas or stops surplus ones. A surplus replica's jobs
+end SCALED_DOWN and no longer count towards the run's status (docs/runs.md STEP 2); a service scaled to
+zero goes PENDING (STEP 3) until a request wakes it. Stopped replicas are the newest first: the oldest
+have been ready longest.
+"""
+
+from __future__ import annotations
+
+from core.runs.machine import StepBuilder
+from core.runs.state_machine import RunState
+from core.status import JobStatus, JobTerminationReason, RunStatus
+
+SCALED_DOWN = JobTerminationReason.SCALED_DOWN
+
+
+def current_replicas(b: StepBuilder) -> int:
+    """The count the run keeps now: the autoscaler's latest, else the one it started with."""
+    return b.state.replicas if b.state.replicas is not None else b.plan.replicas
+
+
+# The statuses in which a run's replica count follows its load.
+SCALES_IN = frozenset({RunStatus.SUBMITTED, RunStatus.PROVISIONING, RunStatus.RUNNING, RunStatus.PENDING})
+
+
+def applies(b: StepBuilder) -> bool:
+    return b.plan.scaling is not None and b.state.status in SCALES_IN
+
+
+def rescale(b: StepBuilder, desired: int, rps: float) -> None:
+    """Log the new count; start or stop replicas to reach it; wake a run scaled to zero."""
+    live = serving_replicas(b.state, b.told_keys())
+    b.log("scale", replicas=desired, rps=float(rps))
+    if desired > len(live):
+        for replica in free_replica_numbers(b.state, live, desired - len(live)):
+            b.submit_replica(replica)
+    for replica in sorted(live, reverse=True)[: max(len(live) - desired, 0)]:
+        for job in b.state.jobs:
+            if job.replica_num == replica and job.status.is_active() and job.status != JobStatus.TERMINATING:
+                b.tell_once((job.replica_num, job.job_num, job.submission_num), SCALED_DOWN, abort=False)
+    if b.state.status == RunStatus.PENDING and desired > 0:
+        b.retry_at = None
+        b.log("status", status=RunStatus.SUBMITTED)
+
+
+def serving_replicas(state: RunState, told: set[tuple[int, int, int]]) -> list[int]:
+    """Replicas that serve or are on their way to: their latest jobs active and not told to stop."""
+    live: set[int] = set()
+    stopping: set[int] = set()
+    for job in state.jobs:
+        if not job.status.is_active() or job.status == JobStatus.TERMINATING:
+            continue
+        if (job.replica_num, job.job_num, job.submission_num) in told:
+            stopping.add(job.replica_num)
+        else:
+            live.add(job.replica_num)
+    return sorted(live - stopping)
+
+
+def free_replica_numbers(state: RunState, live: list[int], count: int) -> list[int]:
+    """`count` replica numbers for new replicas: those whose jobs have all finished first, then new ones."""
+    busy = set(live) | {j.replica_num for j in state.jobs if not j.status.is_finished()}
+    known = sorted({j.replica_num for j in state.jobs})
+    reusable = [r for r in known if r not in busy]
+    fresh = range(max(known, default=-1) + 1, max(known, default=-1) + 1 + count)
+    return [*reusable, *fresh][:count]

@@ -1,0 +1,65 @@
+"""Messages between the workflows and the services activities (activities.services; docs/services.md)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.configuration.service import ProbeSpec
+from core.services.autoscaler import ScalingRule
+from core.services.replicas import ReplicaState
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ServiceJob(_Message):
+    """What a service replica's job knows of serving: the port its commands listen on and its probes."""
+
+    port: int
+    probes: list[ProbeSpec] = Field(default_factory=list)
+    deployment_num: int = 0
+
+
+class ProbeReplica(_Message):
+    """Register the replica (if it is not yet), probe it, and return once its state is not `known`."""
+
+    job_submission_id: str
+    run_id: str
+    instance_name: str
+    replica_num: int
+    submission_num: int
+    service: ServiceJob
+    known: ReplicaState = ReplicaState.PROBING
+
+
+class ReplicaReadiness(_Message):
+    state: ReplicaState
+    detail: str  # the probes' last results, e.g. "GET /health: 200"
+
+
+class DrainReplica(_Message):
+    """No new requests to the replica; wait (up to `grace` seconds) until no proxy has one in flight."""
+
+    job_submission_id: str
+    grace: float
+
+
+class DrainResult(_Message):
+    drained: bool  # every live proxy said it has nothing in flight
+    waited: float
+    pending: list[str] = Field(default_factory=list)  # the proxies that had not said so
+
+
+class WatchLoad(_Message):
+    """Measure a service's request rate until the autoscaler wants another replica count."""
+
+    run_id: str
+    rule: ScalingRule
+    current: int
+    last_change_at: float
+
+
+class LoadChange(_Message):
+    desired: int
+    rps: float

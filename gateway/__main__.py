@@ -1,0 +1,5 @@
+"""`python -m gateway`: see gateway.main."""
+
+from gateway.main import main
+
+main()

@@ -1,0 +1,102 @@
+"""The proxy assembled: its parts, their start and stop, and the aiohttp application that serves them.
+
+`Gateway(store, public_url=...)` owns one directory (the routing table), balancer, drainer, request
+counter, token cache and client session; `gateway.application()` is the aiohttp app. Starting the app
+(runner.setup) reads the table once and records the proxy in the store, so the first request finds its
+service. Stopping (runner.cleanup): held requests are answered 503 at once, those in flight get the
+runner's shutdown_timeout to finish, then the last counts are written and the proxy's record removed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from gateway.access import Access
+from gateway.balancer import Balancer
+from gateway.directory import Directory
+from gateway.draining import Drainer
+from gateway.forwarding import Forwarder
+from gateway.models_api import ModelsApi
+from gateway.options import GatewayOptions
+from gateway.request_stats import RequestStats
+from gateway.services_api import ServicesApi
+from gateway.tokens import TokenChecker
+from store.repository import Store
+
+# The largest body read whole (a model request's JSON, to find its `model`); others stream at any size.
+MAX_READ_BODY = 64 * 1024 * 1024
+
+
+class Gateway:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        public_url: str,
+        options: GatewayOptions | None = None,
+        gateway_id: str | None = None,
+    ) -> None:
+        self.id = gateway_id or str(uuid.uuid4())
+        self.options = options or GatewayOptions()
+        self.public_url = public_url
+        self.balancer = Balancer()
+        self.drainer = Drainer(store, self.id, self.balancer)
+        self.directory = Directory(store, self.id, public_url, self.options, self.drainer)
+        self.stats = RequestStats(store, self.id, self.options)
+        self.tokens = TokenChecker(store, self.options)
+        self.forwarder = Forwarder(self.directory, self.balancer, self.stats, self.options)
+        access = Access(self.directory, self.tokens, self.stats)
+        self._services = ServicesApi(access, self.forwarder)
+        self._models = ModelsApi(access, self.forwarder)
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_READ_BODY)
+        app.router.add_get("/healthz", _healthz)
+        self._services.add_routes(app.router)
+        self._models.add_routes(app.router)
+        app.cleanup_ctx.append(self._running)
+        app.on_shutdown.append(self._shutting_down)
+        return app
+
+    async def start(self) -> None:
+        await self.forwarder.start()
+        try:
+            await self.directory.start()
+        except BaseException:
+            await self.forwarder.stop()
+            raise
+        self.stats.start()
+
+    async def stop(self) -> None:
+        self.directory.close_waiters()
+        await self.stats.stop()
+        await self.drainer.stop()
+        await self.directory.stop()
+        await self.forwarder.stop()
+
+    async def _running(self, _app: web.Application) -> AsyncIterator[None]:
+        await self.start()
+        yield
+        await self.stop()
+
+    async def _shutting_down(self, _app: web.Application) -> None:
+        self.directory.close_waiters()  # held requests: 503 now, not at the shutdown timeout
+
+
+async def _healthz(_request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def make_runner(gateway: Gateway) -> web.AppRunner:
+    """A runner for the gateway's app: no access log (it costs each request), handlers cancelled when
+    their client goes away (a held request stops waiting; a replica stops streaming to no one)."""
+    return web.AppRunner(
+        gateway.application(),
+        handle_signals=False,
+        access_log=None,
+        shutdown_timeout=gateway.options.shutdown_timeout,
+        handler_cancellation=True,
+    )

@@ -1,0 +1,123 @@
+"""`python -m gateway`: the services proxy as a process.
+
+    python -m gateway [--host 127.0.0.1] [--port 8300] [--database-url URL] [--public-url URL]
+                      [--hold-timeout SECONDS] [--ready-file PATH]
+
+Defaults come from the environment: FERRY_GATEWAY_HOST (127.0.0.1), FERRY_GATEWAY_PORT (8300),
+FERRY_GATEWAY_PUBLIC_URL (http://<host>:<port>: where users reach it, what `gateway_seen` records),
+FERRY_GATEWAY_HOLD_TIMEOUT (120 s, how long a request waits for a service's first ready replica) and
+FERRY_DATABASE_URL (core.settings). The ready file gets the process's pid once it listens: the embedded
+stack spawns the proxy and waits for that file. SIGTERM or SIGINT shut it down gracefully: it stops
+accepting, answers held requests 503, gives those in flight a few seconds, then leaves the store's list
+of proxies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+
+from aiohttp import web
+
+from core.settings import Settings
+from gateway.app import Gateway, make_runner
+from gateway.options import DEFAULT_HOLD_TIMEOUT, GatewayOptions
+from store.opening import open_store
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8300
+
+log = logging.getLogger(__name__)
+
+
+def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> argparse.Namespace:
+    env = os.environ if env is None else env
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway", description="Ferry's services proxy (/proxy/services/, /proxy/models/)."
+    )
+    parser.add_argument("--host", default=env.get("FERRY_GATEWAY_HOST") or DEFAULT_HOST)
+    parser.add_argument("--port", type=int, default=int(env.get("FERRY_GATEWAY_PORT") or DEFAULT_PORT))
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="the store (default: FERRY_DATABASE_URL, else the SQLite file in FERRY_HOME)",
+    )
+    parser.add_argument(
+        "--public-url",
+        default=env.get("FERRY_GATEWAY_PUBLIC_URL") or None,
+        help="where users reach this proxy (default: http://<host>:<port>)",
+    )
+    parser.add_argument(
+        "--hold-timeout",
+        type=float,
+        default=float(env.get("FERRY_GATEWAY_HOLD_TIMEOUT") or DEFAULT_HOLD_TIMEOUT),
+        help="seconds a request waits for a service's first ready replica before a 503 (default 120)",
+    )
+    parser.add_argument("--ready-file", type=Path, default=None, help="gets the pid once the proxy listens")
+    args = parser.parse_args(argv)
+    if args.database_url is None:
+        args.database_url = Settings.from_env(dict(env)).database_url
+    if args.public_url is None:
+        shown = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+        args.public_url = f"http://{shown}:{args.port}"
+    return args
+
+
+async def serve(
+    *,
+    host: str,
+    port: int,
+    database_url: str,
+    public_url: str,
+    options: GatewayOptions | None = None,
+    ready_file: Path | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serves until `stop` is set (by default: until SIGTERM or SIGINT), then shuts down gracefully."""
+    store = await asyncio.to_thread(open_store, database_url)
+    gateway = Gateway(store, public_url=public_url, options=options)
+    runner = make_runner(gateway)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
+        await site.start()
+        log.info("proxy %s listening on %s:%s (%s)", gateway.id, host, port, public_url)
+        if ready_file is not None:
+            _write_atomically(ready_file, str(os.getpid()))
+        if stop is None:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        log.info("proxy %s shutting down", gateway.id)
+    finally:
+        await runner.cleanup()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    partial.replace(path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options = GatewayOptions(hold_timeout=args.hold_timeout)
+    asyncio.run(
+        serve(
+            host=args.host,
+            port=args.port,
+            database_url=args.database_url,
+            public_url=args.public_url,
+            options=options,
+            ready_file=args.ready_file,
+        )
+    )

@@ -1,0 +1,24 @@
+"""The proxy's timings, in one place: the defaults suit production, and tests shorten them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# How long a request for a running service with no ready replica (starting, or scaled to zero) waits for
+# one before it is answered 503. Long enough for a replica to start from zero (the held request is counted
+# at once, so the autoscaler sees the demand), short of most clients' own timeouts.
+DEFAULT_HOLD_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayOptions:
+    refresh_interval: float = 0.1  # how often the routing table is re-read from the store
+    heartbeat_interval: float = 1.0  # gateway_seen; a drain stops waiting for a proxy silent for 5 s
+    flush_interval: float = 1.0  # request counts written to the store (at once for a held request)
+    prune_interval: float = 600.0  # how often request counts older than `requests_kept_for` are deleted
+    requests_kept_for: float = 3600.0
+    hold_timeout: float = DEFAULT_HOLD_TIMEOUT
+    token_ttl: float = 60.0  # a known token is looked up again after this long (a replaced token expires)
+    unknown_token_ttl: float = 1.0  # an unknown token is looked up again after this long
+    connect_timeout: float = 10.0  # to a replica; answers themselves may stream for as long as they like
+    shutdown_timeout: float = 5.0  # on SIGTERM, requests in flight get this long to finish

@@ -1,0 +1,51 @@
+"""`/proxy/services/<project>/<run>/...`: a service's own HTTP and WebSocket API, on any of its replicas.
+
+With `strip_prefix: true` (the default) the replica sees `/<rest>` (and the query string), else the whole
+original path. `/proxy/services/<project>/<run>` without its slash is redirected (308) to the slash form.
+A service with `auth: true` (the default) needs `Authorization: Bearer <a Ferry token>`; a refused request
+never reaches a replica and is not counted for autoscaling. Every other request is counted, then
+forwarded (gateway.forwarding: held while the service has no ready replica).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from core.services.replicas import SERVICES_PREFIX
+from gateway.access import Access
+from gateway.forwarding import Forwarder
+from gateway.replies import plain_error
+
+SERVICE_ROUTE = SERVICES_PREFIX + "/{project}/{run_name}"
+
+
+class ServicesApi:
+    def __init__(self, access: Access, forwarder: Forwarder) -> None:
+        self._access = access
+        self._forwarder = forwarder
+
+    def add_routes(self, router: web.UrlDispatcher) -> None:
+        router.add_route("*", SERVICE_ROUTE, self.redirect_to_slash)
+        router.add_route("*", SERVICE_ROUTE + "/{tail:.*}", self.handle)
+
+    async def redirect_to_slash(self, request: web.Request) -> web.StreamResponse:
+        path, mark, query = request.raw_path.partition("?")
+        return web.Response(status=308, headers={"Location": f"{path}/{mark}{query}"})
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        info = request.match_info
+        project, run_name = info["project"], info["run_name"]
+        service = self._access.table.services.get((project, run_name))
+        if service is None:
+            return plain_error(404, f"no running service {project}/{run_name} on this proxy (see `ferry ps`)")
+        refused = await self._access.refusal(request, service, plain_error)
+        if refused is not None:
+            return refused
+        self._access.count(service)
+        if service.settings.strip_prefix:
+            # The raw path (still percent-encoded) past /proxy/services/<project>/<run>/, query included.
+            rest = request.raw_path.split("/", 5)[5]
+            return await self._forwarder.forward(
+                request, service, "/" + rest, plain_error, stripped_prefix=service.path.rstrip("/")
+            )
+        return await self._forwarder.forward(request, service, request.raw_path, plain_error)

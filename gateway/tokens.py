@@ -1,0 +1,70 @@
+"""Who a bearer token belongs to, for services with `auth` (the default).
+
+A token is a user's Ferry token (`ferry token`); the store keeps its sha256 hex. Answers are cached in
+memory by token: a known token for `token_ttl` (so a replaced token stops working within that time), an
+unknown one for `unknown_token_ttl`. A miss is looked up in a thread, once however many requests carry
+the same token meanwhile, so a cached token costs a dict lookup and no hashing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from core.services.replicas import token_hash
+from gateway.options import GatewayOptions
+from store.repository import Store
+
+MAX_TOKEN_LENGTH = 512  # longer is no Ferry token: refused without a lookup
+MAX_CACHED = 10_000  # tokens remembered at most (a flood of made-up tokens must not grow memory)
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, or None."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or len(token) > MAX_TOKEN_LENGTH:
+        return None
+    return token
+
+
+class TokenChecker:
+    def __init__(self, store: Store, options: GatewayOptions) -> None:
+        self._store = store
+        self._options = options
+        self._known: dict[str, tuple[str | None, float]] = {}  # token: (user or None, good until)
+        self._looking_up: dict[str, asyncio.Task[str | None]] = {}
+
+    async def user(self, authorization: str | None) -> str | None:
+        """The user whose token the header carries; None if it carries none, or not a known one."""
+        token = bearer_token(authorization)
+        if token is None:
+            return None
+        cached = self._known.get(token)
+        if cached is not None and cached[1] > time.monotonic():
+            return cached[0]
+        lookup = self._looking_up.get(token)
+        if lookup is None:
+            # A task of its own: a cancelled request (its client gone) must not cancel the others' answer.
+            lookup = asyncio.create_task(self._look_up(token))
+            lookup.add_done_callback(_retrieve_exception)
+            self._looking_up[token] = lookup
+        return await asyncio.shield(lookup)
+
+    async def _look_up(self, token: str) -> str | None:
+        try:
+            user = await asyncio.to_thread(self._store.user_for_token_hash, token_hash(token))
+        finally:
+            del self._looking_up[token]
+        ttl = self._options.token_ttl if user is not None else self._options.unknown_token_ttl
+        if len(self._known) >= MAX_CACHED:
+            self._known.clear()
+        self._known[token] = (user, time.monotonic() + ttl)
+        return user
+
+
+def _retrieve_exception(task: asyncio.Task[str | None]) -> None:
+    if not task.cancelled():
+        task.exception()  # raised to the requests awaiting it; none may be left

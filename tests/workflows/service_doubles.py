@@ -1,0 +1,70 @@
+"""Doubles of the services activities (activities/services.py), a mixin of the workflow tests' FakeBackend.
+
+A replica is ready at its first probe, then its probe blocks (until the job cancels it); drains finish at
+once. A load watch returns the latest LoadChange a test pushed (`push_load`) once it differs from the count
+the watch was asked about (a watch the run has replaced may answer too: the run ignores it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import activity
+
+from core.services.replicas import ReplicaState
+from core.wire import activity_names as names
+from core.wire.services import (
+    DrainReplica,
+    DrainResult,
+    LoadChange,
+    ProbeReplica,
+    ReplicaReadiness,
+    WatchLoad,
+)
+
+HEARTBEAT_EVERY = 0.05
+
+
+class ServiceDoubles:
+    def __init__(self) -> None:
+        self.loads: list[LoadChange] = []
+        self.load_watches: list[WatchLoad] = []
+
+    # FakeBackend's
+    def _call(self, name: str, job_submission_id: str, arg: Any) -> tuple[int, int, int]:
+        raise NotImplementedError
+
+    async def _block(self, name: str, key: tuple[int, int, int], until: asyncio.Event) -> None:
+        raise NotImplementedError
+
+    def service_activities(self) -> list[Any]:
+        return [self.probe_replica, self.drain_replica, self.unregister_replica, self.watch_load]
+
+    def push_load(self, desired: int, rps: float) -> None:
+        self.loads.append(LoadChange(desired=desired, rps=rps))
+
+    @activity.defn(name=names.PROBE_REPLICA)
+    async def probe_replica(self, request: ProbeReplica) -> ReplicaReadiness:
+        key = self._call(names.PROBE_REPLICA, request.job_submission_id, request)
+        if request.known != ReplicaState.READY:
+            return ReplicaReadiness(state=ReplicaState.READY, detail="port: port open")
+        await self._block(names.PROBE_REPLICA, key, asyncio.Event())
+        raise AssertionError("a blocked probe only ends by its cancellation")
+
+    @activity.defn(name=names.DRAIN_REPLICA)
+    async def drain_replica(self, request: DrainReplica) -> DrainResult:
+        self._call(names.DRAIN_REPLICA, request.job_submission_id, request)
+        return DrainResult(drained=True, waited=0)
+
+    @activity.defn(name=names.UNREGISTER_REPLICA)
+    async def unregister_replica(self, job_submission_id: str) -> None:
+        self._call(names.UNREGISTER_REPLICA, job_submission_id, job_submission_id)
+
+    @activity.defn(name=names.WATCH_LOAD)
+    async def watch_load(self, request: WatchLoad) -> LoadChange:
+        self.load_watches.append(request)
+        while not self.loads or self.loads[-1].desired == request.current:
+            activity.heartbeat()
+            await asyncio.sleep(HEARTBEAT_EVERY)
+        return self.loads[-1]

@@ -1,0 +1,89 @@
+"""A service's replicas with the workflows and activity doubles (docs/services.md): each replica is probed
+once running, drained before it is stopped, and unregistered at its end; the load watch's answers scale
+the run up, down (SCALED_DOWN jobs no longer count) and to zero (PENDING until a request wakes it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.status import JobStatus, JobTerminationReason, RunStatus
+from core.wire import activity_names as names
+from tests.workflows.doubles import BLOCK
+from tests.workflows.harness import Harness, configuration, named
+
+AUTOSCALED = {"replicas": "0..3", "scaling": {"target": 10, "scale_up_delay": 0, "scale_down_delay": 0}}
+
+
+def serving(state: Any) -> list[tuple[int, int]]:
+    """(replica, submission) of every job that is active and not stopping."""
+    return [
+        (j.replica_num, j.submission_num)
+        for j in state.jobs
+        if j.status.is_active() and j.status != JobStatus.TERMINATING
+    ]
+
+
+async def test_a_replica_is_probed_drained_then_stopped_and_unregistered(harness: Harness) -> None:
+    backend = harness.backend
+    backend.watch_script = {(0, 0, 0): BLOCK}
+    handle = await harness.start(configuration("service", port=8100))
+    await harness.wait_until("the replica to be ready", lambda: len(backend.called(names.PROBE_REPLICA)) == 2)
+    [probe, *_] = backend.called(names.PROBE_REPLICA)
+    assert probe.service.port == 8100 and probe.replica_num == 0
+    [prepare] = backend.called(names.PREPARE_TASK)
+    assert prepare.network == "isolated" and prepare.ports == [8100]
+    await harness.stop(handle)
+    result = await harness.result(handle)
+    assert result.status == RunStatus.TERMINATED
+    order = [name for name, key, _ in backend.calls if key == (0, 0, 0)]
+    assert (
+        order.index(names.DRAIN_REPLICA)
+        < order.index(names.STOP_TASK)
+        < order.index(names.UNREGISTER_REPLICA)
+    )
+    memos = named(harness.job_events((0, 0, 0)), "memo")
+    assert [m.context.get("serving") for m in memos][:1] == ["ready"]
+    await harness.check_eventlogs_replay(handle)
+
+
+async def test_the_load_scales_up_down_to_zero_and_back(harness: Harness) -> None:
+    backend = harness.backend
+    backend.watch_script = {(r, 0, s): BLOCK for r in range(3) for s in range(3)}
+    handle = await harness.start(configuration("service", **AUTOSCALED))
+    await harness.wait_for(handle, "one replica", lambda s: s.status == RunStatus.RUNNING)
+    assert backend.load_watches[-1].current == 1
+
+    backend.push_load(3, 25.0)
+    state = await harness.wait_for(handle, "three replicas", lambda s: len(serving(s)) == 3)
+    assert state.replicas == 3 and serving(state) == [(0, 0), (1, 0), (2, 0)]
+
+    await harness.wait_until("the watch of three", lambda: backend.load_watches[-1].current == 3)
+    backend.push_load(1, 4.0)
+    state = await harness.wait_for(
+        handle,
+        "two replicas scaled down",
+        lambda s: (
+            sum(j.termination_reason == JobTerminationReason.SCALED_DOWN for j in s.jobs) == 2
+            and all(j.status.is_finished() for j in s.jobs if j.replica_num > 0)
+        ),
+    )
+    assert state.status == RunStatus.RUNNING and serving(state) == [(0, 0)]
+    assert [c.job_submission_id[-8:] for c in backend.called(names.DRAIN_REPLICA)] == ["r2-j0-s0", "r1-j0-s0"]
+
+    backend.push_load(0, 0.0)
+    state = await harness.wait_for(handle, "scaled to zero", lambda s: s.status == RunStatus.PENDING)
+    assert (await harness.describe(handle)).state.replicas == 0
+
+    backend.push_load(1, 0.02)  # a request waits in the proxy
+    state = await harness.wait_for(handle, "woken", lambda s: s.status == RunStatus.RUNNING)
+    # A finished replica's number again, a new submission (replica 0's, unless it is still stopping).
+    [(replica, submission)] = serving(state)
+    assert replica in (0, 1, 2) and submission == 1
+    scales = [(e.context["replicas"], e.context["rps"]) for e in named(harness.run_events(), "scale")]
+    assert scales[:4] == [(3, 25.0), (1, 4.0), (0, 0.0), (1, 0.02)]
+
+    await harness.stop(handle)
+    result = await harness.result(handle)
+    assert result.status == RunStatus.TERMINATED
+    await harness.check_eventlogs_replay(handle)
+    await harness.check_histories_replay(handle)
