@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import services_bench
 from bench.common import Clock, Report
 from bench.ferry_side import REPO_ROOT, BurstResult, FerrySide
 from bench.profile import profiled
 from bench.slurm_side import SlurmError, SlurmSide
 
-SECTIONS = ("latency", "throughput", "slots", "skeleton", "logs", "scale", "recovery", "slurm")
+SECTIONS = ("latency", "throughput", "slots", "skeleton", "logs", "scale", "recovery", "services", "slurm")
 DEFAULT_PEERS = REPO_ROOT.parent / "shared" / "peers"
 
 
@@ -40,6 +41,8 @@ class Plan:
     log_bytes: int
     skeleton_runs: int
     recovery_trials: int
+    services_requests: int
+    services_trials: int
     profile_dir: Path | None
     peers: Path
 
@@ -61,6 +64,8 @@ def plan_from(args: argparse.Namespace) -> Plan:
         log_bytes=int((args.log_mb or (20 if quick else 200)) * 1e6) // 100_000 * 100_000,
         skeleton_runs=100 if quick else 500,
         recovery_trials=args.recovery_trials or (1 if quick else 3),
+        services_requests=args.services_requests or (10000 if quick else 50000),
+        services_trials=1 if quick else 3,
         profile_dir=args.profile,
         peers=args.peers,
     )
@@ -166,6 +171,8 @@ class Bench:
         if self.wants("recovery"):
             trials = self.plan.recovery_trials
             await self.section("recovery", self.ferry.recovery(trials, self.work / "recovery"))
+        if self.wants("services"):
+            await self.section("services", self.services())
         self.ratios()
 
     async def section(self, name: str, body: Coroutine[Any, Any, None]) -> None:
@@ -175,6 +182,11 @@ class Bench:
         except Exception as err:  # a broken section must not lose the figures of the others
             self.report.put(f"{name}_error", f"{type(err).__name__}: {err}")
         self.report.put(f"{name}_wall_s", clock.elapsed(), 1)
+
+    async def services(self) -> None:
+        """Ferry's services proxy beside the replica reached directly and nginx's: bench.services_bench."""
+        plan = self.plan
+        await services_bench.measure(self.ferry, self.report, plan.services_requests, plan.services_trials)
 
     async def latency(self) -> None:
         """N sequential trivial runs, Ferry's and Slurm's alternating sample by sample."""
@@ -312,6 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scale", type=int, help="concurrent long runs (1000; quick 100), e.g. 10000")
     parser.add_argument("--log-mb", type=float, help="MB the logs job prints (200; quick 20)")
     parser.add_argument("--recovery-trials", type=int, help="host losses (3; quick 1), one host each")
+    parser.add_argument("--services-requests", type=int, help="GETs per services target (50000; quick 10000)")
     parser.add_argument("--profile", type=Path, help="py-spy the worker and agent into this directory")
     parser.add_argument("--peers", type=Path, default=DEFAULT_PEERS, help=f"default {DEFAULT_PEERS}")
     parser.add_argument("--keep", action="store_true", help="keep the temporary FERRY_HOME and Slurm files")

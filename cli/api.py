@@ -18,7 +18,15 @@ from core.configuration import RunConfiguration
 from core.eventlog import Event
 from core.settings import DEFAULT_PROJECT, TASK_QUEUE
 from core.status import RunStatus
-from core.wire.messages import LOCAL_FLEET, RunInput, StopReply, StopRequest, run_workflow_id
+from core.wire.messages import (
+    LOCAL_FLEET,
+    DeployReply,
+    DeployRequest,
+    RunInput,
+    StopReply,
+    StopRequest,
+    run_workflow_id,
+)
 from store import EventRecord, RunRecord, Store
 from workflows.run import RunWorkflow
 from workflows.search_attributes import run_search_attributes
@@ -128,6 +136,17 @@ class FerryAPI:
         if RunStatus(record.status).is_finished():
             return StopReply(status=RunStatus(record.status))
         return await self._handle(record).execute_update(RunWorkflow.stop, StopRequest(abort=abort))
+
+    async def deploy(self, run_name: str, configuration: RunConfiguration) -> DeployReply:
+        """Re-apply an active service's configuration in place (a rolling deployment); the store's record
+        gets the new configuration, which the proxies read (auth, strip_prefix, model)."""
+        record = await self.get_run(run_name)
+        request = DeployRequest(configuration=configuration)
+        reply = await self._handle(record).execute_update(RunWorkflow.deploy, request)
+        if reply.refused is None and reply.changed:
+            data = configuration.model_dump_json()
+            await asyncio.to_thread(self.store.update_run, record.id, configuration=data)
+        return reply
 
     async def wait(self, run_name: str) -> RunRecord:
         """Until the run has finished; its final record."""

@@ -23,6 +23,7 @@ from core.configuration.loading import load_configuration
 from core.status import RunStatus
 
 if TYPE_CHECKING:
+    from cli.api import FerryAPI
     from store import RunRecord, Store
 
 INTERRUPTED_EXIT = 130
@@ -71,6 +72,45 @@ def with_overrides(configuration: RunConfiguration, *, name: str | None, env: li
             merged[key] = value if sep else None
         update["env"] = merged
     return configuration.model_copy(update=update) if update else configuration
+
+
+async def _deploy_in_place(
+    api: FerryAPI, active: RunRecord, configuration: RunConfiguration, console: Console, *, yes: bool
+) -> int | None:
+    """A changed service re-applied: a rolling deployment (docs/services.md#rolling-deployment); the exit
+    status, or None where the run must be restarted instead (not a service, or a field that cannot change)."""
+    from core.configuration import parse_configuration
+    from core.runs.deploying import changed_fields, not_in_place
+
+    if active.type != "service" or not isinstance(configuration, ServiceConfiguration):
+        return None
+    name = active.run_name
+    old = parse_configuration(active.configuration_data())
+    if not isinstance(old, ServiceConfiguration):
+        return None
+    fixed = not_in_place(old, configuration)
+    if fixed:
+        console.print(f"run {name}: {', '.join(fixed)} cannot change in place", highlight=False)
+        return None
+    changed = changed_fields(old, configuration)
+    if not changed:
+        console.print(f"run {name}: no changes", highlight=False)
+        return 0
+    console.print(
+        f"run {name}: changed {', '.join(changed)}: a rolling deployment replaces its replicas one at a time",
+        highlight=False,
+    )
+    if not confirm(f"Update run {name} in place?", yes=yes):
+        return 1
+    reply = await api.deploy(name, configuration)
+    if reply.refused is not None:
+        raise CommandError(f"run {name}: {reply.refused}")
+    console.print(
+        f"run {name}: deployment {reply.deployment} rolling out (ferry ps shows it)", highlight=False
+    )
+    line = await asyncio.to_thread(service_line, api.store, active, configuration)
+    console.print(line, highlight=False)
+    return 0
 
 
 def service_line(store: Store, record: RunRecord, configuration: ServiceConfiguration) -> str:
@@ -131,6 +171,9 @@ async def _submit(
     if name is not None:
         active = await asyncio.to_thread(api.store.find_run, ctx.project, name)
         if active is not None and RunStatus(active.status).is_active():
+            rolled = await _deploy_in_place(api, active, configuration, console, yes=yes)
+            if rolled is not None:
+                return rolled
             if not confirm(f"Run {name} is {active.status}. Stop it and submit anew?", yes=yes):
                 return 1
             await api.stop(name)

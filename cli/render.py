@@ -183,8 +183,8 @@ def runs_table(
         for job in latest_jobs(jobs):
             failed = job.status == JobStatus.FAILED
             job_message = job_record_message(job, run, now)
-            if service is not None and job.id in service.replicas:
-                job_message = job_message or service.replicas[job.id]
+            if service is not None and job.id in service.replicas and job.status == JobStatus.RUNNING:
+                job_message = service.replicas[job.id]  # its state in the proxies: "ready 1/1"
             table.add_row(
                 "", str(job.replica_num), str(job.job_num), str(job.submission_num), job.status,
                 job_message, "", job.instance_name or "", ago(job.submitted_at, now),

@@ -20,8 +20,9 @@ with workflow.unsafe.imports_passed_through():
     from core.eventlog import Event
     from core.fleets.messages import FLEET_SET_PRIORITY
     from core.fleets.messages import SetQueuedPriority as FleetSetQueuedPriority
+    from core.runs.deploying import Deploy, changed_fields, not_in_place
     from core.runs.effects import SetQueuedPriority, StartJob, TerminateJob
-    from core.runs.lifecycle import Inbox, advance, submit_run
+    from core.runs.lifecycle import Inbox, advance, plan_of, submit_run
     from core.runs.machine import Step, StopKind, stronger_stop
     from core.runs.scaling import SCALES_IN
     from core.runs.state_machine import status_message
@@ -29,6 +30,8 @@ with workflow.unsafe.imports_passed_through():
     from core.status import RunStatus
     from core.wire import activity_names as names
     from core.wire.messages import (
+        DeployReply,
+        DeployRequest,
         JobUpdate,
         RecordJob,
         RecordRun,
@@ -62,6 +65,7 @@ class RunWorkflow:
         self._load: LoadChange | None = None  # the load watch's answer, not yet acted on
         self._load_watch: asyncio.Task[None] | None = None
         self._watching: WatchLoad | None = None  # what the load watch in flight was asked
+        self._deploy: Deploy | None = None  # a configuration re-applied in place, not yet logged
         if inp.carry is None:
             # STEP 1 in the constructor: a stop sent with the run's start finds the run already logged.
             step = submit_run(inp, workflow.now().timestamp())
@@ -93,6 +97,28 @@ class RunWorkflow:
         state = self._machine.state
         return StopReply(status=state.status, termination_reason=state.termination_reason)
 
+    @workflow.update
+    def deploy(self, request: DeployRequest) -> DeployReply:
+        """Take a service's changed configuration in place: its new replicas replace the old ones, one at a
+        time (core.runs.deploying); refused, with the reason, for what cannot change in place."""
+        state = self._machine.state
+        if self._stop is not None or state.status not in SCALES_IN:
+            return DeployReply(deployment=state.deployment, refused=f"the run is {state.status}")
+        old, new = self._input.configuration, request.configuration
+        fixed = not_in_place(old, new)
+        if fixed:
+            return DeployReply(
+                deployment=state.deployment, refused=f"cannot change in place: {', '.join(fixed)}"
+            )
+        changed = changed_fields(old, new)
+        if not changed:
+            return DeployReply(deployment=state.deployment + (self._deploy is not None))
+        if self._deploy is not None:  # two re-applies before the run's next step: one deployment
+            changed = [*self._deploy.changed, *(name for name in changed if name not in self._deploy.changed)]
+        self._input = self._input.model_copy(update={"configuration": new})
+        self._deploy = Deploy(plan=plan_of(self._input), changed=changed)
+        return DeployReply(deployment=state.deployment + 1, changed=changed)
+
     @workflow.query
     def describe(self) -> RunDescription:
         return RunDescription(
@@ -118,9 +144,13 @@ class RunWorkflow:
         while not self._machine.done:
             await self._wait_for_news()
             inbox = Inbox(
-                updates=self._updates, stop=self._stop, priorities=self._priorities, load=self._load
+                updates=self._updates,
+                stop=self._stop,
+                priorities=self._priorities,
+                load=self._load,
+                deploy=self._deploy,
             )
-            self._updates, self._priorities, self._load = [], [], None
+            self._updates, self._priorities, self._load, self._deploy = [], [], None, None
             self._job_news += [update.record for update in inbox.updates]
             self._take(advance(self._machine, inbox, workflow.now().timestamp()))
             # In one workflow task: the store write and the new children need not wait for each other.
@@ -144,6 +174,7 @@ class RunWorkflow:
                     or self._stop != self._machine.stop
                     or bool(self._priorities)
                     or self._load is not None
+                    or self._deploy is not None
                 ),
                 timeout=timeout,
             )
@@ -280,6 +311,7 @@ class RunWorkflow:
             and not self._effects
             and not self._job_news
             and self._load is None
+            and self._deploy is None
             and workflow.all_handlers_finished()
         )
 

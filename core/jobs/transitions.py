@@ -159,4 +159,5 @@ def job_update(inp: JobInput, state: JobState, now: float, start_seq: int, event
         submission_num=inp.submission_num,
         timestamp=now,
         record=job_record(inp, state, start_seq, events),
+        serving=state.memo.get("serving"),
     )

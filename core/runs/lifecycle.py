@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.configuration import RunConfiguration, ServiceConfiguration
 from core.eventlog import Event
 from core.run_types import configurator_for
-from core.runs import active, pending, scaling, terminating
+from core.runs import active, deploying, pending, scaling, terminating
 from core.runs.effects import SetQueuedPriority
 from core.runs.machine import RunMachine, RunPlan, Step, StepBuilder, StopKind, stronger_stop
 from core.runs.state_machine import RunState, apply_run_event
@@ -41,6 +41,7 @@ class Inbox(BaseModel):
     stop: StopKind | None = None  # the stop asked for so far (None: nothing new)
     priorities: list[int] = Field(default_factory=list)  # `ferry set-priority`, in order
     load: LoadChange | None = None  # the load watch wants another replica count
+    deploy: deploying.Deploy | None = None  # the configuration re-applied in place (a service)
 
 
 def plan_of(inp: RunInput) -> RunPlan:
@@ -100,12 +101,16 @@ def advance(machine: RunMachine, inbox: Inbox, now: float) -> Step:
     if terminating.stop_pending(b):
         terminating.begin_stop(b)
     else:
+        if inbox.deploy is not None and b.state.status in scaling.SCALES_IN:
+            deploying.begin(b, inbox.deploy)
         if inbox.load is not None and scaling.applies(b):
             scaling.rescale(b, inbox.load.desired, inbox.load.rps)
         if pending.retry_due(b):
             pending.resubmit_all(b)
         elif active.applies(b):
             active.decide(b)
+        if deploying.applies(b):
+            deploying.roll(b)
     if terminating.applies(b):
         terminating.terminate_and_clean(b)
     return b.step()
@@ -145,7 +150,10 @@ def update_events(state: RunState, update: JobUpdate) -> list[EventSpec]:
             provisioned=update.instance is not None,
         )
         return [("job-finish", {**ctx, **finish})]
+    events: list[EventSpec] = []
     if update.status != current.status and update.status != JobStatus.SUBMITTED:
         reason = update.termination_reason if update.status == JobStatus.TERMINATING else None
-        return [("job-status", {**ctx, "status": update.status, "reason": reason})]
-    return []
+        events.append(("job-status", {**ctx, "status": update.status, "reason": reason}))
+    if update.serving is not None and update.serving != current.serving:
+        events.append(("job-serving", {**ctx, "state": update.serving}))
+    return events

@@ -119,7 +119,8 @@ class StepBuilder:
         for job in range(self.plan.nodes):
             current = self.state.job(replica, job)
             submission = 0 if current is None else current.submission_num + 1
-            self.log("job-submit", replica=replica, job=job, submission=submission)
+            deployment = self.state.deployment or None  # said only once the run has been re-applied
+            self.log("job-submit", replica=replica, job=job, submission=submission, deployment=deployment)
             new.append((replica, job, submission))
         for key in reversed(new):
             self._effects.append(StartJob(replica_num=key[0], job_num=key[1], submission_num=key[2]))

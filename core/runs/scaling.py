@@ -31,6 +31,8 @@ def applies(b: StepBuilder) -> bool:
 
 def rescale(b: StepBuilder, desired: int, rps: float) -> None:
     """Log the new count; start or stop replicas to reach it; wake a run scaled to zero."""
+    if desired == current_replicas(b):
+        return  # an answer about a count the run no longer keeps (it changed meanwhile)
     live = serving_replicas(b.state, b.told_keys())
     b.log("scale", replicas=desired, rps=float(rps))
     if desired > len(live):

@@ -21,6 +21,9 @@ Run events (status after; '=' unchanged):
 |   provisioned?}                         |                                   |                           |
 | retry {replicas, attempt, backoff}      | any active but TERMINATING        | =                         |
 | scale {replicas, rps}                   | any active but TERMINATING        | =                         |
+| deploy {deployment, changed}            | any active but TERMINATING        | =                         |
+| job-serving {replica, job, submission,  | any active                        | =                         |
+|   state}                                |                                   |                           |
 | exception {type, severity, note?}       | any active                        | = (recorded only)         |
 | priority {priority}, memo, debug.*      | any active                        | =                         |
 | clean {status, reason}                  | TERMINATING, all jobs finished    | reason.to_status()        |
@@ -66,6 +69,8 @@ RUN_EVENTS_FROM: dict[str, frozenset[RunStatus]] = {
     "job-finish": _ACTIVE_RUN,
     "retry": _NOT_TERMINATING,
     "scale": _NOT_TERMINATING,
+    "deploy": _NOT_TERMINATING,
+    "job-serving": _ACTIVE_RUN,
     "exception": _ACTIVE_RUN,
     "priority": _ACTIVE_RUN,
     "memo": _ACTIVE_RUN,
@@ -104,6 +109,8 @@ class RunJob(BaseModel):
     submitted_at: float  # of this submission
     provisioned: bool = False  # this submission has held an instance
     last_provisioned_at: float | None = None  # last event while any submission held one; see JobView
+    deployment: int = 0  # the run's deployment this submission runs (a service re-applied in place)
+    serving: str | None = None  # a service replica's state in the proxies (ready, unready, ...)
 
     def view(self) -> JobView:
         return JobView(
@@ -139,6 +146,7 @@ class RunState(BaseModel):
     priority: int | None = None
     memo: dict[str, Any] = Field(default_factory=dict)
     replicas: int | None = None  # the autoscaler's latest count (None: the count the run started with)
+    deployment: int = 0  # deploy events: a service's configuration re-applied in place
     scaled_at: float | None = None  # when it was decided
 
     def job(self, replica_num: int, job_num: int) -> RunJob | None:
@@ -197,7 +205,11 @@ def _job_submit(state: RunState, event: Event) -> RunState:
         raise EventlogError(f"replica {replica} job {job}: submission {submission}, expected {expected}")
     first = event.timestamp if current is None else current.first_submitted_at
     last = None if current is None else current.last_provisioned_at
+    deployment = maybe(event, "deployment", int) or 0
+    if not 0 <= deployment <= state.deployment:
+        raise EventlogError(f"deployment {deployment} is not one of the run's (0..{state.deployment})")
     new = RunJob(
+        deployment=deployment,
         replica_num=replica,
         job_num=job,
         submission_num=submission,
@@ -279,6 +291,22 @@ def _retry(state: RunState, event: Event) -> RunState:
     return state.model_copy(update={"retries": state.retries + 1, "retry_attempt": attempt})
 
 
+def _deploy(state: RunState, event: Event) -> RunState:
+    deployment = need_index(event, "deployment")
+    if deployment != state.deployment + 1:
+        raise EventlogError(f"deployment {deployment}, expected {state.deployment + 1}")
+    need(event, "changed", list)
+    return state.model_copy(update={"deployment": deployment})
+
+
+def _job_serving(state: RunState, event: Event) -> RunState:
+    serving = need(event, "state", str)
+    job = _latest(state, event)
+    if job is None:
+        return state
+    return _with_job(state, job.model_copy(update={"serving": serving}))
+
+
 def _scale(state: RunState, event: Event) -> RunState:
     replicas = need_index(event, "replicas")
     need(event, "rps", float)
@@ -306,6 +334,8 @@ _RUN_HANDLERS: dict[str, Callable[[RunState, Event], RunState]] = {
     "job-finish": _job_finish,
     "retry": _retry,
     "scale": _scale,
+    "deploy": _deploy,
+    "job-serving": _job_serving,
     "exception": _exception,
     "priority": lambda state, event: state.model_copy(update={"priority": need_index(event, "priority")}),
     "memo": lambda state, event: state.model_copy(update={"memo": memo_update(state.memo, event)}),

@@ -45,6 +45,9 @@ def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int
             ],
             priority=run_priority(inp, state),
         )
+    service = run_type.service_job()
+    if service is not None:
+        service = service.model_copy(update={"deployment_num": current.deployment})
     return JobInput(
         run_id=inp.run_id,
         run_workflow_id=run_workflow_id,
@@ -62,7 +65,7 @@ def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int
         fleet_workflow_id=fleet_workflow_id(inp.project, inp.fleet),
         request_id=placement_request_id(inp.run_id, replica, submissions[0]),
         enqueue=enqueue,
-        service=run_type.service_job(),
+        service=service,
     )
 
 

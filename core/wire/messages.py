@@ -82,6 +82,18 @@ class SetPriority(_Message):
     priority: int = Field(ge=0, le=100)
 
 
+class DeployRequest(_Message):
+    """A service's configuration re-applied in place (`ferry apply` of a changed file)."""
+
+    configuration: RunConfiguration
+
+
+class DeployReply(_Message):
+    deployment: int  # the deployment the run now rolls to (unchanged if nothing changed or refused)
+    changed: list[str] = Field(default_factory=list)
+    refused: str | None = None  # why the run cannot take it in place (then nothing changed)
+
+
 class StopReply(_Message):
     status: RunStatus
     termination_reason: RunTerminationReason | None = None
@@ -167,6 +179,7 @@ class JobUpdate(_Message):
     submission_num: int
     timestamp: float
     record: RecordJob
+    serving: str | None = None  # a service replica's state in the proxies, as its job last logged it
 
     @property
     def status(self) -> JobStatus:

@@ -171,6 +171,7 @@ def legal_run_events(state: RunState) -> list[str]:
     guards = {
         "job-status": any(j.status != S.TERMINATING for j in _active_jobs(state)),
         "job-finish": bool(_active_jobs(state)),
+        "job-serving": bool(_active_jobs(state)),
         "clean": not _active_jobs(state),
     }
     names = [n for n, where in RUN_EVENTS_FROM.items() if state.status in where and guards.get(n, True)]
@@ -230,6 +231,11 @@ def run_context(draw: st.DrawFn, state: RunState, name: str) -> dict[str, Any]:
         return {"priority": draw(st.integers(0, 100))}
     if name == "scale":
         return {"replicas": draw(st.integers(0, 4)), "rps": draw(st.floats(0, 100))}
+    if name == "deploy":
+        return {"deployment": state.deployment + 1, "changed": ["commands"]}
+    if name == "job-serving":
+        serving = draw(st.sampled_from(_active_jobs(state)))
+        return {**_job_numbers(serving), "state": draw(st.sampled_from(["probing", "ready", "draining"]))}
     return draw(st.dictionaries(st.sampled_from(["a", "b"]), st.none() | st.integers() | st.text(max_size=3)))
 
 

@@ -197,3 +197,48 @@ async def _make_unhealthy(ferry: FerryAPI, run_id: str, replica: int) -> None:
     jobs = [j for j in ferry.store.list_job_submissions(run_id) if j.replica_num == replica]
     [workdir] = list((home / "agent").glob(f"**/{jobs[-1].id}/**/replica_server.py"))
     (workdir.parent / "unhealthy").write_text("")
+
+
+async def test_a_rolling_deployment_under_load_fails_no_request(
+    ferry: FerryAPI, proxy: str, tmp_path: Path
+) -> None:
+    record = await ferry.submit(service(tmp_path, replicas=2), repo_dir=tmp_path)
+    await eventually("both replicas ready", lambda: _count_ready(ferry, record.id, 2), limit=60)
+    url = service_url(proxy, record.project, record.run_name)
+    answers: list[tuple[int, str]] = []
+    rolled = asyncio.Event()
+
+    async def load(client: httpx.AsyncClient) -> None:
+        while not rolled.is_set():
+            try:
+                answer = await client.get(url)
+                answers.append((answer.status_code, answer.text.strip()))
+            except httpx.HTTPError as err:
+                answers.append((0, repr(err)))
+            await asyncio.sleep(0.02)
+
+    async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+        loading = asyncio.ensure_future(load(client))
+        reply = await ferry.deploy(record.run_name, service(tmp_path, replicas=2, version="v2"))
+        assert (reply.deployment, reply.changed, reply.refused) == (1, ["commands"], None)
+        await eventually("the old replicas gone", lambda: _rolled(ferry, record.id), limit=90)
+        rolled.set()
+        await loading
+        after = [(a.status_code, a.text.strip()) for a in await get_many(client, url, 20)]
+    failed = [a for a in answers if a[0] != 200]
+    assert failed == [] and len(answers) > 20
+    assert {text.split()[-1] for _, text in answers} == {"v1", "v2"}
+    assert {text.split()[-1] for _, text in after} == {"v2"} and {status for status, _ in after} == {200}
+    run = ferry.store.find_run(record.project, record.run_name)
+    assert run is not None and '"serve' not in run.configuration and "v2" in run.configuration
+    await ferry.stop(record.run_name)
+    await ferry.wait(record.run_name)
+
+
+async def _rolled(ferry: FerryAPI, run_id: str) -> bool:
+    """Every replica of deployment 0 has ended and two of deployment 1 are ready."""
+    jobs = await asyncio.to_thread(ferry.store.list_job_submissions, run_id)
+    old_done = all(j.status in ("terminated", "done", "failed", "aborted") for j in jobs if j.replica_num < 2)
+    replicas = await asyncio.to_thread(ferry.store.list_service_replicas, [run_id])
+    fresh = [r for r in replicas if r.deployment_num == 1 and r.state == "ready"]
+    return old_done and len(fresh) == 2

@@ -80,10 +80,59 @@ async def test_the_load_scales_up_down_to_zero_and_back(harness: Harness) -> Non
     [(replica, submission)] = serving(state)
     assert replica in (0, 1, 2) and submission == 1
     scales = [(e.context["replicas"], e.context["rps"]) for e in named(harness.run_events(), "scale")]
-    assert scales[:4] == [(3, 25.0), (1, 4.0), (0, 0.0), (1, 0.02)]
+    assert scales == [(3, 25.0), (1, 4.0), (0, 0.0), (1, 0.02)], scales
 
     await harness.stop(handle)
     result = await harness.result(handle)
     assert result.status == RunStatus.TERMINATED
+    await harness.check_eventlogs_replay(handle)
+    await harness.check_histories_replay(handle)
+
+
+async def test_a_rolling_deployment_replaces_each_replica_after_a_new_one_is_ready(harness: Harness) -> None:
+    from core.wire.messages import DeployRequest
+    from workflows.run import RunWorkflow
+
+    backend = harness.backend
+    backend.watch_script = {(r, 0, 0): BLOCK for r in range(4)}
+    handle = await harness.start(configuration("service", replicas=2))
+    await harness.wait_for(
+        handle, "two replicas", lambda s: len(serving(s)) == 2 and s.status == RunStatus.RUNNING
+    )
+    changed = configuration("service", replicas=2, commands=["serve v2"])
+    refused = await handle.execute_update(
+        RunWorkflow.deploy, DeployRequest(configuration=configuration("task"))
+    )
+    assert refused.refused == "cannot change in place: type"
+    reply = await handle.execute_update(RunWorkflow.deploy, DeployRequest(configuration=changed))
+    assert (reply.deployment, reply.changed, reply.refused) == (1, ["commands"], None)
+    state = await harness.wait_for(
+        handle,
+        "the old replicas replaced",
+        lambda s: (
+            [(j.replica_num, j.deployment) for j in s.jobs if not j.status.is_finished()] == [(2, 1), (3, 1)]
+        ),
+    )
+    assert state.status == RunStatus.RUNNING
+    # The new replicas run the new commands; each old one was drained before it stopped.
+    assert [s.spec.commands for s in backend.called(names.START_JOB) if s.spec.replica_num >= 2] == [
+        ["serve v2"],
+        ["serve v2"],
+    ]
+    drained = {c.job_submission_id[-8:] for c in backend.called(names.DRAIN_REPLICA)}
+    assert {"r0-j0-s0", "r1-j0-s0"} <= drained
+    # Replica 1 (the newest old one) stopped only after replica 2 was ready.
+    events = harness.run_events()
+    ready_2 = next(i for i, e in enumerate(events) if e.name == "job-serving" and e.context["replica"] == 2)
+    stop_1 = next(
+        i
+        for i, e in enumerate(events)
+        if e.name == "job-status" and e.context["replica"] == 1 and e.context["status"] == "terminating"
+    )
+    assert ready_2 < stop_1
+    [deployed] = named(events, "deploy")
+    assert deployed.context == {"deployment": 1, "changed": ["commands"]}
+    await harness.stop(handle)
+    await harness.result(handle)
     await harness.check_eventlogs_replay(handle)
     await harness.check_histories_replay(handle)

@@ -1,0 +1,93 @@
+"""A rolling deployment (docs/services.md#rolling-deployment): a service re-applied in place.
+
+`ferry apply` of a changed configuration for an active service shows what changed (`changed_fields`);
+fields that cannot change in place (`not_in_place`) make it offer a restart instead. The run logs
+`deploy {deployment, changed}` and takes the new plan; new submissions run the new configuration (the
+workflow's input). Then, step by step, `roll` replaces the replicas of older deployments one at a time:
+one new replica is started (a surge above the count), and once it is ready in the proxies one old replica
+is stopped (drained first, ending SCALED_DOWN, which does not count towards the run's status). So the
+service never has fewer ready replicas than before, and once the roll is over every request is answered
+by the new deployment.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from core.configuration import RunConfiguration
+from core.runs.machine import RunPlan, StepBuilder
+from core.runs.scaling import SCALED_DOWN, SCALES_IN, current_replicas, free_replica_numbers, serving_replicas
+from core.runs.state_machine import RunState
+from core.services.replicas import ReplicaState
+
+# A run's identity and placement: changing them is another run (stop it, then submit the new one).
+NOT_IN_PLACE = ("type", "name", "fleets", "nodes")
+
+
+class Deploy(BaseModel):
+    """A re-applied configuration the run takes in place: its plan, and the fields that changed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    plan: RunPlan
+    changed: list[str]
+
+
+def changed_fields(old: RunConfiguration, new: RunConfiguration) -> list[str]:
+    """The top-level fields whose values differ, in the new configuration's order."""
+    if type(old) is not type(new):
+        return ["type"]
+    before, after = old.model_dump(mode="json"), new.model_dump(mode="json")
+    return [name for name in type(new).model_fields if before.get(name) != after.get(name)]
+
+
+def not_in_place(old: RunConfiguration, new: RunConfiguration) -> list[str]:
+    """The changed fields that a rolling deployment cannot take (the run must be restarted)."""
+    changed = changed_fields(old, new)
+    if old.type != "service":
+        return changed  # only a service rolls; any other run is restarted
+    return [name for name in changed if name in NOT_IN_PLACE]
+
+
+def begin(b: StepBuilder, deploy: Deploy) -> None:
+    """The new deployment: logged, and its plan taken (its replica count, scaling and retry)."""
+    b.log("deploy", deployment=b.state.deployment + 1, changed=deploy.changed)
+    b.plan = deploy.plan.model_copy(update={"run_id": b.plan.run_id, "submitted_at": b.plan.submitted_at})
+    if deploy.plan.scaling is None and b.state.replicas is not None and b.state.replicas != b.plan.replicas:
+        # A fixed count replaces the autoscaler's: said as a scale, so that the count is in the log.
+        b.log("scale", replicas=b.plan.replicas, rps=0.0)
+
+
+def applies(b: StepBuilder) -> bool:
+    return b.state.deployment > 0 and b.state.status in SCALES_IN
+
+
+def roll(b: StepBuilder) -> None:
+    """One move of the roll, if one is due: start a new replica, or stop an old one a new one replaced."""
+    state, told = b.state, b.told_keys()
+    live = serving_replicas(state, told)
+    old = [r for r in live if _deployment(state, r) < state.deployment]
+    if not old:
+        return
+    fresh = [r for r in live if _deployment(state, r) == state.deployment]
+    ready = [r for r in fresh if _ready(state, r)]
+    wanted = current_replicas(b)
+    if len(ready) + len(old) > wanted:
+        # A new replica is ready in the proxies: the newest old one goes (drained by its job first).
+        replaced = max(old)
+        for job in state.jobs:
+            if job.replica_num == replaced and (job.replica_num, job.job_num, job.submission_num) not in told:
+                key = (job.replica_num, job.job_num, job.submission_num)
+                b.tell_once(key, SCALED_DOWN, abort=False)
+        return
+    if len(fresh) == len(ready):  # no new replica on its way: start one (the surge)
+        [replica] = free_replica_numbers(state, live, 1)
+        b.submit_replica(replica)
+
+
+def _deployment(state: RunState, replica: int) -> int:
+    return min(j.deployment for j in state.jobs if j.replica_num == replica)
+
+
+def _ready(state: RunState, replica: int) -> bool:
+    return all(j.serving == ReplicaState.READY for j in state.jobs if j.replica_num == replica)
