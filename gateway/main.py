@@ -22,6 +22,7 @@ import signal
 from collections.abc import Mapping
 from pathlib import Path
 
+import uvloop
 from aiohttp import web
 
 from core.settings import Settings
@@ -111,13 +112,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     options = GatewayOptions(hold_timeout=args.hold_timeout)
-    asyncio.run(
-        serve(
-            host=args.host,
-            port=args.port,
-            database_url=args.database_url,
-            public_url=args.public_url,
-            options=options,
-            ready_file=args.ready_file,
+    # uvloop's event loop (libuv, in C) costs less CPU per request than asyncio's own: 117 against 136 µs
+    # in bench.run's services section (--quick), where the proxy's CPU bounds its requests/s.
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(
+            serve(
+                host=args.host,
+                port=args.port,
+                database_url=args.database_url,
+                public_url=args.public_url,
+                options=options,
+                ready_file=args.ready_file,
+            )
         )
-    )
