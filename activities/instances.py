@@ -14,11 +14,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from activities.agent_client import AgentClient
+from core.wire.messages import LOCAL_INSTANCE as LOCAL_INSTANCE  # re-exported: the worker names it here
 
 if TYPE_CHECKING:
     from activities.ssh import HostPool
-
-LOCAL_INSTANCE = "local"
 
 
 class UnknownInstance(LookupError):

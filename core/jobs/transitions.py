@@ -10,7 +10,9 @@ from typing import Any
 from core.eventlog import Event
 from core.jobs.state_machine import JobState
 from core.status import JobStatus, JobTerminationReason
+from core.wire.agent_api import TaskNetwork
 from core.wire.messages import (
+    LOCAL_INSTANCE,
     JobInput,
     JobOutcome,
     JobUpdate,
@@ -112,10 +114,19 @@ def prepare_task(inp: JobInput, job_id: str, placement: Placement) -> PrepareTas
         task_name=inp.spec.run_name,
         resources=inp.resources,
         env=inp.spec.env,
-        # A service replica gets its own network, so replicas listening on one port can share an instance.
         ports=[] if inp.service is None else [inp.service.port],
-        network="host" if inp.service is None else "isolated",
+        network=replica_network(inp, placement),
     )
+
+
+def replica_network(inp: JobInput, placement: Placement) -> TaskNetwork:
+    """A service replica on this machine gets its own network namespace, so that replicas listening on one
+    port share the instance and the proxy reaches each at its namespace's address. On an SSH host that
+    address is the host's own, out of the proxy's reach: there a replica uses the host's network, and a
+    second one with the same port waits for the first (docs/services.md)."""
+    if inp.service is not None and placement.instance_name == LOCAL_INSTANCE:
+        return "isolated"
+    return "host"
 
 
 def start_job(inp: JobInput, job_id: str, placement: Placement) -> StartJob:

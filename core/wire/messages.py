@@ -41,6 +41,7 @@ def placement_request_id(run_id: str, replica_num: int, submission_num: int) -> 
 
 # The fleet of this machine's agent: every project has one, started on demand, with one instance.
 LOCAL_FLEET = "local"
+LOCAL_INSTANCE = "local"  # the local fleet's one instance: this machine (the worker's own agent)
 
 
 def fleet_workflow_id(project: str, fleet: str) -> str:

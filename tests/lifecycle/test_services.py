@@ -167,6 +167,8 @@ async def test_scale_up_under_load_then_down_then_from_zero(
         )
         run = ferry.store.find_run(record.project, record.run_name)
         assert run is not None and run.status_message == "scaled to zero: a request wakes it"
+        # PENDING comes as the last replica starts stopping; it serves until drained, then is unregistered.
+        await eventually("no replica left", lambda: _registered_none(ferry, record.id), limit=30)
         jobs = ferry.store.list_job_submissions(record.id)
         assert {j.termination_reason for j in jobs} == {JobTerminationReason.SCALED_DOWN}
         # A request wakes it: held by the proxy, then answered by the new replica.
@@ -184,6 +186,10 @@ async def test_scale_up_under_load_then_down_then_from_zero(
 
 async def _count_ready(ferry: FerryAPI, run_id: str, count: int) -> bool:
     return len(await ready_replicas(ferry, run_id)) == count
+
+
+async def _registered_none(ferry: FerryAPI, run_id: str) -> bool:
+    return await asyncio.to_thread(ferry.store.list_service_replicas, [run_id]) == []
 
 
 async def _status(ferry: FerryAPI, run_name: str, status: RunStatus) -> bool:
