@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent import network_owners
+
 logger = logging.getLogger(__name__)
 
 POOL = ipaddress.IPv4Network("10.214.0.0/16")
@@ -193,12 +195,14 @@ def _sides(subnet: ipaddress.IPv4Network) -> tuple[ipaddress.IPv4Address, ipaddr
     return subnet.network_address + 1, subnet.network_address + 2
 
 
-def setup(netns: str) -> Isolation:
-    """Create the task's namespace and veth pair, or complete them: idempotent. NetworkError when the
+def setup(netns: str, owner: Path) -> Isolation:
+    """Create the task's namespace and veth pair, or complete them: idempotent. `owner` is the task's
+    record, whose removal makes the namespace abandoned (agent/network_owners.py). NetworkError when the
     namespace cannot be had; the job's outbound access is best effort (see `Isolation.outbound_error`)."""
     reason = unavailable_reason()
     if reason is not None:
         raise NetworkError(reason)
+    network_owners.claim(netns, owner)
     try:
         return _setup(netns)
     except NetworkError:
@@ -255,14 +259,22 @@ def teardown(netns: str) -> None:
     errors += _disable_outbound(veth)
     if errors:
         raise NetworkError("; ".join(errors))
+    network_owners.release(netns)
 
 
-def _kill_namespace_processes(netns: str) -> None:
-    """SIGKILL every process in the namespace: the task has ended, what is left there is its strays'."""
+def sweep_abandoned() -> list[str]:
+    """Tear down the namespaces of tasks whose agent is gone (agent/network_owners.py); those removed."""
+    if unavailable_reason() is not None:
+        return []
+    return network_owners.sweep(network_owners.abandoned(NETNS_DIR, NETNS_PREFIX, _runs_anything), teardown)
+
+
+def _namespace_pids(netns: str) -> list[int]:
     try:
         target = os.stat(NETNS_DIR / netns)
     except OSError:
-        return
+        return []
+    pids = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -271,8 +283,19 @@ def _kill_namespace_processes(netns: str) -> None:
         except OSError:
             continue
         if (ns.st_dev, ns.st_ino) == (target.st_dev, target.st_ino):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
+            pids.append(int(entry.name))
+    return pids
+
+
+def _runs_anything(netns: str) -> bool:
+    return bool(_namespace_pids(netns))
+
+
+def _kill_namespace_processes(netns: str) -> None:
+    """SIGKILL every process in the namespace: the task has ended, what is left there is its strays'."""
+    for pid in _namespace_pids(netns):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def exec_prefix(netns: str) -> list[str]:

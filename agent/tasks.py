@@ -97,6 +97,7 @@ class TaskRegistry:
     def load(self) -> None:
         """Take back every task a previous agent left under the data dir."""
         self.tasks_dir.mkdir(parents=True, exist_ok=True)
+        network.sweep_abandoned()  # other agents', gone with their data dirs; ours are named in records
         for task_dir in sorted(self.tasks_dir.iterdir()):
             paths = TaskPaths(task_dir)
             if not paths.record.exists():
@@ -195,7 +196,7 @@ class TaskRegistry:
             # was written: whatever it left (processes included) is no part of this new task.
             self._teardown_network(task_id, netns)
         try:
-            isolation = network.setup(netns)
+            isolation = network.setup(netns, self.paths(task_id).record)
         except network.NetworkError as exc:
             logger.warning("task %s runs on the host's network: it cannot be isolated: %s", task_id, exc)
             return None
@@ -214,7 +215,7 @@ class TaskRegistry:
         if network.is_intact(record.netns):
             return
         try:
-            isolation = network.setup(record.netns)
+            isolation = network.setup(record.netns, self.paths(record.id).record)
         except network.NetworkError as exc:
             logger.warning(
                 "task %s: its network namespace is gone and cannot be made again: %s", record.id, exc

@@ -46,5 +46,5 @@ def probe_summary(state: str, probes: list[ProbeStatus]) -> str:
     """What `ferry ps` shows of a replica: its state, and each probe's streak out of what it needs."""
     if not probes:
         return state
-    shown = " ".join(f"{probe.streak}/{probe.ready_after}" for probe in probes)
+    shown = " ".join(f"{min(probe.streak, probe.ready_after)}/{probe.ready_after}" for probe in probes)
     return f"{state} {shown}"

@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from agent_harness import (
 )
 
 from activities.agent_client import AgentClient, AgentError
-from agent import network
+from agent import network, network_owners
 from core.status import JobTerminationReason
 from core.wire.agent_api import JobSpec, TaskInfo, TaskStatus, TaskSubmitRequest
 
@@ -67,7 +68,8 @@ def assert_network_gone(netns: str, subnet: str) -> None:
     assert not network.namespace_exists(netns)
     assert netns not in run("ip", "netns", "list")
     assert veth not in run("ip", "link")
-    assert subnet.rsplit(".", 1)[0] + "." not in run("ip", "-4", "addr")
+    host_side = ipaddress.IPv4Network(subnet).network_address + 1
+    assert f"inet {host_side}/" not in run("ip", "-4", "addr")
     if shutil.which("nft"):
         ruleset = run("nft", "list", "ruleset")
         assert veth not in ruleset and subnet not in ruleset
@@ -275,7 +277,7 @@ def test_isolation_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert network.unavailable_reason() == "the agent does not run as root"
     with pytest.raises(network.NetworkError, match="root"):
-        network.setup(network.namespace_name("any"))
+        network.setup(network.namespace_name("any"), Path("/nonexistent/task.json"))
 
 
 def test_names_fit_the_kernel_limits() -> None:
@@ -327,3 +329,29 @@ async def test_restarted_agent_makes_a_pending_task_namespace_again(
         await wait_terminated(client, task_id, timeout=15)
         await client.remove(task_id)
     assert_network_gone(netns, str(ipaddress.ip_network(f"{address}/30", strict=False)))
+
+
+def test_abandoned_namespaces_are_swept(isolation: None, tmp_path: Path) -> None:
+    """A namespace whose task record is gone (its agent killed, its data dir deleted) is removed by the
+    next agent's sweep; one whose record is there, or one just made, is not."""
+    kept_record, gone_record = tmp_path / "kept.json", tmp_path / "gone.json"
+    kept_record.write_text("{}")
+    gone_record.write_text("{}")
+    kept, gone = network.namespace_name(f"{tmp_path}\0kept"), network.namespace_name(f"{tmp_path}\0gone")
+    try:
+        network.setup(kept, kept_record)
+        gone_subnet = str(ipaddress.IPv4Interface(network.setup(gone, gone_record).address + "/30").network)
+        gone_record.unlink()
+        assert gone not in network.sweep_abandoned()  # within its grace: its submission may be writing
+        old = time.time() - network_owners.UNOWNED_GRACE - 1
+        for netns in (kept, gone):
+            os.utime(network_owners.OWNERS_DIR / netns, (old, old))
+        removed = network.sweep_abandoned()
+        assert gone in removed and kept not in removed
+        assert_network_gone(gone, gone_subnet)
+        assert not (network_owners.OWNERS_DIR / gone).exists()
+        assert network.is_intact(kept)
+    finally:
+        network.teardown(kept)
+        network.teardown(gone)
+    assert not (network_owners.OWNERS_DIR / kept).exists()
