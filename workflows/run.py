@@ -62,9 +62,10 @@ class RunWorkflow:
         self._updates: list[JobUpdate] = []
         self._priorities: list[int] = []  # `ferry set-priority`, not yet logged
         self._job_news: list[RecordJob] = []  # heard from the jobs, to store with the next flush
-        self._load: LoadChange | None = None  # the load watch's answer, not yet acted on
-        self._load_watch: asyncio.Task[None] | None = None
-        self._watching: WatchLoad | None = None  # what the load watch in flight was asked
+        # One load watch per replica group that autoscales (None: a service without groups).
+        self._loads: list[LoadChange] = []  # the load watches' answers, not yet acted on
+        self._load_watches: dict[str | None, asyncio.Task[None]] = {}
+        self._watching: dict[str | None, WatchLoad] = {}  # what each load watch in flight was asked
         self._deploy: Deploy | None = None  # a configuration re-applied in place, not yet logged
         if inp.carry is None:
             # STEP 1 in the constructor: a stop sent with the run's start finds the run already logged.
@@ -147,10 +148,10 @@ class RunWorkflow:
                 updates=self._updates,
                 stop=self._stop,
                 priorities=self._priorities,
-                load=self._load,
+                loads=self._loads,
                 deploy=self._deploy,
             )
-            self._updates, self._priorities, self._load, self._deploy = [], [], None, None
+            self._updates, self._priorities, self._loads, self._deploy = [], [], [], None
             self._job_news += [update.record for update in inbox.updates]
             self._take(advance(self._machine, inbox, workflow.now().timestamp()))
             # In one workflow task: the store write and the new children need not wait for each other.
@@ -173,7 +174,7 @@ class RunWorkflow:
                     bool(self._updates)
                     or self._stop != self._machine.stop
                     or bool(self._priorities)
-                    or self._load is not None
+                    or bool(self._loads)
                     or self._deploy is not None
                 ),
                 timeout=timeout,
@@ -187,28 +188,34 @@ class RunWorkflow:
     # --- the load watch -------------------------------------------------------------------------
 
     def _watch_load(self) -> None:
-        """A service that autoscales has one load watch in flight while it serves (or is scaled to zero),
-        asked about the replica count it keeps now; a new count or a stop replaces or ends it."""
+        """A service that autoscales has one load watch in flight per group while it serves (or is scaled
+        to zero), asked about the replica count the group keeps now; a new count or a stop replaces or
+        ends it."""
         machine = self._machine
-        state, rule = machine.state, machine.plan.scaling
-        wanted = None
-        if rule is not None and state.status in SCALES_IN and self._stop is None:
-            wanted = WatchLoad(
-                run_id=self._input.run_id,
-                rule=rule,
-                current=state.replicas if state.replicas is not None else machine.plan.replicas,
-                last_change_at=state.scaled_at or machine.plan.submitted_at,
-            )
-        if wanted == self._watching:
-            return
-        if self._load_watch is not None:
-            self._load_watch.cancel()
-            self._load_watch = None
-        self._watching = wanted
-        if wanted is not None:
-            self._load_watch = asyncio.ensure_future(self._follow_load(wanted))
+        state, plan = machine.state, machine.plan
+        for group in plan.replica_groups():
+            name = None if group is None else group.name
+            rule = plan.scaling_rule(name)
+            wanted = None
+            if rule is not None and state.status in SCALES_IN and self._stop is None:
+                scaled = state.scaled_count(name)
+                wanted = WatchLoad(
+                    run_id=self._input.run_id,
+                    rule=rule,
+                    current=scaled if scaled is not None else plan.starting_count(name),
+                    last_change_at=state.last_scaled_at(name) or plan.submitted_at,
+                )
+            if wanted == self._watching.get(name):
+                continue
+            running = self._load_watches.pop(name, None)
+            if running is not None:
+                running.cancel()
+            self._watching.pop(name, None)
+            if wanted is not None:
+                self._watching[name] = wanted
+                self._load_watches[name] = asyncio.ensure_future(self._follow_load(name, wanted))
 
-    async def _follow_load(self, request: WatchLoad) -> None:
+    async def _follow_load(self, group: str | None, request: WatchLoad) -> None:
         try:
             change: LoadChange = await workflow.execute_activity(
                 names.WATCH_LOAD,
@@ -220,8 +227,9 @@ class RunWorkflow:
             )
         except (ActivityError, asyncio.CancelledError):
             return
-        if self._watching == request:
-            self._load, self._watching, self._load_watch = change, None, None
+        if self._watching.get(group) == request:
+            self._loads.append(change.model_copy(update={"group": group}))
+            del self._watching[group], self._load_watches[group]
 
     # --- effects ----------------------------------------------------------------------------------
 
@@ -310,7 +318,7 @@ class RunWorkflow:
             and not self._priorities
             and not self._effects
             and not self._job_news
-            and self._load is None
+            and not self._loads
             and self._deploy is None
             and workflow.all_handlers_finished()
         )

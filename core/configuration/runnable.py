@@ -31,8 +31,14 @@ class Refusal(NamedTuple):
 def refusals(configuration: AnyConfiguration) -> list[Refusal]:
     """Every reason Ferry cannot run `configuration`; [] when it can."""
     found = [] if isinstance(configuration, FleetConfiguration) else _working_dir_refusals(configuration)
-    if isinstance(configuration, TaskConfiguration | ServiceConfiguration):
-        return found + _commands_refusals(configuration)
+    if isinstance(configuration, ServiceConfiguration):
+        return found + [
+            refusal
+            for group, at in zip(configuration.groups, _group_paths(configuration), strict=True)
+            for refusal in _commands_refusals(configuration, group.commands, at)
+        ]
+    if isinstance(configuration, TaskConfiguration):
+        return found + _commands_refusals(configuration, configuration.commands, ("commands",))
     if isinstance(configuration, FleetConfiguration) and configuration.ssh_config is None:
         return [
             Refusal(
@@ -57,8 +63,16 @@ def _working_dir_refusals(configuration: RunConfiguration) -> list[Refusal]:
     return []
 
 
-def _commands_refusals(configuration: TaskConfiguration | ServiceConfiguration) -> list[Refusal]:
-    if any(command.strip() for command in configuration.commands):
+def _group_paths(configuration: ServiceConfiguration) -> list[tuple[str, ...]]:
+    if not isinstance(configuration.replicas, list):
+        return [("commands",)]
+    return [("replicas", str(index), "commands") for index in range(len(configuration.replicas))]
+
+
+def _commands_refusals(
+    configuration: TaskConfiguration | ServiceConfiguration, commands: list[str], at: tuple[str, ...]
+) -> list[Refusal]:
+    if any(command.strip() for command in commands):
         return []
     kind = configuration.type
     if configuration.image is not None:
@@ -67,8 +81,8 @@ def _commands_refusals(configuration: TaskConfiguration | ServiceConfiguration) 
             f"nothing to run: Ferry does not run `image` yet (it runs `commands` on the host), "
             f"so a {kind} needs `commands`"
         )
-    elif configuration.commands:
+    elif commands:
         reason = "nothing to run: every command is blank"
     else:
         reason = f"nothing to run: a {kind} needs `commands`"
-    return [Refusal(("commands",), reason)]
+    return [Refusal(at, reason)]

@@ -16,20 +16,22 @@ from core.configuration.base import RUN_FIELDS_NOT_ACTED_ON, BaseRunConfiguratio
 from core.configuration.durations import Duration
 from core.configuration.fields import Commands, Port
 from core.configuration.model import ConfigFieldError, ConfigModel, shape_of
+from core.configuration.replica_groups import (
+    GROUP_FIELDS_NOT_ACTED_ON,
+    ReplicaGroupSpec,
+    ScalingSpec,
+    ServiceGroup,
+    check_groups,
+    check_scaling,
+)
 from core.configuration.specs import ReplicaRange, Replicas
 
 # Ferry's proxy is in its server: no separate gateway, so no HTTPS of its own, and no rate limits yet.
-SERVICE_FIELDS_NOT_ACTED_ON = RUN_FIELDS_NOT_ACTED_ON | {"gateway", "https", "rate_limits"}
-
-
-class ScalingSpec(ConfigModel):
-    """How the autoscaler picks a replica count within `replicas`: keep `metric` near `target` per replica."""
-
-    metric: Literal["rps"] = "rps"
-    target: float = Field(gt=0)
-    window: Duration = 60  # the requests of the last `window` make up the rate
-    scale_up_delay: Duration = 300
-    scale_down_delay: Duration = 600
+SERVICE_FIELDS_NOT_ACTED_ON = (
+    RUN_FIELDS_NOT_ACTED_ON
+    | {"gateway", "https", "rate_limits"}
+    | {f"replicas.{field}" for field in GROUP_FIELDS_NOT_ACTED_ON}
+)
 
 
 class HTTPHeader(ConfigModel):
@@ -85,6 +87,14 @@ _Gateway = Annotated[
         shape_of, custom_error_type="gateway_shape", custom_error_message="expected true, false or a name"
     ),
 ]
+_ReplicasOrGroups = Annotated[
+    Annotated[Replicas, Tag("<range>")] | Annotated[list[ReplicaGroupSpec], Tag("<list>")],
+    Discriminator(
+        lambda value: "<list>" if isinstance(value, list) else "<range>",
+        custom_error_type="replicas_shape",
+        custom_error_message="expected a count, a range such as 1..3, or a list of replica groups",
+    ),
+]
 _Model = Annotated[
     Annotated[str, Tag("<string>")] | Annotated[ModelSpec, Tag("<map>")],
     Discriminator(shape_of, custom_error_type="model_shape", custom_error_message="expected a name or a map"),
@@ -97,7 +107,7 @@ class ServiceConfiguration(BaseRunConfiguration):
     type: Literal["service"] = "service"
     port: Port
     commands: Commands = Field(default_factory=list)
-    replicas: Replicas = ReplicaRange(min=1, max=1)
+    replicas: _ReplicasOrGroups = ReplicaRange(min=1, max=1)
     scaling: ScalingSpec | None = None
     probes: list[ProbeSpec] = Field(default_factory=list)
     strip_prefix: bool = True
@@ -109,22 +119,60 @@ class ServiceConfiguration(BaseRunConfiguration):
 
     @model_validator(mode="after")
     def _check_service(self) -> ServiceConfiguration:
-        self._needs_commands(self.commands)
-        if not self.replicas.is_fixed and self.scaling is None:
-            raise ConfigFieldError(
-                ["replicas"], "a range of replicas needs `scaling` to choose a count within it"
-            )
-        if self.replicas.is_fixed and self.scaling is not None:
-            raise ConfigFieldError(
-                ["scaling"], "needs `replicas` to be a range such as 1..4, not a fixed count"
-            )
+        if isinstance(self.replicas, ReplicaRange):
+            self._needs_commands(self.commands)
+            check_scaling(self.replicas, self.scaling, ["replicas"])
+            return self
+        check_groups(self.replicas)
+        for field in ("scaling", "commands"):
+            if field in self.model_fields_set and getattr(self, field):
+                raise ConfigFieldError([field], "set it in each replica group when `replicas` lists groups")
         return self
 
+    @property
+    def groups(self) -> list[ServiceGroup]:
+        """The replica groups the run keeps: the single form is one group named None."""
+        if isinstance(self.replicas, ReplicaRange):
+            single = ServiceGroup(
+                name=None,
+                replicas=self.replicas,
+                scaling=self.scaling,
+                commands=list(self.commands),
+                resources=self.resources,
+            )
+            return [single]
+        return [
+            ServiceGroup(
+                name=group.name,
+                replicas=group.count,
+                scaling=group.scaling,
+                commands=list(group.commands),
+                resources=group.resources or self.resources,
+            )
+            for group in self.replicas
+        ]
+
+    def group(self, name: str | None) -> ServiceGroup:
+        """The group `name` (None: the single form); KeyError when there is no such group."""
+        for group in self.groups:
+            if group.name == name:
+                return group
+        raise KeyError(name)
+
     def asks_for(self, field: str) -> bool:
+        if field.startswith("replicas.") and isinstance(self.replicas, list):
+            name = field.removeprefix("replicas.")
+            return any(
+                name in group.model_fields_set and getattr(group, name) not in (None, False)
+                for group in self.replicas
+            )
         if field == "https":
             # On by default (dstack's), but it is about a gateway's domain: asked for only with one.
             return self.https and self.gateway not in (None, False)
         return super().asks_for(field)
 
     def summary(self) -> ConfigSummary:
-        return self._summary("service", f"replicas {self.replicas}")
+        if isinstance(self.replicas, ReplicaRange):
+            return self._summary("service", f"replicas {self.replicas}")
+        shown = ", ".join(f"{group.name} {group.replicas}" for group in self.groups)
+        return self._summary("service", f"replica groups {shown}")

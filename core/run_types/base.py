@@ -37,6 +37,10 @@ class RunConfigurator(ABC, Generic[ConfigurationT]):
     def commands(self) -> list[str]:
         """What each job runs, one shell line each."""
 
+    def for_group(self, group: str | None) -> RunConfigurator[ConfigurationT]:
+        """The configurator of a replica group's jobs; only a service has groups."""
+        return self
+
     def service_job(self) -> ServiceJob | None:
         """What a service replica's job knows of serving; None for the other run types."""
         return None

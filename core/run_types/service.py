@@ -9,8 +9,17 @@ from core.wire.services import ServiceJob
 
 class ServiceConfigurator(RunConfigurator[ServiceConfiguration]):
     def replica_count(self) -> int:
-        # The lower bound of `replicas`, but at least one: a service scaled to zero still starts one.
-        return max(self.configuration.replicas.min or 0, 1)
+        return sum(group.starting_count for group in self.configuration.groups)
+
+    def for_group(self, group: str | None) -> ServiceConfigurator:
+        """The configurator of one replica group's jobs: the service with the group's commands and
+        resources (docs/services.md#replica-groups)."""
+        if group is None:
+            return self
+        spec = self.configuration.group(group)
+        return ServiceConfigurator(
+            self.configuration.model_copy(update={"commands": spec.commands, "resources": spec.resources})
+        )
 
     def nodes_per_replica(self) -> int:
         return 1

@@ -14,9 +14,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from core.configuration import RunConfiguration
+from core.configuration import RunConfiguration, ServiceConfiguration
 from core.runs.machine import RunPlan, StepBuilder
-from core.runs.scaling import SCALED_DOWN, SCALES_IN, current_replicas, free_replica_numbers, serving_replicas
+from core.runs.scaling import (
+    SCALED_DOWN,
+    SCALES_IN,
+    current_replicas,
+    free_replica_numbers,
+    serving_replicas,
+)
 from core.runs.state_machine import RunState
 from core.services.replicas import ReplicaState
 
@@ -44,18 +50,25 @@ def changed_fields(old: RunConfiguration, new: RunConfiguration) -> list[str]:
 def not_in_place(old: RunConfiguration, new: RunConfiguration) -> list[str]:
     """The changed fields that a rolling deployment cannot take (the run must be restarted)."""
     changed = changed_fields(old, new)
-    if old.type != "service":
+    if not isinstance(old, ServiceConfiguration) or not isinstance(new, ServiceConfiguration):
         return changed  # only a service rolls; any other run is restarted
-    return [name for name in changed if name in NOT_IN_PLACE]
+    fixed = [name for name in changed if name in NOT_IN_PLACE]
+    if [g.name for g in old.groups] != [g.name for g in new.groups]:
+        # Each replica belongs to a group: groups added, removed or renamed are another set of replicas.
+        fixed.append("replicas (its groups)")
+    return fixed
 
 
 def begin(b: StepBuilder, deploy: Deploy) -> None:
     """The new deployment: logged, and its plan taken (its replica count, scaling and retry)."""
     b.log("deploy", deployment=b.state.deployment + 1, changed=deploy.changed)
     b.plan = deploy.plan.model_copy(update={"run_id": b.plan.run_id, "submitted_at": b.plan.submitted_at})
-    if deploy.plan.scaling is None and b.state.replicas is not None and b.state.replicas != b.plan.replicas:
-        # A fixed count replaces the autoscaler's: said as a scale, so that the count is in the log.
-        b.log("scale", replicas=b.plan.replicas, rps=0.0)
+    for group in b.plan.replica_groups():
+        name = None if group is None else group.name
+        scaled, fixed = b.state.scaled_count(name), b.plan.starting_count(name)
+        if b.plan.scaling_rule(name) is None and scaled is not None and scaled != fixed:
+            # A fixed count replaces the autoscaler's: said as a scale, so that the count is in the log.
+            b.log("scale", replicas=fixed, rps=0.0, group=name)
 
 
 def applies(b: StepBuilder) -> bool:
@@ -63,15 +76,21 @@ def applies(b: StepBuilder) -> bool:
 
 
 def roll(b: StepBuilder) -> None:
-    """One move of the roll, if one is due: start a new replica, or stop an old one a new one replaced."""
+    """For each replica group, one move of its roll, if one is due."""
+    for group in b.plan.replica_groups():
+        _roll_group(b, None if group is None else group.name)
+
+
+def _roll_group(b: StepBuilder, group: str | None) -> None:
+    """Start a new replica, or stop an old one a new one replaced."""
     state, told = b.state, b.told_keys()
-    live = serving_replicas(state, told)
+    live = serving_replicas(state, told, group)
     old = [r for r in live if _deployment(state, r) < state.deployment]
     if not old:
         return
     fresh = [r for r in live if _deployment(state, r) == state.deployment]
     ready = [r for r in fresh if _ready(state, r)]
-    wanted = current_replicas(b)
+    wanted = current_replicas(b, group)
     if len(ready) + len(old) > wanted:
         # A new replica is ready in the proxies: the newest old one goes (drained by its job first).
         replaced = max(old)
@@ -81,8 +100,8 @@ def roll(b: StepBuilder) -> None:
                 b.tell_once(key, SCALED_DOWN, abort=False)
         return
     if len(fresh) == len(ready):  # no new replica on its way: start one (the surge)
-        [replica] = free_replica_numbers(state, live, 1)
-        b.submit_replica(replica)
+        [replica] = free_replica_numbers(state, serving_replicas(state, told, every_group=True), 1)
+        b.submit_replica(replica, group)
 
 
 def _deployment(state: RunState, replica: int) -> int:

@@ -16,12 +16,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.configuration import RunConfiguration, ServiceConfiguration
+from core.configuration import ServiceConfiguration
+from core.configuration.replica_groups import ServiceGroup
 from core.eventlog import Event
 from core.run_types import configurator_for
 from core.runs import active, deploying, pending, scaling, terminating
 from core.runs.effects import SetQueuedPriority
-from core.runs.machine import RunMachine, RunPlan, Step, StepBuilder, StopKind, stronger_stop
+from core.runs.machine import GroupPlan, RunMachine, RunPlan, Step, StepBuilder, StopKind, stronger_stop
 from core.runs.state_machine import RunState, apply_run_event
 from core.runs.submissions import waiting_requests
 from core.services.autoscaler import ScalingRule
@@ -40,35 +41,44 @@ class Inbox(BaseModel):
     updates: list[JobUpdate] = Field(default_factory=list)  # the jobs' news, in the order it arrived
     stop: StopKind | None = None  # the stop asked for so far (None: nothing new)
     priorities: list[int] = Field(default_factory=list)  # `ferry set-priority`, in order
-    load: LoadChange | None = None  # the load watch wants another replica count
+    loads: list[LoadChange] = Field(default_factory=list)  # the load watches want other replica counts
     deploy: deploying.Deploy | None = None  # the configuration re-applied in place (a service)
 
 
 def plan_of(inp: RunInput) -> RunPlan:
     conf = inp.configuration
     run_type = configurator_for(conf)
+    groups: tuple[GroupPlan, ...] = ()
+    if isinstance(conf, ServiceConfiguration) and isinstance(conf.replicas, list):
+        groups = tuple(
+            GroupPlan(name=group.name or "", replicas=group.starting_count, scaling=scaling_rule(group))
+            for group in conf.groups
+        )
     return RunPlan(
         run_id=inp.run_id,
-        replicas=run_type.replica_count(),
+        replicas=sum(group.replicas for group in groups) if groups else run_type.replica_count(),
         nodes=run_type.nodes_per_replica(),
         stop_criteria=conf.stop_criteria.value,
         retry=conf.retry,
         submitted_at=inp.submitted_at,
-        scaling=scaling_rule(conf),
+        scaling=scaling_rule(conf.groups[0])
+        if isinstance(conf, ServiceConfiguration) and not groups
+        else None,
+        groups=groups,
     )
 
 
-def scaling_rule(conf: RunConfiguration) -> ScalingRule | None:
-    """A service's autoscaling rule, when its `replicas` is a range (which then needs `scaling`)."""
-    if not isinstance(conf, ServiceConfiguration) or conf.scaling is None:
+def scaling_rule(group: ServiceGroup) -> ScalingRule | None:
+    """A replica group's autoscaling rule, when its `replicas` is a range (which then needs `scaling`)."""
+    if group.scaling is None:
         return None
     return ScalingRule(
-        min_replicas=conf.replicas.min,
-        max_replicas=conf.replicas.max,
-        target=conf.scaling.target,
-        window=conf.scaling.window,
-        scale_up_delay=conf.scaling.scale_up_delay,
-        scale_down_delay=conf.scaling.scale_down_delay,
+        min_replicas=group.replicas.min,
+        max_replicas=group.replicas.max,
+        target=group.scaling.target,
+        window=group.scaling.window,
+        scale_up_delay=group.scaling.scale_up_delay,
+        scale_down_delay=group.scaling.scale_down_delay,
     )
 
 
@@ -81,8 +91,11 @@ def submit_run(inp: RunInput, now: float) -> Step:
         context={"run_name": inp.run_name, "project": inp.project, "user": inp.user, "type": conf.type},
     )
     b = StepBuilder(RunMachine(plan=plan_of(inp), state=apply_run_event(None, submit)), now)
-    for replica in range(b.plan.replicas):
-        b.submit_replica(replica)
+    replica = 0
+    for group in b.plan.replica_groups():
+        for _ in range(b.plan.replicas if group is None else group.replicas):
+            b.submit_replica(replica, None if group is None else group.name)
+            replica += 1
     step = b.step()
     return step.model_copy(update={"events": [submit, *step.events]})
 
@@ -103,8 +116,9 @@ def advance(machine: RunMachine, inbox: Inbox, now: float) -> Step:
     else:
         if inbox.deploy is not None and b.state.status in scaling.SCALES_IN:
             deploying.begin(b, inbox.deploy)
-        if inbox.load is not None and scaling.applies(b):
-            scaling.rescale(b, inbox.load.desired, inbox.load.rps)
+        for load in inbox.loads:
+            if scaling.applies(b, load.group):
+                scaling.rescale(b, load.desired, load.rps, load.group)
         if pending.retry_due(b):
             pending.resubmit_all(b)
         elif active.applies(b):

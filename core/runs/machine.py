@@ -39,6 +39,16 @@ def stronger_stop(current: StopKind | None, requested: StopKind) -> StopKind:
     return StopKind.ABORT if StopKind.ABORT in (current, requested) else StopKind.STOP
 
 
+class GroupPlan(BaseModel):
+    """One replica group of a service (docs/services.md#replica-groups)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    replicas: int  # replicas the group starts with
+    scaling: ScalingRule | None = None
+
+
 class RunPlan(BaseModel):
     """What a run's configuration and submission fix for its whole life."""
 
@@ -51,6 +61,26 @@ class RunPlan(BaseModel):
     retry: RetryPolicy | None = None
     submitted_at: float  # when the run's current cycle began: no retry clock starts before it
     scaling: ScalingRule | None = None  # a service whose replica count follows its load
+    groups: tuple[GroupPlan, ...] = ()  # a service's replica groups; () for the single form
+
+    def replica_groups(self) -> tuple[GroupPlan | None, ...]:
+        """The groups a run keeps replicas of: (None,) for a run without groups (one homogeneous set of
+        `replicas`, scaled by `scaling`)."""
+        return self.groups or (None,)
+
+    def group(self, name: str | None) -> GroupPlan | None:
+        return next((group for group in self.groups if group.name == name), None)
+
+    def starting_count(self, group: str | None) -> int:
+        """The replicas `group` starts with (None: the run's, without groups)."""
+        plan = self.group(group)
+        return self.replicas if plan is None else plan.replicas
+
+    def scaling_rule(self, group: str | None) -> ScalingRule | None:
+        if group is None:
+            return self.scaling
+        plan = self.group(group)
+        return None if plan is None else plan.scaling
 
 
 class RunMachine(BaseModel):
@@ -112,15 +142,24 @@ class StepBuilder:
         if key in self._unheard:
             self._unheard.remove(key)
 
-    def submit_replica(self, replica: int) -> None:
-        """A new submission of every job of a replica; started node 0 last, since it enqueues the replica
-        and the fleet may place it at once, so every node must be there."""
+    def submit_replica(self, replica: int, group: str | None = None) -> None:
+        """A new submission of every job of a replica (in `group`, else in its earlier submission's);
+        started node 0 last, since it enqueues the replica and the fleet may place it at once, so every
+        node must be there."""
         new = []
         for job in range(self.plan.nodes):
             current = self.state.job(replica, job)
             submission = 0 if current is None else current.submission_num + 1
+            in_group = group if group is not None or current is None else current.group
             deployment = self.state.deployment or None  # said only once the run has been re-applied
-            self.log("job-submit", replica=replica, job=job, submission=submission, deployment=deployment)
+            self.log(
+                "job-submit",
+                replica=replica,
+                job=job,
+                submission=submission,
+                deployment=deployment,
+                group=in_group,
+            )
             new.append((replica, job, submission))
         for key in reversed(new):
             self._effects.append(StartJob(replica_num=key[0], job_num=key[1], submission_num=key[2]))

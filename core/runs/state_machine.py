@@ -13,14 +13,15 @@ Run events (status after; '=' unchanged):
 | status {TERMINATING, reason}            | any active                        | TERMINATING, latest reason|
 | status {PENDING}                        | TERMINATING: all jobs finished,   | PENDING (scheduled runs,  |
 |                                         | not stopped/aborted by the user   | STEP 5)                   |
-| job-submit {replica, job, submission}   | any active but TERMINATING        | =                         |
+| job-submit {replica, job, submission,   | any active but TERMINATING        | =                         |
+|   deployment?, group?}                  |                                   |                           |
 | job-status {replica, job, submission,   | any active                        | =                         |
 |   status, reason?}                      |                                   |                           |
 | job-finish {replica, job, submission,   | any active                        | =                         |
 |   status, reason, exit_status?,         |                                   |                           |
 |   provisioned?}                         |                                   |                           |
 | retry {replicas, attempt, backoff}      | any active but TERMINATING        | =                         |
-| scale {replicas, rps}                   | any active but TERMINATING        | =                         |
+| scale {replicas, rps, group?}           | any active but TERMINATING        | =                         |
 | deploy {deployment, changed}            | any active but TERMINATING        | =                         |
 | job-serving {replica, job, submission,  | any active                        | =                         |
 |   state}                                |                                   |                           |
@@ -111,6 +112,7 @@ class RunJob(BaseModel):
     last_provisioned_at: float | None = None  # last event while any submission held one; see JobView
     deployment: int = 0  # the run's deployment this submission runs (a service re-applied in place)
     serving: str | None = None  # a service replica's state in the proxies (ready, unready, ...)
+    group: str | None = None  # a service's replica group (None: a service without groups, any other run)
 
     def view(self) -> JobView:
         return JobView(
@@ -146,11 +148,20 @@ class RunState(BaseModel):
     priority: int | None = None
     memo: dict[str, Any] = Field(default_factory=dict)
     replicas: int | None = None  # the autoscaler's latest count (None: the count the run started with)
+    group_replicas: dict[str, int] = Field(default_factory=dict)  # the same, per replica group
+    group_scaled_at: dict[str, float] = Field(default_factory=dict)
     deployment: int = 0  # deploy events: a service's configuration re-applied in place
     scaled_at: float | None = None  # when it was decided
 
     def job(self, replica_num: int, job_num: int) -> RunJob | None:
         return next((j for j in self.jobs if (j.replica_num, j.job_num) == (replica_num, job_num)), None)
+
+    def scaled_count(self, group: str | None) -> int | None:
+        """The autoscaler's latest count for a replica group (None: the single form); None: never scaled."""
+        return self.replicas if group is None else self.group_replicas.get(group)
+
+    def last_scaled_at(self, group: str | None) -> float | None:
+        return self.scaled_at if group is None else self.group_scaled_at.get(group)
 
     def job_views(self) -> list[JobView]:
         """The input `derive_run_status` needs: the latest submission of every job."""
@@ -162,7 +173,8 @@ def status_message(state: RunState) -> str | None:
     if state.termination_reason is not None:
         return state.termination_reason.value.replace("_", " ")
     if state.status == RunStatus.PENDING:
-        return "scaled to zero: a request wakes it" if state.replicas == 0 else "retrying"
+        scaled_to_zero = all(job.termination_reason == JobTerminationReason.SCALED_DOWN for job in state.jobs)
+        return "scaled to zero: a request wakes it" if scaled_to_zero else "retrying"
     return None
 
 
@@ -209,6 +221,7 @@ def _job_submit(state: RunState, event: Event) -> RunState:
     if not 0 <= deployment <= state.deployment:
         raise EventlogError(f"deployment {deployment} is not one of the run's (0..{state.deployment})")
     new = RunJob(
+        group=maybe(event, "group", str),
         deployment=deployment,
         replica_num=replica,
         job_num=job,
@@ -310,7 +323,12 @@ def _job_serving(state: RunState, event: Event) -> RunState:
 def _scale(state: RunState, event: Event) -> RunState:
     replicas = need_index(event, "replicas")
     need(event, "rps", float)
-    return state.model_copy(update={"replicas": replicas, "scaled_at": event.timestamp})
+    group = maybe(event, "group", str)
+    if group is None:
+        return state.model_copy(update={"replicas": replicas, "scaled_at": event.timestamp})
+    counts = {**state.group_replicas, group: replicas}
+    times = {**state.group_scaled_at, group: event.timestamp}
+    return state.model_copy(update={"group_replicas": counts, "group_scaled_at": times})
 
 
 def _clean(state: RunState, event: Event) -> RunState:

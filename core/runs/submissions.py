@@ -26,12 +26,13 @@ def run_priority(inp: RunInput, state: RunState) -> int:
 
 def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int, job: int) -> JobInput:
     """The latest submission of (replica, job), as its JobWorkflow starts."""
-    conf = inp.configuration
-    run_type = configurator_for(conf)
-    nodes = run_type.nodes_per_replica()
     current = state.job(replica, job)
+    assert current is not None
+    run_type = configurator_for(inp.configuration).for_group(current.group)
+    conf = run_type.configuration  # a replica group's: its commands and resources
+    nodes = run_type.nodes_per_replica()
     siblings = [state.job(replica, n) for n in range(nodes)]
-    assert current is not None and all(s is not None for s in siblings)
+    assert all(s is not None for s in siblings)
     submissions = [s.submission_num for s in siblings if s is not None]
     enqueue = None
     if job == 0:

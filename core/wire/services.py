@@ -63,3 +63,4 @@ class WatchLoad(_Message):
 class LoadChange(_Message):
     desired: int
     rps: float
+    group: str | None = None  # the replica group it is about (the workflow sets it); None: no groups

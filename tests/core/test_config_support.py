@@ -22,6 +22,7 @@ from core.configuration.loading import (
     load_configuration_text,
 )
 from core.configuration.model import ConfigModel
+from core.configuration.replica_groups import GROUP_FIELDS_NOT_ACTED_ON, ReplicaGroupSpec
 from core.configuration.resources import ResourcesSpec
 from core.configuration.runnable import Refusal, refusals
 
@@ -73,7 +74,12 @@ def test_nested_names_are_fields_of_the_nested_models() -> None:
     assert "shm_size" in ResourcesSpec.model_fields
     assert "network" in SSHConfig.model_fields
     dotted = {entry for model in ACTED_ON for entry in model.NOT_ACTED_ON if "." in entry}
-    assert dotted == {"resources.shm_size", "ssh_config.network"}
+    groups = {f"replicas.{name}" for name in GROUP_FIELDS_NOT_ACTED_ON}
+    assert set(GROUP_FIELDS_NOT_ACTED_ON) <= set(ReplicaGroupSpec.model_fields)
+    assert dotted == {"resources.shm_size", "ssh_config.network"} | groups
+    # The rest of a group's fields are acted on (`router` is refused, core.configuration.replica_groups).
+    acted = {"name", "count", "scaling", "commands", "resources", "router"}
+    assert set(ReplicaGroupSpec.model_fields) - set(GROUP_FIELDS_NOT_ACTED_ON) == acted
 
 
 @pytest.mark.parametrize("model", list(ACTED_ON), ids=lambda model: model.__name__)

@@ -16,7 +16,7 @@ SCALED = {"replicas": "0..3", "scaling": {"target": 10, "scale_up_delay": 30, "s
 
 
 def load(machine: RunMachine, desired: int, rps: float, at: float) -> Step:
-    return advance(machine, Inbox(load=LoadChange(desired=desired, rps=rps)), at)
+    return advance(machine, Inbox(loads=[LoadChange(desired=desired, rps=rps)]), at)
 
 
 def test_plan_of_a_service_with_a_range_has_its_scaling_rule() -> None:
