@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -126,6 +127,14 @@ def service_line(store: Store, record: RunRecord, configuration: ServiceConfigur
     return f"service at {url}{needs}"
 
 
+def schedule_line(crons: list[str], count: int = 3) -> str:
+    from core.runs.cycles import next_triggers
+    from core.runs.state_machine import format_utc
+
+    times = next_triggers(crons, time.time(), count)
+    return "scheduled: next at " + ", ".join(format_utc(t) for t in times)
+
+
 def plan_table(ctx: Context, file: str, configuration: RunConfiguration) -> Table:
     from cli.api import default_user
 
@@ -148,6 +157,7 @@ def plan_table(ctx: Context, file: str, configuration: RunConfiguration) -> Tabl
         ("Scale", summary.scale),
         ("Retry", summary.retry),
         ("Max duration", format_duration(configuration.max_duration)),
+        *([("Schedule", f"{summary.schedule} (UTC)")] if configuration.schedule else []),
         ("Runs on", where),
     ]
     for key, value in rows:
@@ -185,6 +195,13 @@ async def _submit(
         console.print(
             await asyncio.to_thread(service_line, api.store, record, configuration), highlight=False
         )
+    if configuration.schedule is not None:
+        # It waits for its schedule (docs/schedules.md): nothing to follow now.
+        console.print(schedule_line(configuration.schedule.cron), highlight=False)
+        console.print(
+            f"its cycles: ferry ps; run one now: ferry schedule trigger {record.run_name}", highlight=False
+        )
+        return 0
     if detach:
         console.print(f"follow it with: ferry logs -f {record.run_name}", highlight=False)
         return 0

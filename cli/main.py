@@ -14,6 +14,7 @@ import typer
 
 from cli.errors import FerryGroup, one_line_errors
 from cli.fleet import fleet_app
+from cli.schedules import schedule_app
 from core.status import RunStatus
 
 HELP = (
@@ -83,6 +84,7 @@ server_app = typer.Typer(
 )  # fmt: skip
 app.add_typer(server_app, name="server")
 app.add_typer(fleet_app, name="fleet")
+app.add_typer(schedule_app, name="schedule")
 
 RUN = typer.Argument(..., metavar="RUN", help="The run's name (or id).", show_default=False)
 REPLICA = typer.Option(None, "--replica", help="Only this replica.", show_default=False)

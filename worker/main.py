@@ -17,6 +17,7 @@ from activities.fleet import FleetActivities, InstanceResolver
 from activities.instances import LOCAL_INSTANCE, InstanceDirectory
 from activities.jobs import JobActivities
 from activities.records import RecordActivities
+from activities.schedules import ScheduleActivities
 from activities.services import ServiceActivities
 from activities.ssh import HostPool
 from activities.ssh_config import DeployOptions
@@ -24,16 +25,19 @@ from core.settings import TASK_QUEUE, Settings
 from store import Store, open_store
 from worker.local_agent import ensure_local_agent
 from worker.temporal import connect_from_settings
+from workflows.cycle import CycleWorkflow
 from workflows.fleet import FleetWorkflow
 from workflows.job import JobWorkflow
 from workflows.run import RunWorkflow
 
-WORKFLOWS: Sequence[type] = (RunWorkflow, JobWorkflow, FleetWorkflow)
+WORKFLOWS: Sequence[type] = (RunWorkflow, JobWorkflow, FleetWorkflow, CycleWorkflow)
 # Per-call timeout for agent requests: short, so a lost host is noticed within the watch's threshold.
 AGENT_REQUEST_TIMEOUT = 5.0
 
 
-def activities_for(instances: InstanceDirectory, store: Store) -> list[Callable[..., Any]]:
+def activities_for(
+    instances: InstanceDirectory, store: Store, schedules: ScheduleActivities
+) -> list[Callable[..., Any]]:
     jobs = JobActivities(instances, store)
     records = RecordActivities(store)
     fleets = FleetActivities(instances, store)
@@ -57,6 +61,8 @@ def activities_for(instances: InstanceDirectory, store: Store) -> list[Callable[
         services.drain_replica,
         services.unregister_replica,
         services.watch_load,
+        schedules.create_schedule,
+        schedules.delete_schedule,
     ]
 
 
@@ -103,7 +109,7 @@ def build_worker(
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
         workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
-        activities=activities_for(instances, store),
+        activities=activities_for(instances, store, ScheduleActivities(client, task_queue)),
         max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
         max_concurrent_workflow_tasks=100,
         # Every run is at least two workflows (the run and a job) besides the fleets': a cache smaller than

@@ -21,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from core.fleets.messages import FLEET_SET_PRIORITY
     from core.fleets.messages import SetQueuedPriority as FleetSetQueuedPriority
     from core.runs.deploying import Deploy, changed_fields, not_in_place
-    from core.runs.effects import SetQueuedPriority, StartJob, TerminateJob
+    from core.runs.effects import Effect, EndCycle, SetQueuedPriority, StartJob, TerminateJob
     from core.runs.lifecycle import Inbox, advance, plan_of, submit_run
     from core.runs.machine import Step, StopKind, stronger_stop
     from core.runs.scaling import SCALES_IN
@@ -30,6 +30,9 @@ with workflow.unsafe.imports_passed_through():
     from core.status import RunStatus
     from core.wire import activity_names as names
     from core.wire.messages import (
+        CreateSchedule,
+        CycleDone,
+        CycleTrigger,
         DeployReply,
         DeployRequest,
         JobUpdate,
@@ -44,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         StopRequest,
         fleet_workflow_id,
         job_workflow_id,
+        schedule_id,
     )
     from core.wire.messages import TerminateJob as TerminateJobRequest
     from core.wire.services import LoadChange, WatchLoad
@@ -58,7 +62,7 @@ class RunWorkflow:
     def __init__(self, inp: RunInput) -> None:
         self._input = inp
         self._events: list[Event] = []  # this execution's events; earlier ones are in the store
-        self._effects: list[StartJob | TerminateJob | SetQueuedPriority] = []  # decided, not carried out
+        self._effects: list[Effect] = []  # decided, not carried out
         self._updates: list[JobUpdate] = []
         self._priorities: list[int] = []  # `ferry set-priority`, not yet logged
         self._job_news: list[RecordJob] = []  # heard from the jobs, to store with the next flush
@@ -67,6 +71,7 @@ class RunWorkflow:
         self._load_watches: dict[str | None, asyncio.Task[None]] = {}
         self._watching: dict[str | None, WatchLoad] = {}  # what each load watch in flight was asked
         self._deploy: Deploy | None = None  # a configuration re-applied in place, not yet logged
+        self._triggers: list[CycleTrigger] = []  # a scheduled run's schedule fired (workflows/cycle.py)
         if inp.carry is None:
             # STEP 1 in the constructor: a stop sent with the run's start finds the run already logged.
             step = submit_run(inp, workflow.now().timestamp())
@@ -86,6 +91,10 @@ class RunWorkflow:
     @workflow.signal
     def job_update(self, update: JobUpdate) -> None:
         self._updates.append(update)
+
+    @workflow.signal
+    def trigger(self, trigger: CycleTrigger) -> None:
+        self._triggers.append(trigger)
 
     @workflow.signal
     def set_priority(self, request: SetPriority) -> None:
@@ -133,6 +142,8 @@ class RunWorkflow:
 
     @workflow.run
     async def run(self, inp: RunInput) -> RunResult:
+        if self._machine.plan.schedule and inp.carry is None:
+            await self._create_schedule()
         if self._effects:
             # The first events go to the store with the jobs' first news (each job sends some within a
             # second or so): one store write fewer per run.
@@ -150,8 +161,10 @@ class RunWorkflow:
                 priorities=self._priorities,
                 loads=self._loads,
                 deploy=self._deploy,
+                triggers=self._triggers,
             )
             self._updates, self._priorities, self._loads, self._deploy = [], [], [], None
+            self._triggers = []
             self._job_news += [update.record for update in inbox.updates]
             self._take(advance(self._machine, inbox, workflow.now().timestamp()))
             # In one workflow task: the store write and the new children need not wait for each other.
@@ -159,6 +172,8 @@ class RunWorkflow:
             self._watch_load()
             if self._can_continue_as_new():
                 workflow.continue_as_new(self._carry())
+        if self._machine.plan.schedule:
+            await self._delete_schedule()
         state = self._machine.state
         return RunResult(status=state.status, termination_reason=state.termination_reason)
 
@@ -176,6 +191,7 @@ class RunWorkflow:
                     or bool(self._priorities)
                     or bool(self._loads)
                     or self._deploy is not None
+                    or bool(self._triggers)
                 ),
                 timeout=timeout,
             )
@@ -242,6 +258,8 @@ class RunWorkflow:
                 await self._start_job(effect)
             elif isinstance(effect, TerminateJob):
                 signals.append(self._terminate_job(effect))
+            elif isinstance(effect, EndCycle):
+                signals.append(self._end_cycle(effect))
             else:
                 signals.append(self._move_in_queue(effect))
         for signal in signals:
@@ -264,6 +282,35 @@ class RunWorkflow:
         )
         request = TerminateJobRequest(reason=effect.reason, message=effect.message, abort=effect.abort)
         await workflow.get_external_workflow_handle(job_id).signal(JobWorkflow.terminate, request)
+
+    # --- a scheduled run's schedule (docs/schedules.md) -----------------------------------------------
+
+    def _schedule_id(self) -> str:
+        return schedule_id(workflow.info().workflow_id, self._input.run_id)
+
+    async def _create_schedule(self) -> None:
+        inp = self._input
+        request = CreateSchedule(
+            schedule_id=self._schedule_id(),
+            run_workflow_id=workflow.info().workflow_id,
+            run_name=inp.run_name,
+            project=inp.project,
+            user=inp.user,
+            run_type=inp.configuration.type,
+            crons=list(self._machine.plan.schedule),
+        )
+        await workflow.execute_activity(
+            names.CREATE_SCHEDULE, request, start_to_close_timeout=timedelta(seconds=30)
+        )
+
+    async def _delete_schedule(self) -> None:
+        await workflow.execute_activity(
+            names.DELETE_SCHEDULE, self._schedule_id(), start_to_close_timeout=timedelta(seconds=30)
+        )
+
+    async def _end_cycle(self, effect: EndCycle) -> None:
+        handle = workflow.get_external_workflow_handle(effect.workflow_id)
+        await handle.signal("done", CycleDone(outcome=effect.outcome))
 
     async def _move_in_queue(self, effect: SetQueuedPriority) -> None:
         fleet = workflow.get_external_workflow_handle(
@@ -320,6 +367,7 @@ class RunWorkflow:
             and not self._job_news
             and not self._loads
             and self._deploy is None
+            and not self._triggers
             and workflow.all_handlers_finished()
         )
 

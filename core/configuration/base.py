@@ -51,7 +51,7 @@ CLOUD_FIELDS_NOT_ACTED_ON = frozenset(
 
 # Fields of every run that Ferry accepts but does not act on yet (each run type adds its own). `image`,
 # `python` and the other container fields among them: the process executor runs `commands` on the host
-# as they are. `volumes`: nothing mounts them. `schedule`: a run starts when it is submitted. `startup_order`:
+# as they are. `volumes`: nothing mounts them. `startup_order`:
 # the nodes of a task start as they are placed (see asks_for). `resources.shm_size`: no container to size.
 RUN_FIELDS_NOT_ACTED_ON = CLOUD_FIELDS_NOT_ACTED_ON | {
     "image",
@@ -69,7 +69,6 @@ RUN_FIELDS_NOT_ACTED_ON = CLOUD_FIELDS_NOT_ACTED_ON | {
     "volumes",
     "creation_policy",
     "utilization_policy",
-    "schedule",
     "startup_order",
 }
 

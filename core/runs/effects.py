@@ -42,4 +42,12 @@ class SetQueuedPriority(_Effect):
     priority: int
 
 
-Effect = StartJob | TerminateJob | SetQueuedPriority
+class EndCycle(_Effect):
+    """Tell a scheduled run's cycle workflow that its cycle is over (or was skipped): the schedule may fire
+    again (its overlap policy skips a trigger while a cycle workflow is open)."""
+
+    workflow_id: str
+    outcome: str  # how the cycle ended, e.g. "done", "failed", "skipped: cycle 3 is running"
+
+
+Effect = StartJob | TerminateJob | SetQueuedPriority | EndCycle

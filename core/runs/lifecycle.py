@@ -20,14 +20,14 @@ from core.configuration import ServiceConfiguration
 from core.configuration.replica_groups import ServiceGroup
 from core.eventlog import Event
 from core.run_types import configurator_for
-from core.runs import active, deploying, pending, scaling, terminating
+from core.runs import active, cycles, deploying, pending, scaling, terminating
 from core.runs.effects import SetQueuedPriority
 from core.runs.machine import GroupPlan, RunMachine, RunPlan, Step, StepBuilder, StopKind, stronger_stop
 from core.runs.state_machine import RunState, apply_run_event
 from core.runs.submissions import waiting_requests
 from core.services.autoscaler import ScalingRule
 from core.status import JobStatus
-from core.wire.messages import JobUpdate, RunInput
+from core.wire.messages import CycleTrigger, JobUpdate, RunInput
 from core.wire.services import LoadChange
 
 EventSpec = tuple[str, dict[str, Any]]
@@ -43,6 +43,7 @@ class Inbox(BaseModel):
     priorities: list[int] = Field(default_factory=list)  # `ferry set-priority`, in order
     loads: list[LoadChange] = Field(default_factory=list)  # the load watches want other replica counts
     deploy: deploying.Deploy | None = None  # the configuration re-applied in place (a service)
+    triggers: list[CycleTrigger] = Field(default_factory=list)  # a scheduled run's schedule fired
 
 
 def plan_of(inp: RunInput) -> RunPlan:
@@ -65,6 +66,7 @@ def plan_of(inp: RunInput) -> RunPlan:
         if isinstance(conf, ServiceConfiguration) and not groups
         else None,
         groups=groups,
+        schedule=tuple(conf.schedule.cron) if conf.schedule is not None else (),
     )
 
 
@@ -91,11 +93,10 @@ def submit_run(inp: RunInput, now: float) -> Step:
         context={"run_name": inp.run_name, "project": inp.project, "user": inp.user, "type": conf.type},
     )
     b = StepBuilder(RunMachine(plan=plan_of(inp), state=apply_run_event(None, submit)), now)
-    replica = 0
-    for group in b.plan.replica_groups():
-        for _ in range(b.plan.replicas if group is None else group.replicas):
-            b.submit_replica(replica, None if group is None else group.name)
-            replica += 1
+    if cycles.is_scheduled(b):
+        cycles.wait(b)  # STEP 1 of a scheduled run: PENDING until its schedule fires
+    else:
+        b.submit_all()
     step = b.step()
     return step.model_copy(update={"events": [submit, *step.events]})
 
@@ -114,6 +115,8 @@ def advance(machine: RunMachine, inbox: Inbox, now: float) -> Step:
     if terminating.stop_pending(b):
         terminating.begin_stop(b)
     else:
+        for trigger in inbox.triggers:
+            cycles.begin(b, trigger)
         if inbox.deploy is not None and b.state.status in scaling.SCALES_IN:
             deploying.begin(b, inbox.deploy)
         for load in inbox.loads:

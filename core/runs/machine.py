@@ -62,6 +62,7 @@ class RunPlan(BaseModel):
     submitted_at: float  # when the run's current cycle began: no retry clock starts before it
     scaling: ScalingRule | None = None  # a service whose replica count follows its load
     groups: tuple[GroupPlan, ...] = ()  # a service's replica groups; () for the single form
+    schedule: tuple[str, ...] = ()  # a scheduled run's cron expressions (UTC); () for any other run
 
     def replica_groups(self) -> tuple[GroupPlan | None, ...]:
         """The groups a run keeps replicas of: (None,) for a run without groups (one homogeneous set of
@@ -141,6 +142,15 @@ class StepBuilder:
     def heard_last_word(self, key: JobKey) -> None:
         if key in self._unheard:
             self._unheard.remove(key)
+
+    def submit_all(self) -> None:
+        """Every replica's first submission (of a cycle, for a scheduled run): numbered from 0, group by
+        group, each group its starting count."""
+        replica = 0
+        for group in self.plan.replica_groups():
+            for _ in range(self.plan.starting_count(None if group is None else group.name)):
+                self.submit_replica(replica, None if group is None else group.name)
+                replica += 1
 
     def submit_replica(self, replica: int, group: str | None = None) -> None:
         """A new submission of every job of a replica (in `group`, else in its earlier submission's);

@@ -25,6 +25,10 @@ Run events (status after; '=' unchanged):
 | deploy {deployment, changed}            | any active but TERMINATING        | =                         |
 | job-serving {replica, job, submission,  | any active                        | =                         |
 |   state}                                |                                   |                           |
+| schedule-wait {next_at}                 | PENDING (a scheduled run)         | =                         |
+| cycle {cycle, workflow_id, scheduled_at}| PENDING, once per trigger         | SUBMITTED                 |
+| cycle-skip {workflow_id, scheduled_at}  | any active                        | =                         |
+| cycle-end {cycle, status, reason}       | TERMINATING, all jobs finished    | = (PENDING follows)       |
 | exception {type, severity, note?}       | any active                        | = (recorded only)         |
 | priority {priority}, memo, debug.*      | any active                        | =                         |
 | clean {status, reason}                  | TERMINATING, all jobs finished    | reason.to_status()        |
@@ -39,14 +43,12 @@ status is the one its reason leads to, and a TERMINATING reason is kept by job-f
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from core.eventlog import (
     Event,
     EventlogError,
-    ExceptionRecord,
     check_event,
     check_final,
     exception_record,
@@ -56,8 +58,10 @@ from core.eventlog import (
     need,
     need_index,
 )
-from core.runs.derivation import JobView
+from core.runs.run_state import RunJob, RunState
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+
+__all__ = ["RunJob", "RunState", "apply_run_event", "replay_run", "status_message"]
 
 _ACTIVE_RUN = frozenset(s for s in RunStatus if s.is_active())
 _NOT_TERMINATING = _ACTIVE_RUN - {RunStatus.TERMINATING}
@@ -72,6 +76,10 @@ RUN_EVENTS_FROM: dict[str, frozenset[RunStatus]] = {
     "scale": _NOT_TERMINATING,
     "deploy": _NOT_TERMINATING,
     "job-serving": _ACTIVE_RUN,
+    "schedule-wait": frozenset({RunStatus.PENDING}),
+    "cycle": frozenset({RunStatus.PENDING}),
+    "cycle-skip": _ACTIVE_RUN,
+    "cycle-end": frozenset({RunStatus.TERMINATING}),
     "exception": _ACTIVE_RUN,
     "priority": _ACTIVE_RUN,
     "memo": _ACTIVE_RUN,
@@ -95,87 +103,22 @@ _HOLDING_INSTANCE = frozenset({JobStatus.PROVISIONING, JobStatus.PULLING, JobSta
 _USER_ENDED = frozenset({RunTerminationReason.STOPPED_BY_USER, RunTerminationReason.ABORTED_BY_USER})
 
 
-class RunJob(BaseModel):
-    """The latest submission of one (replica, job) of a run, as the run's log tells it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    replica_num: int
-    job_num: int
-    submission_num: int
-    status: JobStatus = JobStatus.SUBMITTED
-    termination_reason: JobTerminationReason | None = None
-    exit_status: int | None = None
-    first_submitted_at: float  # of submission 0
-    submitted_at: float  # of this submission
-    provisioned: bool = False  # this submission has held an instance
-    last_provisioned_at: float | None = None  # last event while any submission held one; see JobView
-    deployment: int = 0  # the run's deployment this submission runs (a service re-applied in place)
-    serving: str | None = None  # a service replica's state in the proxies (ready, unready, ...)
-    group: str | None = None  # a service's replica group (None: a service without groups, any other run)
-
-    def view(self) -> JobView:
-        return JobView(
-            replica_num=self.replica_num,
-            job_num=self.job_num,
-            submission_num=self.submission_num,
-            status=self.status,
-            termination_reason=self.termination_reason,
-            exit_status=self.exit_status,
-            first_submitted_at=self.first_submitted_at,
-            last_provisioned_at=self.last_provisioned_at,
-        )
-
-
-class RunState(BaseModel):
-    """What a run's eventlog says about it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    run_name: str
-    project: str
-    user: str
-    run_type: str
-    status: RunStatus
-    termination_reason: RunTerminationReason | None = None
-    times: dict[RunStatus, float] = Field(default_factory=dict)  # first time each status was entered
-    status_since: float  # when the current status was entered this time
-    jobs: tuple[RunJob, ...] = ()  # sorted by (replica, job)
-    submissions: int = 0  # job-submit events, first submissions included
-    retries: int = 0  # retry events
-    retry_attempt: int | None = None  # `attempt` of the latest retry
-    exceptions: tuple[ExceptionRecord, ...] = ()
-    priority: int | None = None
-    memo: dict[str, Any] = Field(default_factory=dict)
-    replicas: int | None = None  # the autoscaler's latest count (None: the count the run started with)
-    group_replicas: dict[str, int] = Field(default_factory=dict)  # the same, per replica group
-    group_scaled_at: dict[str, float] = Field(default_factory=dict)
-    deployment: int = 0  # deploy events: a service's configuration re-applied in place
-    scaled_at: float | None = None  # when it was decided
-
-    def job(self, replica_num: int, job_num: int) -> RunJob | None:
-        return next((j for j in self.jobs if (j.replica_num, j.job_num) == (replica_num, job_num)), None)
-
-    def scaled_count(self, group: str | None) -> int | None:
-        """The autoscaler's latest count for a replica group (None: the single form); None: never scaled."""
-        return self.replicas if group is None else self.group_replicas.get(group)
-
-    def last_scaled_at(self, group: str | None) -> float | None:
-        return self.scaled_at if group is None else self.group_scaled_at.get(group)
-
-    def job_views(self) -> list[JobView]:
-        """The input `derive_run_status` needs: the latest submission of every job."""
-        return [j.view() for j in self.jobs]
-
-
 def status_message(state: RunState) -> str | None:
     """The run's one-line status message, as `ferry ps` shows it."""
     if state.termination_reason is not None:
         return state.termination_reason.value.replace("_", " ")
+    if state.status == RunStatus.PENDING and state.next_at is not None:
+        return f"next at {format_utc(state.next_at)}" + (
+            f" (last cycle {state.last_cycle})" if state.last_cycle else ""
+        )
     if state.status == RunStatus.PENDING:
         scaled_to_zero = all(job.termination_reason == JobTerminationReason.SCALED_DOWN for job in state.jobs)
         return "scaled to zero: a request wakes it" if scaled_to_zero else "retrying"
     return None
+
+
+def format_utc(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _with_job(state: RunState, job: RunJob) -> RunState:
@@ -215,7 +158,13 @@ def _job_submit(state: RunState, event: Event) -> RunState:
     expected = 0 if current is None else current.submission_num + 1
     if submission != expected:
         raise EventlogError(f"replica {replica} job {job}: submission {submission}, expected {expected}")
-    first = event.timestamp if current is None else current.first_submitted_at
+    # A new cycle of a scheduled run starts its jobs' retry clocks anew.
+    new_cycle = (
+        current is not None
+        and state.cycle_started_at is not None
+        and current.submitted_at < state.cycle_started_at
+    )
+    first = event.timestamp if current is None or new_cycle else current.first_submitted_at
     last = None if current is None else current.last_provisioned_at
     deployment = maybe(event, "deployment", int) or 0
     if not 0 <= deployment <= state.deployment:
@@ -331,6 +280,34 @@ def _scale(state: RunState, event: Event) -> RunState:
     return state.model_copy(update={"group_replicas": counts, "group_scaled_at": times})
 
 
+def _cycle(state: RunState, event: Event) -> RunState:
+    cycle = need_index(event, "cycle")
+    if cycle != state.cycle + 1:
+        raise EventlogError(f"cycle {cycle}, expected {state.cycle + 1}")
+    need(event, "scheduled_at", float)
+    update = {
+        "cycle": cycle,
+        "cycle_started_at": event.timestamp,
+        "cycle_workflow_id": need(event, "workflow_id", str),
+        "next_at": None,
+        "retries": 0,
+        "retry_attempt": None,
+        "status": RunStatus.SUBMITTED,
+        "status_since": event.timestamp,
+    }
+    return state.model_copy(update=update)
+
+
+def _cycle_end(state: RunState, event: Event) -> RunState:
+    if need_index(event, "cycle") != state.cycle:
+        raise EventlogError(f"cycle-end of cycle {event.context.get('cycle')}, the current is {state.cycle}")
+    status = need(event, "status", RunStatus)
+    check_final(status, need(event, "reason", RunTerminationReason), state.termination_reason)
+    if not _all_jobs_finished(state):
+        raise EventlogError("cycle-end while some jobs are still active")
+    return state.model_copy(update={"last_cycle": status.value, "cycle_workflow_id": None})
+
+
 def _clean(state: RunState, event: Event) -> RunState:
     status = need(event, "status", RunStatus)
     check_final(status, need(event, "reason", RunTerminationReason), state.termination_reason)
@@ -354,6 +331,10 @@ _RUN_HANDLERS: dict[str, Callable[[RunState, Event], RunState]] = {
     "scale": _scale,
     "deploy": _deploy,
     "job-serving": _job_serving,
+    "schedule-wait": lambda state, event: state.model_copy(update={"next_at": need(event, "next_at", float)}),
+    "cycle": _cycle,
+    "cycle-skip": lambda state, event: state.model_copy(update={"cycles_skipped": state.cycles_skipped + 1}),
+    "cycle-end": _cycle_end,
     "exception": _exception,
     "priority": lambda state, event: state.model_copy(update={"priority": need_index(event, "priority")}),
     "memo": lambda state, event: state.model_copy(update={"memo": memo_update(state.memo, event)}),

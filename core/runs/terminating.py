@@ -9,6 +9,7 @@ stop. Only this phase gives the run its finished status, by `clean`.
 
 from __future__ import annotations
 
+from core.runs import cycles
 from core.runs.machine import StepBuilder, StopKind
 from core.status import RunStatus, RunTerminationReason
 
@@ -44,4 +45,10 @@ def terminate_and_clean(b: StepBuilder) -> None:
             key = (job.replica_num, job.job_num, job.submission_num)
             b.tell_once(key, reason.to_job_termination_reason(), abort)
     if all(j.status.is_finished() for j in state.jobs):
+        if cycles.returns_to_pending(b, reason):
+            cycles.end(
+                b, reason
+            )  # a scheduled run's cycle is over: it waits for the next (docs/schedules.md)
+            return
+        cycles.release(b, reason)
         b.log("clean", status=reason.to_status(), reason=reason)

@@ -73,6 +73,38 @@ class RunInput(_Message):
     continue_as_new_each_step: bool = False
 
 
+class CycleTrigger(_Message):
+    """A scheduled run's schedule fired: its cycle workflow (workflows/cycle.py) tells the run."""
+
+    workflow_id: str  # the cycle workflow's, told when the cycle is over
+    scheduled_at: float
+
+
+class CycleDone(_Message):
+    outcome: str
+
+
+class CycleInput(_Message):
+    run_workflow_id: str
+
+
+class CreateSchedule(_Message):
+    """The Temporal Schedule of a scheduled run (activities/schedules.py)."""
+
+    schedule_id: str
+    run_workflow_id: str
+    run_name: str
+    project: str
+    user: str
+    run_type: str
+    crons: list[str]
+
+
+def schedule_id(run_workflow_id: str, run_id: str) -> str:
+    """A scheduled run's schedule: beside its workflow, named by its run id (names are reused)."""
+    return f"{run_workflow_id}/schedule/{run_id}"
+
+
 class StopRequest(_Message):
     abort: bool = False
 

@@ -431,7 +431,6 @@ def test_the_examples_are_all_there() -> None:
 # What each example asks for that Ferry does not do yet (their comments say so); the others ask for none.
 EXAMPLE_WARNINGS = {
     "dev-environment.yml": ["ide", "inactivity_duration"],
-    "scheduled.yml": ["schedule"],
 }
 
 

@@ -173,6 +173,7 @@ def legal_run_events(state: RunState) -> list[str]:
         "job-finish": bool(_active_jobs(state)),
         "job-serving": bool(_active_jobs(state)),
         "clean": not _active_jobs(state),
+        "cycle-end": not _active_jobs(state) and state.cycle > 0,
     }
     names = [n for n, where in RUN_EVENTS_FROM.items() if state.status in where and guards.get(n, True)]
     return [*names, "debug.trace"]
@@ -233,6 +234,16 @@ def run_context(draw: st.DrawFn, state: RunState, name: str) -> dict[str, Any]:
         return {"replicas": draw(st.integers(0, 4)), "rps": draw(st.floats(0, 100))}
     if name == "deploy":
         return {"deployment": state.deployment + 1, "changed": ["commands"]}
+    if name == "schedule-wait":
+        return {"next_at": draw(st.floats(0, 2e9))}
+    if name == "cycle":
+        return {"cycle": state.cycle + 1, "workflow_id": "cycle-wf", "scheduled_at": draw(st.floats(0, 2e9))}
+    if name == "cycle-skip":
+        return {"workflow_id": "cycle-wf", "scheduled_at": draw(st.floats(0, 2e9))}
+    if name == "cycle-end":
+        assert state.termination_reason is not None
+        cycle_reason = state.termination_reason
+        return {"cycle": state.cycle, "status": cycle_reason.to_status().value, "reason": cycle_reason.value}
     if name == "job-serving":
         serving = draw(st.sampled_from(_active_jobs(state)))
         return {**_job_numbers(serving), "state": draw(st.sampled_from(["probing", "ready", "draining"]))}

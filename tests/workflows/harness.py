@@ -32,11 +32,12 @@ from core.wire.messages import (
     run_workflow_id,
 )
 from tests.workflows.doubles import FakeBackend, Key
+from workflows.cycle import CycleWorkflow
 from workflows.fleet import FleetWorkflow
 from workflows.job import JobWorkflow
 from workflows.run import RunWorkflow
 
-WORKFLOWS = [RunWorkflow, JobWorkflow, FleetWorkflow]
+WORKFLOWS = [RunWorkflow, JobWorkflow, FleetWorkflow, CycleWorkflow]
 
 PROJECT = "test"
 WAIT_LIMIT = 30.0  # seconds of real time any one condition may take before the test fails

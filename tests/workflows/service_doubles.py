@@ -1,4 +1,5 @@
-"""Doubles of the services activities (activities/services.py), a mixin of the workflow tests' FakeBackend.
+"""Doubles of the services activities (activities/services.py) and of the schedules'
+(activities/schedules.py), a mixin of the workflow tests' FakeBackend.
 
 A replica is ready at its first probe, then its probe blocks (until the job cancels it); drains finish at
 once. A load watch returns the latest LoadChange a test pushed (`push_load`) once it differs from the count
@@ -14,6 +15,7 @@ from temporalio import activity
 
 from core.services.replicas import ReplicaState
 from core.wire import activity_names as names
+from core.wire.messages import CreateSchedule
 from core.wire.services import (
     DrainReplica,
     DrainResult,
@@ -30,6 +32,8 @@ class ServiceDoubles:
     def __init__(self) -> None:
         self.loads: list[LoadChange] = []
         self.load_watches: list[WatchLoad] = []
+        self.schedules: dict[str, CreateSchedule] = {}  # created and not deleted, by id
+        self.deleted_schedules: list[str] = []
 
     # FakeBackend's
     def _call(self, name: str, job_submission_id: str, arg: Any) -> tuple[int, int, int]:
@@ -39,7 +43,24 @@ class ServiceDoubles:
         raise NotImplementedError
 
     def service_activities(self) -> list[Any]:
-        return [self.probe_replica, self.drain_replica, self.unregister_replica, self.watch_load]
+        return [
+            self.probe_replica,
+            self.drain_replica,
+            self.unregister_replica,
+            self.watch_load,
+            self.create_schedule,
+            self.delete_schedule,
+        ]
+
+    # A scheduled run's schedule (activities/schedules.py): recorded; the tests trigger cycles themselves.
+    @activity.defn(name=names.CREATE_SCHEDULE)
+    async def create_schedule(self, request: CreateSchedule) -> None:
+        self.schedules[request.schedule_id] = request
+
+    @activity.defn(name=names.DELETE_SCHEDULE)
+    async def delete_schedule(self, schedule_id: str) -> None:
+        self.schedules.pop(schedule_id, None)
+        self.deleted_schedules.append(schedule_id)
 
     def push_load(self, desired: int, rps: float) -> None:
         self.loads.append(LoadChange(desired=desired, rps=rps))

@@ -1,0 +1,93 @@
+"""What a run's eventlog says about it: its latest job submissions and its own state (the fold is
+core.runs.state_machine's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.eventlog import ExceptionRecord
+from core.runs.derivation import JobView
+from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+
+
+class RunJob(BaseModel):
+    """The latest submission of one (replica, job) of a run, as the run's log tells it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    replica_num: int
+    job_num: int
+    submission_num: int
+    status: JobStatus = JobStatus.SUBMITTED
+    termination_reason: JobTerminationReason | None = None
+    exit_status: int | None = None
+    first_submitted_at: float  # of submission 0
+    submitted_at: float  # of this submission
+    provisioned: bool = False  # this submission has held an instance
+    last_provisioned_at: float | None = None  # last event while any submission held one; see JobView
+    deployment: int = 0  # the run's deployment this submission runs (a service re-applied in place)
+    serving: str | None = None  # a service replica's state in the proxies (ready, unready, ...)
+    group: str | None = None  # a service's replica group (None: a service without groups, any other run)
+
+    def view(self) -> JobView:
+        return JobView(
+            replica_num=self.replica_num,
+            job_num=self.job_num,
+            submission_num=self.submission_num,
+            status=self.status,
+            termination_reason=self.termination_reason,
+            exit_status=self.exit_status,
+            first_submitted_at=self.first_submitted_at,
+            last_provisioned_at=self.last_provisioned_at,
+        )
+
+
+class RunState(BaseModel):
+    """What a run's eventlog says about it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_name: str
+    project: str
+    user: str
+    run_type: str
+    status: RunStatus
+    termination_reason: RunTerminationReason | None = None
+    times: dict[RunStatus, float] = Field(default_factory=dict)  # first time each status was entered
+    status_since: float  # when the current status was entered this time
+    jobs: tuple[RunJob, ...] = ()  # sorted by (replica, job)
+    submissions: int = 0  # job-submit events, first submissions included
+    retries: int = 0  # retry events
+    retry_attempt: int | None = None  # `attempt` of the latest retry
+    exceptions: tuple[ExceptionRecord, ...] = ()
+    priority: int | None = None
+    memo: dict[str, Any] = Field(default_factory=dict)
+    replicas: int | None = None  # the autoscaler's latest count (None: the count the run started with)
+    group_replicas: dict[str, int] = Field(default_factory=dict)  # the same, per replica group
+    group_scaled_at: dict[str, float] = Field(default_factory=dict)
+    deployment: int = 0  # deploy events: a service's configuration re-applied in place
+    scaled_at: float | None = None  # when it was decided
+    # A scheduled run (docs/schedules.md): its cycles, the current one's start and cycle workflow, and
+    # when its schedule fires next while it waits in PENDING.
+    cycle: int = 0  # cycle events; 0: no cycle has begun
+    cycle_started_at: float | None = None
+    cycle_workflow_id: str | None = None  # the schedule's workflow for the current cycle, told at its end
+    next_at: float | None = None
+    cycles_skipped: int = 0
+    last_cycle: str | None = None  # how the latest cycle ended: its run status, e.g. "done" or "failed"
+
+    def job(self, replica_num: int, job_num: int) -> RunJob | None:
+        return next((j for j in self.jobs if (j.replica_num, j.job_num) == (replica_num, job_num)), None)
+
+    def scaled_count(self, group: str | None) -> int | None:
+        """The autoscaler's latest count for a replica group (None: the single form); None: never scaled."""
+        return self.replicas if group is None else self.group_replicas.get(group)
+
+    def last_scaled_at(self, group: str | None) -> float | None:
+        return self.scaled_at if group is None else self.group_scaled_at.get(group)
+
+    def job_views(self) -> list[JobView]:
+        """The input `derive_run_status` needs: the latest submission of every job."""
+        return [j.view() for j in self.jobs]
