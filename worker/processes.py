@@ -115,11 +115,11 @@ def make_private(root: Path, skip: Callable[[Path], bool] = lambda path: False) 
     pending = [root]
     while pending:
         directory = pending.pop()
-        changes += _narrow(directory, PRIVATE_DIR)
         try:
+            changes += _narrow(directory, PRIVATE_DIR)
             entries = list(os.scandir(directory))
         except FileNotFoundError:
-            continue  # removed meanwhile (a task's directory)
+            continue  # removed meanwhile (a task's directory, by the agent that removed the task)
         for entry in entries:
             path = Path(entry.path)
             try:

@@ -6,6 +6,7 @@ And `ferry apply -d` exits 0 every time: never the Temporal SDK's teardown abort
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -98,3 +99,19 @@ def test_another_users_wide_file_is_refused(tmp_path: Path) -> None:
     tmp_path.chmod(0o700)
     with pytest.raises(NotPrivate, match="owned by uid 65534"):
         make_private(tmp_path)
+
+
+def test_a_directory_removed_while_it_is_walked_is_no_error(tmp_path: Path) -> None:
+    """The agent removes a task's directory whenever its task is removed: the walk must not fail on it
+    (CI saw `ferry apply` exit 1 with "No such file or directory" on a task directory)."""
+    gone = tmp_path / "tasks" / "t-1"
+    gone.mkdir(parents=True)
+    (tmp_path / "tasks").chmod(0o755)
+
+    def remove_once_listed(path: Path) -> bool:
+        if path == gone:
+            shutil.rmtree(gone)  # as the agent would, between the listing and the visit
+        return False
+
+    [change] = make_private(tmp_path, skip=remove_once_listed)
+    assert change.startswith(f"{tmp_path / 'tasks'} was mode 0755") and not gone.exists()
