@@ -6,13 +6,17 @@
   at once so that the autoscaler sees the demand. After the timeout: 503.
 - Sending: the body streams to the replica as it arrives (no buffering); the response streams back chunk
   by chunk as the replica writes it (server-sent events arrive token by token), uncompressed and unchanged
-  (the client does not decompress). Without a Content-Length from the replica the answer is chunked.
+  (the client does not decompress). Without a Content-Length from the replica the answer is chunked. An
+  answer with a small Content-Length (<= 64 KiB) is read whole first, then sent with its headers in one
+  write: one packet and one wake-up of the client instead of two (its body was of no use to the client
+  before its last byte anyway).
 - Retrying: if no answer came back and nothing of the request can have been acted on, the request is
   sent once more, to another ready replica: after a refused connection (the replica never saw it), and
   after a lost connection for a request that is idempotent (GET, HEAD, OPTIONS, PUT, DELETE) or has no
   body, provided the body can be sent again.
-- Failing: a replica that cannot be reached, or fails before its answer began, gives 502 with a body that
-  says so; one that fails mid-answer has the client's connection cut, so the answer is not taken as whole.
+- Failing: a replica that cannot be reached, or fails before its answer began (or within a small answer
+  read whole), gives 502 with a body that says so; one that fails mid-answer has the client's connection
+  cut, so the answer is not taken as whole.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 _BEFORE_ANSWER = (aiohttp.ClientError, TimeoutError, OSError)
 _NOT_REACHED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)  # the replica never saw it
 _MID_ANSWER = (aiohttp.ClientError, TimeoutError, OSError)
+SMALL_ANSWER = 64 * 1024  # bytes: an answer with a Content-Length up to this is read whole, then sent
+# Statuses whose answers have no body whatever their headers say (and HEAD's): streamed as they are.
+_NO_BODY = frozenset({204, 304})
 
 
 class Forwarder:
@@ -94,13 +101,14 @@ class Forwarder:
         session = self._session
         assert session is not None, "Forwarder.start was not called"
         try:
+            websocket = is_websocket_upgrade(request)
             headers = upstream_headers(
                 request,
                 drop_authorization=service.settings.auth,
                 stripped_prefix=stripped_prefix,
-                websocket=is_websocket_upgrade(request),
+                websocket=websocket,
             )
-            if is_websocket_upgrade(request):
+            if websocket:
                 return await proxy_websocket(request, session, URL(replica.url + path, encoded=True), headers)
             data = body if body is not None else request.content if request.body_exists else None
             retried = False
@@ -126,6 +134,14 @@ class Forwarder:
                     self._balancer.release(replica.id)
                     replica = alternative
             try:
+                length = upstream.content_length
+                if (
+                    length is not None
+                    and length <= SMALL_ANSWER
+                    and upstream.status not in _NO_BODY
+                    and request.method != "HEAD"
+                ):
+                    return await _whole(upstream, replica, service, errors)
                 return await _relay(request, upstream, replica)
             finally:
                 upstream.release()
@@ -180,6 +196,23 @@ class Forwarder:
         return alternative
 
 
+async def _whole(
+    upstream: aiohttp.ClientResponse, replica: Replica, service: Service, errors: ErrorReply
+) -> web.Response:
+    """The replica's small answer, read whole: aiohttp writes it with its headers in one go."""
+    try:
+        body = await upstream.read()
+    except _MID_ANSWER as err:
+        log.warning("replica %s failed mid-answer: %r", replica.id, err)
+        return errors(502, _failed(service, replica, err, "mid-answer"))
+    return web.Response(
+        status=upstream.status,
+        reason=upstream.reason,
+        headers=downstream_headers(upstream.headers),
+        body=body,
+    )
+
+
 async def _relay(
     request: web.Request, upstream: aiohttp.ClientResponse, replica: Replica
 ) -> web.StreamResponse:
@@ -202,9 +235,9 @@ async def _relay(
     return response
 
 
-def _failed(service: Service, replica: Replica, err: BaseException) -> str:
+def _failed(service: Service, replica: Replica, err: BaseException, when: str = "before answering") -> str:
     reason = str(err) or type(err).__name__
     return (
-        f"replica {replica.url} of {service.project}/{service.run_name} failed before answering: "
+        f"replica {replica.url} of {service.project}/{service.run_name} failed {when}: "
         f"{reason.splitlines()[0]}"
     )

@@ -109,6 +109,14 @@ async def _hang_up(request: web.Request) -> web.StreamResponse:
         assert request.transport is not None
         request.transport.close()  # no answer at all
         return web.Response()
+    if request.path == "/small":
+        # A small answer (read whole by the proxy) whose body stops short of its Content-Length.
+        response = web.StreamResponse(headers={"Content-Length": "100"})
+        await response.prepare(request)
+        await response.write(b"only ten b")
+        assert request.transport is not None
+        request.transport.close()
+        return response
     response = web.StreamResponse()
     await response.prepare(request)
     await response.write(b"partial")
@@ -139,6 +147,9 @@ async def test_a_replica_failing_gives_502_or_a_cut_answer(
             pass  # the answer is cut, not passed off as whole
         else:
             raise AssertionError("a cut answer was passed off as whole")
+    async with http.get(f"{proxy}/proxy/services/main/app/small") as response:
+        assert response.status == 502  # read whole before answering: said, not cut
+        assert "of main/app failed mid-answer" in await response.text()
     assert gateway.balancer.in_flight("r-0") == 0
 
 

@@ -1,0 +1,191 @@
+"""The proxy alone, for working on its hot path: `python -m bench.proxy_micro [--replica uvicorn] ...`.
+
+No stack: a SQLite store in a temporary directory holds one public service run and its one replica (a
+process on 127.0.0.1: bench.services_parts' stdlib or uvicorn replica, started with this interpreter),
+and `python -m gateway` serves it. The load (services_parts.closed_load, from this process) goes to the
+replica directly and through the proxy, in alternating rounds; it prints requests/s, latency and the
+proxy's CPU µs per request. `--compare DIR` runs a second proxy beside it, `python -m gateway` started in
+DIR (so DIR/gateway, e.g. a copy of the package before a change, is the one imported; it also finds the
+replica's URL in FERRY_BENCH_REPLICA_URL), measured in the same rounds: an A/B comparison under the same
+noise. `--profile FILE` runs the first proxy under cProfile and writes its stats there (the profiler
+inflates the CPU figures). Takes seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import Report, cpu_seconds
+from bench.services_parts import (
+    REPLICA,
+    UVICORN_REPLICA,
+    LoadResult,
+    _ms,
+    closed_load,
+    free_port,
+)
+from store.models import RunRecord, ServiceReplicaRecord
+from store.opening import open_store
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _wait_listening(port: int, proc: subprocess.Popen[bytes], limit: float = 20.0) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port} after {limit} s")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def _profiled_gateway(argv: list[str], out: str) -> None:
+    """`python -m gateway` under cProfile, its stats written to `out` once it stops (SIGTERM)."""
+    from gateway.main import main
+
+    profile = cProfile.Profile()
+    try:
+        profile.runcall(main, argv)
+    finally:
+        profile.dump_stats(out)
+
+
+async def _measure(args: argparse.Namespace, work: Path, report: Report) -> None:
+    db = f"sqlite:///{work}/ferry.db"
+    store = open_store(db)
+    replica_port = free_port()
+    script = work / "replica.py"
+    script.write_text(UVICORN_REPLICA if args.replica == "uvicorn" else REPLICA)
+    replica = subprocess.Popen(
+        [sys.executable, str(script), str(replica_port), str(work / "marks")],
+        stdout=subprocess.DEVNULL,
+        cwd=work,
+    )
+    config = {"type": "service", "port": replica_port, "commands": ["serve"], "auth": False}
+    store.put_run(
+        RunRecord(
+            id="run-micro",
+            project="bench",
+            run_name="micro",
+            user="bench",
+            type="service",
+            status="running",
+            configuration=json.dumps(config),
+            workflow_id="ferry/bench/micro",
+        )
+    )
+    store.register_replica(
+        ServiceReplicaRecord(
+            id="replica-0",
+            run_id="run-micro",
+            replica_num=0,
+            submission_num=0,
+            url=f"http://127.0.0.1:{replica_port}",
+            state="ready",
+        )
+    )
+    plain = [sys.executable, "-m", "gateway"]
+    profiled = [sys.executable, "-m", "bench.proxy_micro", "--serve-profiled", str(args.profile), "--"]
+    commands = {"ferry": profiled if args.profile else plain, "other": plain}
+    # `-m gateway` imports the package found first from its working directory.
+    dirs = {"ferry": REPO_ROOT, **({"other": Path(args.compare)} if args.compare else {})}
+    ports = {name: free_port() for name in dirs}
+    env = {**os.environ, "FERRY_BENCH_REPLICA_URL": f"http://127.0.0.1:{replica_port}"}
+    gateways = {
+        name: subprocess.Popen(
+            [*commands[name], "--port", str(ports[name]), "--database-url", db],
+            stderr=subprocess.DEVNULL,
+            cwd=dirs[name],
+            env=env,
+        )
+        for name in dirs
+    }
+    try:
+        _wait_listening(replica_port, replica)
+        for name, proc in gateways.items():
+            _wait_listening(ports[name], proc)
+        targets = {"direct": f"http://127.0.0.1:{replica_port}/"}
+        targets.update({n: f"http://127.0.0.1:{p}/proxy/services/bench/micro/" for n, p in ports.items()})
+        for url in targets.values():
+            await closed_load(url, 300, args.concurrency)
+            await closed_load(url, 50, 1)
+        loaded = {t: LoadResult() for t in targets}
+        alone = {t: LoadResult() for t in targets}
+        cpu = dict.fromkeys(targets, 0.0)
+        for i in range(args.rounds):
+            for target in list(targets) if i % 2 == 0 else reversed(targets):
+                pid = gateways[target].pid if target in gateways else None
+                before = cpu_seconds(pid) or 0.0
+                done = await closed_load(targets[target], args.requests // args.rounds, args.concurrency)
+                cpu[target] += (cpu_seconds(pid) or 0.0) - before
+                loaded[target].add(done)
+                alone[target].add(await closed_load(targets[target], args.sequential // args.rounds, 1))
+        for target in targets:
+            done = loaded[target]
+            report.put(f"{target}_requests_per_s", done.ok / done.elapsed_s, 0)
+            report.put(f"{target}_p50_ms", _ms(done.latencies, 0.5), 2)
+            report.put(f"{target}_p99_ms", _ms(done.latencies, 0.99), 2)
+            report.put(f"{target}_sequential_p50_ms", _ms(alone[target].latencies, 0.5), 3)
+            if done.failed or alone[target].failed:
+                report.note(f"{target}: failures {dict(done.failures + alone[target].failures)}")
+        f = report.figures
+        for name in gateways:
+            report.put(f"{name}_rps_over_direct", f[f"{name}_requests_per_s"] / f["direct_requests_per_s"], 2)
+            added = f[f"{name}_sequential_p50_ms"] - f["direct_sequential_p50_ms"]
+            report.put(f"{name}_added_p50_ms", added, 3)
+            report.put(f"{name}_cpu_us_per_request", cpu[name] / loaded[name].sent * 1e6, 1)
+    finally:
+        for proc in gateways.values():
+            _stop(proc)
+        _stop(replica)
+        store.engine.dispose()
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--serve-profiled":
+        _profiled_gateway(sys.argv[4:], sys.argv[2])
+        return
+    parser = argparse.ArgumentParser(prog="python -m bench.proxy_micro")
+    parser.add_argument("--replica", choices=("stdlib", "uvicorn"), default="stdlib")
+    parser.add_argument("--requests", type=int, default=20000)
+    parser.add_argument("--sequential", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--profile", default=None, help="cProfile the proxies into this file")
+    parser.add_argument("--compare", default=None, help="a directory with another gateway/ package")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ferry-proxy-micro-"))
+    os.environ.setdefault("FERRY_HOME", str(work))
+    try:
+        asyncio.run(_measure(args, work, Report()))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
