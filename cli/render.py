@@ -103,8 +103,8 @@ def final_line(run: RunRecord, jobs: Sequence[JobSubmissionRecord]) -> str:
     if run.termination_reason:
         line += f" ({RunTerminationReason(run.termination_reason).value.replace('_', ' ')})"
     job = decisive_job(jobs)
-    by_user = (RunTerminationReason.STOPPED_BY_USER, RunTerminationReason.ABORTED_BY_USER)
-    if job is None or run.status == RunStatus.DONE or run.termination_reason in by_user:
+    by_user = run.termination_reason is not None and RunTerminationReason(run.termination_reason).is_by_user
+    if job is None or run.status == RunStatus.DONE or by_user:
         return line
     message = job_record_message(job, run)
     if len(latest_jobs(jobs)) > 1:

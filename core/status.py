@@ -144,6 +144,11 @@ class RunTerminationReason(StrEnum):
         """The reason given to the run's still-active jobs when the run terminates for this reason."""
         return _RUN_TO_JOB_REASON[self]
 
+    @property
+    def is_by_user(self) -> bool:
+        """The user stopped or aborted the run (a scheduled run then does not return to PENDING)."""
+        return self in (RunTerminationReason.STOPPED_BY_USER, RunTerminationReason.ABORTED_BY_USER)
+
 
 _RUN_REASON_STATUS: dict[RunTerminationReason, RunStatus] = {
     RunTerminationReason.ALL_JOBS_DONE: RunStatus.DONE,

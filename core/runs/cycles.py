@@ -19,8 +19,6 @@ from core.runs.machine import StepBuilder
 from core.status import RunStatus, RunTerminationReason
 from core.wire.messages import CycleTrigger
 
-_USER_ENDED = frozenset({RunTerminationReason.STOPPED_BY_USER, RunTerminationReason.ABORTED_BY_USER})
-
 
 def next_triggers(crons: tuple[str, ...] | list[str], after: float, count: int = 1) -> list[float]:
     """The next `count` times (UTC timestamps, after `after`) any of the cron expressions fires."""
@@ -59,7 +57,7 @@ def begin(b: StepBuilder, trigger: CycleTrigger) -> None:
 
 def returns_to_pending(b: StepBuilder, reason: RunTerminationReason) -> bool:
     """Whether a cycle that ended for `reason` makes the run wait for the next one."""
-    return is_scheduled(b) and b.state.cycle > 0 and reason not in _USER_ENDED
+    return is_scheduled(b) and b.state.cycle > 0 and not reason.is_by_user
 
 
 def end(b: StepBuilder, reason: RunTerminationReason) -> None:

@@ -100,7 +100,6 @@ JOB_STATUS_RANK = {
     )
 }
 _HOLDING_INSTANCE = frozenset({JobStatus.PROVISIONING, JobStatus.PULLING, JobStatus.RUNNING})
-_USER_ENDED = frozenset({RunTerminationReason.STOPPED_BY_USER, RunTerminationReason.ABORTED_BY_USER})
 
 
 def status_message(state: RunState) -> str | None:
@@ -142,7 +141,7 @@ def _run_status(state: RunState, event: Event) -> RunState:
     rearm = (
         status == RunStatus.PENDING
         and _all_jobs_finished(state)
-        and state.termination_reason not in _USER_ENDED
+        and not (state.termination_reason is not None and state.termination_reason.is_by_user)
     )
     if state.status == RunStatus.TERMINATING and status != RunStatus.TERMINATING and not rearm:
         raise EventlogError(f"a terminating run goes only back to PENDING (a scheduled run), not to {status}")

@@ -22,7 +22,7 @@ async def test_a_held_request_gets_503_after_the_hold_timeout(
     async with http.get(f"{proxy}/proxy/services/main/app/") as response:
         assert response.status == 503
         text = await response.text()
-    assert 0.3 <= loop.time() - started < 2
+    assert loop.time() - started >= 0.3  # held for the hold timeout, not refused at once
     assert text.startswith("no replica of main/app became ready within 0.3 s")
     assert replica.requests == []
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from pathlib import Path
 
 import pytest
@@ -92,9 +91,7 @@ async def _count(ferry: FerryAPI, record: RunRecord, count: int) -> bool:
 
 async def test_a_schedule_fires_on_its_own(ferry: FerryAPI, tmp_path: Path) -> None:
     record, _ = await scheduled(ferry, tmp_path, "* * * * *")
-    started = time.monotonic()
     await eventually("a cycle started by the schedule", lambda: _count(ferry, record, 1), limit=75)
     await eventually("back to waiting", lambda: _waiting(ferry, record.run_name, "done"), limit=30)
-    assert time.monotonic() - started < 75
     await ferry.stop(record.run_name)
     assert (await ferry.wait(record.run_name)).status == RunStatus.TERMINATED
