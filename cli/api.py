@@ -11,7 +11,7 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from activities.code import pack_repo
+from activities.code import RepoTooLarge, pack_repo
 from cli.errors import FerryError, RunActive, RunNotFound
 from cli.fleet_api import FleetAPI, choose_fleet
 from core.configuration import RunConfiguration
@@ -80,7 +80,10 @@ class FerryAPI:
         fleet = await choose_fleet(self.store, self.project, configuration)
         if fleet == LOCAL_FLEET:
             await self.fleets().ensure_local()
-        archive = await asyncio.to_thread(pack_repo, repo_dir)
+        try:
+            archive = await asyncio.to_thread(pack_repo, repo_dir)
+        except RepoTooLarge as err:
+            raise FerryError(str(err)) from None  # the user's to fix: said as it is, nothing submitted
         code_hash = await asyncio.to_thread(self.store.put_code, archive)
         now = time.time()
         record = RunRecord(

@@ -7,6 +7,9 @@ import os
 import tarfile
 from pathlib import Path
 
+import pytest
+
+from activities import code
 from activities.code import pack_repo, repo_files
 
 
@@ -47,3 +50,20 @@ def test_same_files_same_bytes(tmp_path: Path) -> None:
     assert pack_repo(tmp_path / "a") == first
     (tmp_path / "a" / "src" / "train.py").write_text("print('changed')\n")
     assert pack_repo(tmp_path / "a") != first
+
+
+def test_a_directory_too_big_for_a_run_is_refused_and_gitignore_narrows_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(code, "MAX_FILES", 3)
+    for n in range(5):
+        (tmp_path / f"data-{n}.bin").write_bytes(b"x")
+    (tmp_path / "run.yml").write_text("type: task\n")
+    with pytest.raises(code.RepoTooLarge, match=r"is too big to send with the run \(over 3 files"):
+        repo_files(tmp_path)
+    (tmp_path / ".gitignore").write_text("data-*\n")
+    assert [p.as_posix() for p in repo_files(tmp_path)] == [".gitignore", "run.yml"]
+    monkeypatch.setattr(code, "MAX_BYTES", 10)
+    (tmp_path / "big.txt").write_bytes(b"y" * 11)
+    with pytest.raises(code.RepoTooLarge, match="MiB"):
+        repo_files(tmp_path)
