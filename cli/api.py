@@ -16,6 +16,8 @@ from cli.errors import FerryError, RunActive, RunNotFound
 from cli.fleet_api import FleetAPI, choose_fleet
 from core.configuration import RunConfiguration
 from core.eventlog import Event
+from core.runs.state_machine import WAITING_FOR
+from core.runs.watching import DependencyTarget, dependency_cycle
 from core.settings import DEFAULT_PROJECT, TASK_QUEUE
 from core.status import RunStatus
 from core.wire.messages import (
@@ -77,6 +79,7 @@ class FerryAPI:
         except ValueError as err:
             raise FerryError(str(err)) from None
         configuration = configuration.model_copy(update={"env": env})
+        dependencies = await asyncio.to_thread(self.resolve_dependencies, name, configuration)
         fleet = await choose_fleet(self.store, self.project, configuration)
         if fleet == LOCAL_FLEET:
             await self.fleets().ensure_local()
@@ -110,6 +113,7 @@ class FerryAPI:
             code_hash=code_hash,
             submitted_at=now,
             fleet=fleet,
+            dependencies=dependencies,
         )
         await self.client.start_workflow(
             RunWorkflow.run,
@@ -121,6 +125,35 @@ class FerryAPI:
             search_attributes=run_search_attributes(inp, RunStatus.SUBMITTED),
         )
         return record
+
+    def resolve_dependencies(self, name: str, configuration: RunConfiguration) -> list[DependencyTarget]:
+        """The runs `configuration` waits for, as the latest run of each name (docs/dependencies.md);
+        FerryError for a cycle through the active runs' dependencies, itself included."""
+        cycle = dependency_cycle(name, [d.run for d in configuration.depends_on], self._active_waits)
+        if cycle is not None:
+            if len(cycle) == 2:
+                raise FerryError(f"run {name}: depends_on: a run cannot depend on itself")
+            raise FerryError(f"run {name}: depends_on: a cycle of dependencies ({' -> '.join(cycle)})")
+        targets = []
+        for dependency in configuration.depends_on:
+            record = self.store.find_run(self.project, dependency.run)
+            targets.append(
+                DependencyTarget(
+                    run_name=dependency.run,
+                    condition=dependency.condition,
+                    run_id=None if record is None else record.id,
+                    workflow_id=None if record is None else record.workflow_id,
+                )
+            )
+        return targets
+
+    def _active_waits(self, run_name: str) -> list[str]:
+        """The runs a run still waits for (its `depends_on`, while its ps message says it waits); []
+        for one that has started or ended."""
+        record = self.store.find_run(self.project, run_name)
+        if record is None or not (record.status_message or "").startswith(WAITING_FOR):
+            return []
+        return [str(d["run"]) for d in record.configuration_data().get("depends_on", [])]
 
     async def get_run(self, run_name: str) -> RunRecord:
         record = await asyncio.to_thread(self.store.find_run, self.project, run_name)

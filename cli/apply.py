@@ -21,6 +21,7 @@ from core.configuration import FleetConfiguration, RunConfiguration, ServiceConf
 from core.configuration.durations import format_duration
 from core.configuration.fields import Name
 from core.configuration.loading import load_configuration
+from core.configuration.specs import Dependency, DependencySpec
 from core.status import RunStatus
 
 if TYPE_CHECKING:
@@ -31,7 +32,9 @@ INTERRUPTED_EXIT = 130
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def apply(file: str, *, yes: bool, detach: bool, name: str | None, env: list[str]) -> int:
+def apply(
+    file: str, *, yes: bool, detach: bool, name: str | None, env: list[str], after: list[str] | None = None
+) -> int:
     """The command's body; its exit code: 0 only if the run ended DONE (or was submitted, with -d)."""
     ctx = Context.from_env()
     loaded = load_configuration(file)
@@ -44,7 +47,7 @@ def apply(file: str, *, yes: bool, detach: bool, name: str | None, env: list[str
         from cli.fleet import apply_fleet
 
         return apply_fleet(loaded, yes=yes, detach=detach, name=name)
-    configuration = with_overrides(configuration, name=name, env=env)
+    configuration = with_overrides(configuration, name=name, env=env, after=after or [])
     console = render.console(stderr=True)
     console.print(plan_table(ctx, file, configuration))
     if not confirm("Submit the run?", yes=yes):
@@ -54,8 +57,11 @@ def apply(file: str, *, yes: bool, detach: bool, name: str | None, env: list[str
     return asyncio.run(_submit(ctx, configuration, repo_dir, console, yes=yes, detach=detach))
 
 
-def with_overrides(configuration: RunConfiguration, *, name: str | None, env: list[str]) -> RunConfiguration:
-    """`-n NAME` and `-e KEY=VALUE` (or `-e KEY`, from the environment) over the file's fields."""
+def with_overrides(
+    configuration: RunConfiguration, *, name: str | None, env: list[str], after: list[str] | None = None
+) -> RunConfiguration:
+    """`-n NAME`, `-e KEY=VALUE` (or `-e KEY`, from the environment) and `--after NAME[:CONDITION]` over
+    the file's fields."""
     update: dict[str, object] = {}
     if name is not None:
         try:
@@ -72,7 +78,29 @@ def with_overrides(configuration: RunConfiguration, *, name: str | None, env: li
                 raise CommandError(f"-e {item!r}: expected KEY=VALUE or KEY", USAGE_EXIT)
             merged[key] = value if sep else None
         update["env"] = merged
+    if after:
+        if configuration.schedule is not None:
+            raise CommandError("--after: cannot be used with a scheduled run (`schedule`)", USAGE_EXIT)
+        depends_on = list(configuration.depends_on)
+        for item in after:
+            dependency = _after(item)
+            if any(d.run == dependency.run for d in depends_on):
+                raise CommandError(
+                    f"--after {item!r}: run {dependency.run} is already waited for", USAGE_EXIT
+                )
+            depends_on.append(dependency)
+        update["depends_on"] = depends_on
+    # A run depending on itself (by -n) is refused at submission, with the cycles (FerryAPI).
     return configuration.model_copy(update=update) if update else configuration
+
+
+def _after(item: str) -> DependencySpec:
+    try:
+        return TypeAdapter(Dependency).validate_python(item)
+    except ValidationError as err:
+        raise CommandError(
+            f"--after {item!r}: {err.errors()[0]['msg'].removeprefix('Value error, ')}", USAGE_EXIT
+        ) from None
 
 
 async def _deploy_in_place(
@@ -158,11 +186,16 @@ def plan_table(ctx: Context, file: str, configuration: RunConfiguration) -> Tabl
         ("Retry", summary.retry),
         ("Max duration", format_duration(configuration.max_duration)),
         *([("Schedule", f"{summary.schedule} (UTC)")] if configuration.schedule else []),
+        *([("After", _waits_for(configuration))] if configuration.depends_on else []),
         ("Runs on", where),
     ]
     for key, value in rows:
         table.add_row(key, value)
     return table
+
+
+def _waits_for(configuration: RunConfiguration) -> str:
+    return ", ".join(f"{d.run} {d.condition.wording}" for d in configuration.depends_on)
 
 
 async def _submit(
@@ -179,6 +212,7 @@ async def _submit(
     api = await ctx.api()
     name = configuration.name
     if name is not None:
+        await asyncio.to_thread(api.resolve_dependencies, name, configuration)  # a cycle: refused first
         active = await asyncio.to_thread(api.store.find_run, ctx.project, name)
         if active is not None and RunStatus(active.status).is_active():
             rolled = await _deploy_in_place(api, active, configuration, console, yes=yes)

@@ -143,6 +143,13 @@ def apply(
         help="An environment variable (repeatable).",
         show_default=False,
     ),
+    after: list[str] = typer.Option(
+        None,
+        "--after",
+        metavar="NAME[:CONDITION]",
+        help="Start once run NAME is done (or: finished, failed, started); repeatable.",
+        show_default=False,
+    ),
 ) -> None:
     """Run a configuration: validate, show the plan, submit, then show the run's logs until it finishes.
 
@@ -150,7 +157,7 @@ def apply(
     """
     from cli.apply import apply as apply_
 
-    raise typer.Exit(apply_(file, yes=yes, detach=detach, name=name, env=env or []))
+    raise typer.Exit(apply_(file, yes=yes, detach=detach, name=name, env=env or [], after=after or []))
 
 
 @app.command()

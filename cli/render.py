@@ -91,6 +91,8 @@ def run_message(run: RunRecord, jobs: Sequence[JobSubmissionRecord], now: float 
     status = RunStatus(run.status)
     if status == RunStatus.PENDING:
         return run.status_message or "retrying"  # or "scaled to zero: a request wakes it"
+    if run.termination_reason == RunTerminationReason.DEPENDENCY_FAILED and run.status_message:
+        return run.status_message  # which run, and how it ended (docs/dependencies.md)
     if run.termination_reason:
         return RunTerminationReason(run.termination_reason).value.replace("_", " ")
     messages = [job_record_message(job, run, now) for job in latest_jobs(jobs)]
@@ -102,6 +104,8 @@ def final_line(run: RunRecord, jobs: Sequence[JobSubmissionRecord]) -> str:
     line = f"run {run.run_name}: {run.status}"
     if run.termination_reason:
         line += f" ({RunTerminationReason(run.termination_reason).value.replace('_', ' ')})"
+    if run.termination_reason == RunTerminationReason.DEPENDENCY_FAILED and run.status_message:
+        return f"{line}: {run.status_message}"
     job = decisive_job(jobs)
     by_user = run.termination_reason is not None and RunTerminationReason(run.termination_reason).is_by_user
     if job is None or run.status == RunStatus.DONE or by_user:

@@ -135,6 +135,7 @@ class RunTerminationReason(StrEnum):
     STOPPED_BY_USER = "stopped_by_user"
     ABORTED_BY_USER = "aborted_by_user"
     SERVER_ERROR = "server_error"
+    DEPENDENCY_FAILED = "dependency_failed"  # a run it waited for can no longer meet the condition
 
     def to_status(self) -> RunStatus:
         """The finished status a run terminated for this reason ends in."""
@@ -157,6 +158,7 @@ _RUN_REASON_STATUS: dict[RunTerminationReason, RunStatus] = {
     RunTerminationReason.STOPPED_BY_USER: RunStatus.TERMINATED,
     RunTerminationReason.ABORTED_BY_USER: RunStatus.TERMINATED,
     RunTerminationReason.SERVER_ERROR: RunStatus.FAILED,
+    RunTerminationReason.DEPENDENCY_FAILED: RunStatus.FAILED,
 }
 
 _RUN_TO_JOB_REASON: dict[RunTerminationReason, JobTerminationReason] = {
@@ -166,4 +168,5 @@ _RUN_TO_JOB_REASON: dict[RunTerminationReason, JobTerminationReason] = {
     RunTerminationReason.STOPPED_BY_USER: JobTerminationReason.TERMINATED_BY_USER,
     RunTerminationReason.ABORTED_BY_USER: JobTerminationReason.ABORTED_BY_USER,
     RunTerminationReason.SERVER_ERROR: JobTerminationReason.TERMINATED_BY_SERVER,
+    RunTerminationReason.DEPENDENCY_FAILED: JobTerminationReason.TERMINATED_BY_SERVER,
 }

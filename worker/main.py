@@ -17,6 +17,7 @@ from activities.fleet import FleetActivities, InstanceResolver
 from activities.instances import LOCAL_INSTANCE, InstanceDirectory
 from activities.jobs import JobActivities
 from activities.records import RecordActivities
+from activities.run_watch import RunWatchActivities
 from activities.schedules import ScheduleActivities
 from activities.services import ServiceActivities
 from activities.ssh import HostPool
@@ -36,8 +37,10 @@ AGENT_REQUEST_TIMEOUT = 5.0
 
 
 def activities_for(
-    instances: InstanceDirectory, store: Store, schedules: ScheduleActivities
+    instances: InstanceDirectory, store: Store, client: Client, task_queue: str
 ) -> list[Callable[..., Any]]:
+    schedules = ScheduleActivities(client, task_queue)
+    watches = RunWatchActivities(client, store)
     jobs = JobActivities(instances, store)
     records = RecordActivities(store)
     fleets = FleetActivities(instances, store)
@@ -63,6 +66,7 @@ def activities_for(
         services.watch_load,
         schedules.create_schedule,
         schedules.delete_schedule,
+        watches.watch_run,
     ]
 
 
@@ -109,7 +113,7 @@ def build_worker(
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
         workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
-        activities=activities_for(instances, store, ScheduleActivities(client, task_queue)),
+        activities=activities_for(instances, store, client, task_queue),
         max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
         max_concurrent_workflow_tasks=100,
         # Every run is at least two workflows (the run and a job) besides the fleets': a cache smaller than

@@ -14,19 +14,20 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, FailureError
+from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from core.eventlog import Event
     from core.fleets.messages import FLEET_SET_PRIORITY
     from core.fleets.messages import SetQueuedPriority as FleetSetQueuedPriority
     from core.runs.deploying import Deploy, changed_fields, not_in_place
-    from core.runs.effects import Effect, EndCycle, SetQueuedPriority, StartJob, TerminateJob
+    from core.runs.effects import Effect, EndCycle, SetQueuedPriority, StartJob, TerminateJob, WatchRun
     from core.runs.lifecycle import Inbox, advance, plan_of, submit_run
     from core.runs.machine import Step, StopKind, stronger_stop
     from core.runs.scaling import SCALES_IN
     from core.runs.state_machine import status_message
     from core.runs.submissions import job_input
+    from core.runs.watching import RunNews
     from core.status import RunStatus
     from core.wire import activity_names as names
     from core.wire.messages import (
@@ -45,14 +46,18 @@ with workflow.unsafe.imports_passed_through():
         SetPriority,
         StopReply,
         StopRequest,
+        WatchReply,
+        WatchRequest,
         fleet_workflow_id,
         job_workflow_id,
         schedule_id,
     )
     from core.wire.messages import TerminateJob as TerminateJobRequest
-    from core.wire.services import LoadChange, WatchLoad
+    from core.wire.messages import WatchRun as WatchRunRequest
     from workflows import retry_policies
     from workflows.job import JobWorkflow
+    from workflows.run_loads import LoadWatches
+    from workflows.run_watchers import DEPENDENCY_NEWS, Watchers
     from workflows.search_attributes import SA_STATUS
 
 
@@ -66,10 +71,9 @@ class RunWorkflow:
         self._updates: list[JobUpdate] = []
         self._priorities: list[int] = []  # `ferry set-priority`, not yet logged
         self._job_news: list[RecordJob] = []  # heard from the jobs, to store with the next flush
-        # One load watch per replica group that autoscales (None: a service without groups).
-        self._loads: list[LoadChange] = []  # the load watches' answers, not yet acted on
-        self._load_watches: dict[str | None, asyncio.Task[None]] = {}
-        self._watching: dict[str | None, WatchLoad] = {}  # what each load watch in flight was asked
+        self._loads = LoadWatches(inp.run_id)
+        self._news: list[RunNews] = []  # from the runs this one waits for (docs/dependencies.md)
+        self._watchers = Watchers(inp.run_id, [] if inp.carry is None else inp.carry.watchers)
         self._deploy: Deploy | None = None  # a configuration re-applied in place, not yet logged
         self._triggers: list[CycleTrigger] = []  # a scheduled run's schedule fired (workflows/cycle.py)
         if inp.carry is None:
@@ -95,6 +99,15 @@ class RunWorkflow:
     @workflow.signal
     def trigger(self, trigger: CycleTrigger) -> None:
         self._triggers.append(trigger)
+
+    @workflow.signal
+    def watch(self, request: WatchRequest) -> None:
+        """A run that waits for this one asks to be told its status (docs/dependencies.md)."""
+        self._watchers.add(request)
+
+    @workflow.signal(name=DEPENDENCY_NEWS)
+    def dependency_news(self, news: RunNews) -> None:
+        self._news.append(news)
 
     @workflow.signal
     def set_priority(self, request: SetPriority) -> None:
@@ -150,7 +163,7 @@ class RunWorkflow:
             await self._carry_out()
         elif inp.carry is None:
             await self._flush()
-        self._watch_load()
+        self._loads.follow(self._machine, self._stop is not None)
         # A finished run still hears its jobs' last words (a stopped sibling's clean-up may end after the
         # run's status is final): it is the one that stores their events.
         while not self._machine.done:
@@ -159,21 +172,24 @@ class RunWorkflow:
                 updates=self._updates,
                 stop=self._stop,
                 priorities=self._priorities,
-                loads=self._loads,
+                loads=self._loads.take(),
                 deploy=self._deploy,
                 triggers=self._triggers,
+                news=self._news,
             )
-            self._updates, self._priorities, self._loads, self._deploy = [], [], [], None
-            self._triggers = []
+            self._updates, self._priorities, self._deploy, self._triggers, self._news = [], [], None, [], []
             self._job_news += [update.record for update in inbox.updates]
             self._take(advance(self._machine, inbox, workflow.now().timestamp()))
             # In one workflow task: the store write and the new children need not wait for each other.
             await asyncio.gather(self._flush(), self._carry_out())
-            self._watch_load()
+            await self._watchers.tell(self._run_news())
+            self._loads.follow(self._machine, self._stop is not None)
             if self._can_continue_as_new():
                 workflow.continue_as_new(self._carry())
         if self._machine.plan.schedule:
             await self._delete_schedule()
+        # The runs waiting for this one hear its end; one that asks while this runs is told too.
+        await self._watchers.tell(self._run_news())
         state = self._machine.state
         return RunResult(status=state.status, termination_reason=state.termination_reason)
 
@@ -189,9 +205,11 @@ class RunWorkflow:
                     bool(self._updates)
                     or self._stop != self._machine.stop
                     or bool(self._priorities)
-                    or bool(self._loads)
+                    or bool(self._loads.changes)
                     or self._deploy is not None
                     or bool(self._triggers)
+                    or bool(self._news)
+                    or self._watchers.untold(self._run_news())
                 ),
                 timeout=timeout,
             )
@@ -200,52 +218,6 @@ class RunWorkflow:
         self._machine = step.machine
         self._events += step.events
         self._effects += step.effects
-
-    # --- the load watch -------------------------------------------------------------------------
-
-    def _watch_load(self) -> None:
-        """A service that autoscales has one load watch in flight per group while it serves (or is scaled
-        to zero), asked about the replica count the group keeps now; a new count or a stop replaces or
-        ends it."""
-        machine = self._machine
-        state, plan = machine.state, machine.plan
-        for group in plan.replica_groups():
-            name = None if group is None else group.name
-            rule = plan.scaling_rule(name)
-            wanted = None
-            if rule is not None and state.status in SCALES_IN and self._stop is None:
-                scaled = state.scaled_count(name)
-                wanted = WatchLoad(
-                    run_id=self._input.run_id,
-                    rule=rule,
-                    current=scaled if scaled is not None else plan.starting_count(name),
-                    last_change_at=state.last_scaled_at(name) or plan.submitted_at,
-                )
-            if wanted == self._watching.get(name):
-                continue
-            running = self._load_watches.pop(name, None)
-            if running is not None:
-                running.cancel()
-            self._watching.pop(name, None)
-            if wanted is not None:
-                self._watching[name] = wanted
-                self._load_watches[name] = asyncio.ensure_future(self._follow_load(name, wanted))
-
-    async def _follow_load(self, group: str | None, request: WatchLoad) -> None:
-        try:
-            change: LoadChange = await workflow.execute_activity(
-                names.WATCH_LOAD,
-                request,
-                result_type=LoadChange,
-                start_to_close_timeout=timedelta(days=365),
-                heartbeat_timeout=timedelta(seconds=10),
-                retry_policy=retry_policies.QUICK,
-            )
-        except (ActivityError, asyncio.CancelledError):
-            return
-        if self._watching.get(group) == request:
-            self._loads.append(change.model_copy(update={"group": group}))
-            del self._watching[group], self._load_watches[group]
 
     # --- effects ----------------------------------------------------------------------------------
 
@@ -260,6 +232,8 @@ class RunWorkflow:
                 signals.append(self._terminate_job(effect))
             elif isinstance(effect, EndCycle):
                 signals.append(self._end_cycle(effect))
+            elif isinstance(effect, WatchRun):
+                signals.append(self._watch_run(effect))
             else:
                 signals.append(self._move_in_queue(effect))
         for signal in signals:
@@ -311,6 +285,26 @@ class RunWorkflow:
     async def _end_cycle(self, effect: EndCycle) -> None:
         handle = workflow.get_external_workflow_handle(effect.workflow_id)
         await handle.signal("done", CycleDone(outcome=effect.outcome))
+
+    async def _watch_run(self, effect: WatchRun) -> None:
+        """A run this one waits for: its news now if it has ended, else it tells this run (`watch`)."""
+        request = WatchRunRequest(
+            run_id=effect.run_id,
+            workflow_id=effect.workflow_id,
+            watcher_workflow_id=workflow.info().workflow_id,
+        )
+        reply: WatchReply = await workflow.execute_activity(
+            names.WATCH_RUN,
+            request,
+            result_type=WatchReply,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=retry_policies.QUICK,
+        )
+        if reply.news is not None:
+            self._news.append(reply.news)
+
+    def _run_news(self) -> RunNews:
+        return RunNews.of(self._input.run_id, self._machine.state)
 
     async def _move_in_queue(self, effect: SetQueuedPriority) -> None:
         fleet = workflow.get_external_workflow_handle(
@@ -365,12 +359,14 @@ class RunWorkflow:
             and not self._priorities
             and not self._effects
             and not self._job_news
-            and not self._loads
+            and not self._loads.changes
             and self._deploy is None
             and not self._triggers
+            and not self._news
+            and not self._watchers.untold(self._run_news())
             and workflow.all_handlers_finished()
         )
 
     def _carry(self) -> RunInput:
-        carry = RunCarry(machine=self._machine, next_seq=self._flushed)
+        carry = RunCarry(machine=self._machine, next_seq=self._flushed, watchers=self._watchers.ids())
         return self._input.model_copy(update={"carry": carry})

@@ -21,6 +21,7 @@ from core.configuration.model import ConfigFieldError, ConfigModel
 from core.configuration.resources import ResourcesSpec
 from core.configuration.retry import RetryPolicy
 from core.configuration.specs import (
+    Dependency,
     LooseItem,
     PythonVersion,
     RegistryAuth,
@@ -133,6 +134,7 @@ class BaseRunConfiguration(ConfigModel):
     max_duration: OptionalDuration = None  # dstack: off unless set, for every run type
     stop_duration: OptionalDuration = DEFAULT_STOP_DURATION
     schedule: Schedule | None = None
+    depends_on: list[Dependency] = Field(default_factory=list)  # docs/dependencies.md
     startup_order: StartupOrder = StartupOrder.ANY
     stop_criteria: StopCriteria = StopCriteria.ALL_DONE
 
@@ -140,6 +142,20 @@ class BaseRunConfiguration(ConfigModel):
     def _check_image_and_python(self) -> BaseRunConfiguration:
         if self.image is not None and self.python is not None:
             raise ConfigFieldError(["python"], "cannot be used with `image`: the image decides the Python")
+        return self
+
+    @model_validator(mode="after")
+    def _check_dependencies(self) -> BaseRunConfiguration:
+        seen: set[str] = set()
+        for index, dependency in enumerate(self.depends_on):
+            if dependency.run == self.name:
+                raise ConfigFieldError(["depends_on", index, "run"], "a run cannot depend on itself")
+            if dependency.run in seen:
+                raise ConfigFieldError(["depends_on", index, "run"], f"{dependency.run} is listed twice")
+            seen.add(dependency.run)
+        if self.depends_on and self.schedule is not None:
+            # A schedule starts every cycle on its own time; waiting for another run has no cycle to hold.
+            raise ConfigFieldError(["depends_on"], "cannot be used with `schedule`")
         return self
 
     def unresolved_env(self) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Annotated, Any
 
 from croniter import croniter
@@ -17,6 +18,7 @@ from pydantic import (
 )
 
 from core.configuration.durations import Duration
+from core.configuration.fields import Name
 from core.configuration.model import ConfigFieldError, ConfigModel, shape_of
 from core.configuration.retry import RetryPolicy
 
@@ -108,6 +110,47 @@ class Schedule(ConfigModel):
     cron: Annotated[list[Annotated[str, AfterValidator(_check_cron)]], BeforeValidator(_cron_list)] = Field(
         min_length=1
     )
+
+
+# --- dependencies ------------------------------------------------------------------------------------
+
+
+class DependencyCondition(StrEnum):
+    """What the run waited for must have done (Flux's afterok, afterany, afternotok, after)."""
+
+    DONE = "done"  # ended DONE
+    FINISHED = "finished"  # ended, however
+    FAILED = "failed"  # ended, but not DONE (failed, stopped or aborted)
+    STARTED = "started"  # reached RUNNING
+
+    @property
+    def wording(self) -> str:
+        """How `ferry ps` says it: waiting for NAME <wording>."""
+        return {"done": "to be done", "finished": "to finish", "failed": "to fail", "started": "to start"}[
+            self.value
+        ]
+
+
+def parse_dependency(value: Any) -> Any:
+    """`NAME` or `NAME:condition` (as `ferry apply --after` takes it) for {run: NAME, condition: ...}."""
+    if not isinstance(value, str):
+        return value
+    run, sep, condition = value.partition(":")
+    return {"run": run, "condition": condition} if sep else {"run": run}
+
+
+class DependencySpec(ConfigModel):
+    """A run this one waits for (docs/dependencies.md): it starts once `run` meets `condition`."""
+
+    run: Name
+    condition: DependencyCondition = DependencyCondition.DONE
+
+    def description(self) -> str:
+        """The dependency as its events name it (seed 004's `description`): NAME:condition."""
+        return f"{self.run}:{self.condition.value}"
+
+
+Dependency = Annotated[DependencySpec, BeforeValidator(parse_dependency)]
 
 
 # --- retry -------------------------------------------------------------------------------------------

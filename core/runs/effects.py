@@ -50,4 +50,11 @@ class EndCycle(_Effect):
     outcome: str  # how the cycle ended, e.g. "done", "failed", "skipped: cycle 3 is running"
 
 
-Effect = StartJob | TerminateJob | SetQueuedPriority | EndCycle
+class WatchRun(_Effect):
+    """Ask a run this one waits for to tell it its status, now and at every change (docs/dependencies.md)."""
+
+    run_id: str
+    workflow_id: str
+
+
+Effect = StartJob | TerminateJob | SetQueuedPriority | EndCycle | WatchRun

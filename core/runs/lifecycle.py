@@ -20,11 +20,12 @@ from core.configuration import ServiceConfiguration
 from core.configuration.replica_groups import ServiceGroup
 from core.eventlog import Event
 from core.run_types import configurator_for
-from core.runs import active, cycles, deploying, pending, scaling, terminating
+from core.runs import active, cycles, dependencies, deploying, pending, scaling, terminating
 from core.runs.effects import SetQueuedPriority
 from core.runs.machine import GroupPlan, RunMachine, RunPlan, Step, StepBuilder, StopKind, stronger_stop
 from core.runs.state_machine import RunState, apply_run_event
 from core.runs.submissions import waiting_requests
+from core.runs.watching import RunNews
 from core.services.autoscaler import ScalingRule
 from core.status import JobStatus
 from core.wire.messages import CycleTrigger, JobUpdate, RunInput
@@ -44,6 +45,7 @@ class Inbox(BaseModel):
     loads: list[LoadChange] = Field(default_factory=list)  # the load watches want other replica counts
     deploy: deploying.Deploy | None = None  # the configuration re-applied in place (a service)
     triggers: list[CycleTrigger] = Field(default_factory=list)  # a scheduled run's schedule fired
+    news: list[RunNews] = Field(default_factory=list)  # runs this one waits for changed status
 
 
 def plan_of(inp: RunInput) -> RunPlan:
@@ -67,6 +69,7 @@ def plan_of(inp: RunInput) -> RunPlan:
         else None,
         groups=groups,
         schedule=tuple(conf.schedule.cron) if conf.schedule is not None else (),
+        dependencies=tuple(inp.dependencies),
     )
 
 
@@ -95,8 +98,12 @@ def submit_run(inp: RunInput, now: float) -> Step:
     b = StepBuilder(RunMachine(plan=plan_of(inp), state=apply_run_event(None, submit)), now)
     if cycles.is_scheduled(b):
         cycles.wait(b)  # STEP 1 of a scheduled run: PENDING until its schedule fires
+    elif dependencies.has_dependencies(b):
+        dependencies.wait(b)  # PENDING until the runs it waits for are where it needs them
     else:
         b.submit_all()
+    if terminating.applies(b):
+        terminating.terminate_and_clean(b)  # a run waiting for a run that does not exist ends at once
     step = b.step()
     return step.model_copy(update={"events": [submit, *step.events]})
 
@@ -117,6 +124,8 @@ def advance(machine: RunMachine, inbox: Inbox, now: float) -> Step:
     else:
         for trigger in inbox.triggers:
             cycles.begin(b, trigger)
+        for news in inbox.news:
+            dependencies.hear(b, news)
         if inbox.deploy is not None and b.state.status in scaling.SCALES_IN:
             deploying.begin(b, inbox.deploy)
         for load in inbox.loads:

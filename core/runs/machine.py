@@ -20,6 +20,7 @@ from core.eventlog import Event
 from core.runs.derivation import jobs_to_stop
 from core.runs.effects import Effect, StartJob, TerminateJob
 from core.runs.state_machine import RunState, apply_run_event
+from core.runs.watching import DependencyTarget
 from core.services.autoscaler import ScalingRule
 from core.status import JobTerminationReason
 
@@ -63,6 +64,7 @@ class RunPlan(BaseModel):
     scaling: ScalingRule | None = None  # a service whose replica count follows its load
     groups: tuple[GroupPlan, ...] = ()  # a service's replica groups; () for the single form
     schedule: tuple[str, ...] = ()  # a scheduled run's cron expressions (UTC); () for any other run
+    dependencies: tuple[DependencyTarget, ...] = ()  # the runs it waits for (docs/dependencies.md)
 
     def replica_groups(self) -> tuple[GroupPlan | None, ...]:
         """The groups a run keeps replicas of: (None,) for a run without groups (one homogeneous set of

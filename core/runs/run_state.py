@@ -77,6 +77,8 @@ class RunState(BaseModel):
     next_at: float | None = None
     cycles_skipped: int = 0
     last_cycle: str | None = None  # how the latest cycle ended: its run status, e.g. "done" or "failed"
+    # A run that waits for others (docs/dependencies.md): the dependencies not met yet, as NAME:condition.
+    waiting_for: tuple[str, ...] = ()
 
     def job(self, replica_num: int, job_num: int) -> RunJob | None:
         return next((j for j in self.jobs if (j.replica_num, j.job_num) == (replica_num, job_num)), None)

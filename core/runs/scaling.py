@@ -29,7 +29,8 @@ SCALES_IN = frozenset({RunStatus.SUBMITTED, RunStatus.PROVISIONING, RunStatus.RU
 
 
 def applies(b: StepBuilder, group: str | None = None) -> bool:
-    return b.plan.scaling_rule(group) is not None and b.state.status in SCALES_IN
+    """A service that waits for other runs is not woken by its load (docs/dependencies.md)."""
+    return b.plan.scaling_rule(group) is not None and b.state.status in SCALES_IN and not b.state.waiting_for
 
 
 def rescale(b: StepBuilder, desired: int, rps: float, group: str | None = None) -> None:

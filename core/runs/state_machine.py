@@ -29,6 +29,10 @@ Run events (status after; '=' unchanged):
 | cycle {cycle, workflow_id, scheduled_at}| PENDING, once per trigger         | SUBMITTED                 |
 | cycle-skip {workflow_id, scheduled_at}  | any active                        | =                         |
 | cycle-end {cycle, status, reason}       | TERMINATING, all jobs finished    | = (PENDING follows)       |
+| dependency-add {description, run,       | any active but TERMINATING        | =                         |
+|   condition, run_id?}                   |                                   |                           |
+| dependency-remove {description}         | any active but TERMINATING        | =                         |
+| depend                                  | PENDING, every dependency removed | =                         |
 | exception {type, severity, note?}       | any active                        | = (recorded only)         |
 | priority {priority}, memo, debug.*      | any active                        | =                         |
 | clean {status, reason}                  | TERMINATING, all jobs finished    | reason.to_status()        |
@@ -46,6 +50,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from core.configuration.specs import DependencyCondition
 from core.eventlog import (
     Event,
     EventlogError,
@@ -80,6 +85,9 @@ RUN_EVENTS_FROM: dict[str, frozenset[RunStatus]] = {
     "cycle": frozenset({RunStatus.PENDING}),
     "cycle-skip": _ACTIVE_RUN,
     "cycle-end": frozenset({RunStatus.TERMINATING}),
+    "dependency-add": _NOT_TERMINATING,
+    "dependency-remove": _NOT_TERMINATING,
+    "depend": frozenset({RunStatus.PENDING}),
     "exception": _ACTIVE_RUN,
     "priority": _ACTIVE_RUN,
     "memo": _ACTIVE_RUN,
@@ -102,10 +110,17 @@ JOB_STATUS_RANK = {
 _HOLDING_INSTANCE = frozenset({JobStatus.PROVISIONING, JobStatus.PULLING, JobStatus.RUNNING})
 
 
+WAITING_FOR = "waiting for "  # the message of a run waiting for others (docs/dependencies.md)
+
+
 def status_message(state: RunState) -> str | None:
     """The run's one-line status message, as `ferry ps` shows it."""
+    if state.termination_reason == RunTerminationReason.DEPENDENCY_FAILED and state.exceptions:
+        return state.exceptions[-1].note
     if state.termination_reason is not None:
         return state.termination_reason.value.replace("_", " ")
+    if state.status == RunStatus.PENDING and state.waiting_for:
+        return WAITING_FOR + ", ".join(_waiting_words(description) for description in state.waiting_for)
     if state.status == RunStatus.PENDING and state.next_at is not None:
         return f"next at {format_utc(state.next_at)}" + (
             f" (last cycle {state.last_cycle})" if state.last_cycle else ""
@@ -114,6 +129,11 @@ def status_message(state: RunState) -> str | None:
         scaled_to_zero = all(job.termination_reason == JobTerminationReason.SCALED_DOWN for job in state.jobs)
         return "scaled to zero: a request wakes it" if scaled_to_zero else "retrying"
     return None
+
+
+def _waiting_words(description: str) -> str:
+    run, _, condition = description.partition(":")
+    return f"{run} {DependencyCondition(condition).wording}"
 
 
 def format_utc(timestamp: float) -> str:
@@ -307,6 +327,28 @@ def _cycle_end(state: RunState, event: Event) -> RunState:
     return state.model_copy(update={"last_cycle": status.value, "cycle_workflow_id": None})
 
 
+def _dependency_add(state: RunState, event: Event) -> RunState:
+    description = need(event, "description", str)
+    need(event, "run", str)
+    need(event, "condition", DependencyCondition)
+    if description in state.waiting_for:
+        raise EventlogError(f"dependency {description} is already there")
+    return state.model_copy(update={"waiting_for": (*state.waiting_for, description)})
+
+
+def _dependency_remove(state: RunState, event: Event) -> RunState:
+    description = need(event, "description", str)
+    if description not in state.waiting_for:
+        raise EventlogError(f"dependency-remove of {description}, which was never added (or already removed)")
+    return state.model_copy(update={"waiting_for": tuple(d for d in state.waiting_for if d != description)})
+
+
+def _depend(state: RunState, event: Event) -> RunState:
+    if state.waiting_for:
+        raise EventlogError(f"depend while still waiting for {', '.join(state.waiting_for)}")
+    return state
+
+
 def _clean(state: RunState, event: Event) -> RunState:
     status = need(event, "status", RunStatus)
     check_final(status, need(event, "reason", RunTerminationReason), state.termination_reason)
@@ -334,6 +376,9 @@ _RUN_HANDLERS: dict[str, Callable[[RunState, Event], RunState]] = {
     "cycle": _cycle,
     "cycle-skip": lambda state, event: state.model_copy(update={"cycles_skipped": state.cycles_skipped + 1}),
     "cycle-end": _cycle_end,
+    "dependency-add": _dependency_add,
+    "dependency-remove": _dependency_remove,
+    "depend": _depend,
     "exception": _exception,
     "priority": lambda state, event: state.model_copy(update={"priority": need_index(event, "priority")}),
     "memo": lambda state, event: state.model_copy(update={"memo": memo_update(state.memo, event)}),

@@ -12,6 +12,7 @@ from core.eventlog import Event
 from core.fleets.placement import PlacementRequest
 from core.runs.machine import RunMachine
 from core.runs.state_machine import RunState
+from core.runs.watching import DependencyTarget, RunNews
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire.agent_api import ClusterInfo, JobSpec, Resources, TaskNetwork
 from core.wire.services import ServiceJob
@@ -57,6 +58,7 @@ class RunCarry(_Message):
 
     machine: RunMachine
     next_seq: int  # the run eventlog's next sequence number (earlier events are in the store)
+    watchers: list[str] = Field(default_factory=list)  # the runs waiting for this one (workflow ids)
 
 
 class RunInput(_Message):
@@ -69,8 +71,28 @@ class RunInput(_Message):
     submitted_at: float
     fleet: str = LOCAL_FLEET  # where its jobs are placed, decided once at submission
     carry: RunCarry | None = None
+    dependencies: list[DependencyTarget] = Field(default_factory=list)  # resolved at submission
     # For tests: continue as new after every step, to show that nothing of the run is lost across it.
     continue_as_new_each_step: bool = False
+
+
+class WatchRequest(_Message):
+    """A run asks a run it waits for to tell it its status (`RunWorkflow.watch`, docs/dependencies.md)."""
+
+    run_id: str  # the run waited for: a newer run of the same name is not it
+    watcher_workflow_id: str
+
+
+class WatchRun(_Message):
+    """The WATCH_RUN activity's input: the news now if the run has finished, else a watch sent."""
+
+    run_id: str
+    workflow_id: str
+    watcher_workflow_id: str
+
+
+class WatchReply(_Message):
+    news: RunNews | None = None  # None: the run is active, and tells the watcher itself
 
 
 class CycleTrigger(_Message):

@@ -49,7 +49,7 @@ def warned(text: str) -> list[str]:
 # blocks). Every other field must be in the model's NOT_ACTED_ON: a new field has to be put on one side.
 _RUN_ACTED_ON = {
     "name", "working_dir", "shell", "env", "resources", "fleets",
-    "priority", "retry", "max_duration", "stop_duration", "stop_criteria", "schedule",
+    "priority", "retry", "max_duration", "stop_duration", "stop_criteria", "schedule", "depends_on",
 }  # fmt: skip
 ACTED_ON: dict[type[ConfigModel], set[str]] = {
     TaskConfiguration: _RUN_ACTED_ON | {"type", "commands", "nodes"},

@@ -174,6 +174,9 @@ def legal_run_events(state: RunState) -> list[str]:
         "job-serving": bool(_active_jobs(state)),
         "clean": not _active_jobs(state),
         "cycle-end": not _active_jobs(state) and state.cycle > 0,
+        "dependency-add": len(state.waiting_for) < 4,
+        "dependency-remove": bool(state.waiting_for),
+        "depend": not state.waiting_for,
     }
     names = [n for n, where in RUN_EVENTS_FROM.items() if state.status in where and guards.get(n, True)]
     return [*names, "debug.trace"]
@@ -244,6 +247,15 @@ def run_context(draw: st.DrawFn, state: RunState, name: str) -> dict[str, Any]:
         assert state.termination_reason is not None
         cycle_reason = state.termination_reason
         return {"cycle": state.cycle, "status": cycle_reason.to_status().value, "reason": cycle_reason.value}
+    if name == "dependency-add":
+        run = draw(
+            st.sampled_from([n for n in ("aa", "bb", "cc", "dd") if f"{n}:done" not in state.waiting_for])
+        )
+        return {"description": f"{run}:done", "run": run, "condition": "done"}
+    if name == "dependency-remove":
+        return {"description": draw(st.sampled_from(state.waiting_for))}
+    if name == "depend":
+        return {}
     if name == "job-serving":
         serving = draw(st.sampled_from(_active_jobs(state)))
         return {**_job_numbers(serving), "state": draw(st.sampled_from(["probing", "ready", "draining"]))}

@@ -40,6 +40,7 @@ async def harness() -> AsyncIterator[Harness]:
         )
     )
     backend = FakeBackend()
+    backend.client = env.client
     queue = f"wf-{uuid.uuid4().hex[:8]}"
     worker = Worker(
         env.client,

@@ -19,6 +19,7 @@ from core.fleets.messages import FleetDescription
 from core.fleets.state_machine import FleetInput
 from core.jobs.state_machine import replay_job
 from core.runs.state_machine import RunState, replay_run
+from core.runs.watching import DependencyTarget
 from core.wire.messages import (
     LOCAL_FLEET,
     JobDescription,
@@ -76,7 +77,13 @@ class Harness:
     def release(self) -> None:
         self._env = None
 
-    async def run_input(self, conf: Any, name: str = "train", fleet: str = LOCAL_FLEET) -> RunInput:
+    async def run_input(
+        self,
+        conf: Any,
+        name: str = "train",
+        fleet: str = LOCAL_FLEET,
+        dependencies: list[DependencyTarget] | None = None,
+    ) -> RunInput:
         if fleet == LOCAL_FLEET:
             await self.start_fleet(LOCAL_FLEET)
         now = await self.env.get_current_time()
@@ -88,14 +95,20 @@ class Harness:
             configuration=conf,
             submitted_at=now.timestamp(),
             fleet=fleet,
+            dependencies=dependencies or [],
         )
 
     async def start(
-        self, conf: Any, name: str = "train", fleet: str = LOCAL_FLEET
+        self,
+        conf: Any,
+        name: str = "train",
+        fleet: str = LOCAL_FLEET,
+        dependencies: list[DependencyTarget] | None = None,
     ) -> WorkflowHandle[Any, RunResult]:
+        """A run of `conf`, id `<name>-0001`, waiting for `dependencies` (as FerryAPI resolves them)."""
         return await self.client.start_workflow(
             RunWorkflow.run,
-            await self.run_input(conf, name, fleet),
+            await self.run_input(conf, name, fleet, dependencies),
             id=run_workflow_id(PROJECT, name),
             task_queue=self.queue,
         )
@@ -151,8 +164,10 @@ class Harness:
             assert time.monotonic() < deadline, f"waited {WAIT_LIMIT:.0f}s for {what}"
             await asyncio.sleep(POLL)
 
-    def run_events(self) -> list[Event]:
-        """The run's eventlog as its record_run calls stored it."""
+    def run_events(self, run_id: str | None = None) -> list[Event]:
+        """The run's eventlog as its record_run calls stored it (`run_id`: of one of several runs)."""
+        if run_id is not None:
+            return self.backend.runs[run_id].ordered()
         [log] = self.backend.runs.values()
         return log.ordered()
 

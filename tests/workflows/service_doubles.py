@@ -1,5 +1,6 @@
 """Doubles of the services activities (activities/services.py) and of the schedules'
-(activities/schedules.py), a mixin of the workflow tests' FakeBackend.
+(activities/schedules.py), a mixin of the workflow tests' FakeBackend; and the real watch of a run waited
+for (activities/run_watch.py) over the runs the doubles stored, with the test server's client.
 
 A replica is ready at its first probe, then its probe blocks (until the job cancels it); drains finish at
 once. A load watch returns the latest LoadChange a test pushed (`push_load`) once it differs from the count
@@ -9,13 +10,16 @@ the watch was asked about (a watch the run has replaced may answer too: the run 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 from temporalio import activity
+from temporalio.client import Client
 
+from activities.run_watch import RunWatchActivities
 from core.services.replicas import ReplicaState
 from core.wire import activity_names as names
-from core.wire.messages import CreateSchedule
+from core.wire.messages import CreateSchedule, WatchReply, WatchRun
 from core.wire.services import (
     DrainReplica,
     DrainResult,
@@ -34,6 +38,9 @@ class ServiceDoubles:
         self.load_watches: list[WatchLoad] = []
         self.schedules: dict[str, CreateSchedule] = {}  # created and not deleted, by id
         self.deleted_schedules: list[str] = []
+        self.client: Client | None = None  # the test server's, for the watch of a run waited for
+
+    runs: dict[str, Any]  # FakeBackend's stored run eventlogs
 
     # FakeBackend's
     def _call(self, name: str, job_submission_id: str, arg: Any) -> tuple[int, int, int]:
@@ -50,7 +57,13 @@ class ServiceDoubles:
             self.watch_load,
             self.create_schedule,
             self.delete_schedule,
+            self.watch_run,
         ]
+
+    @activity.defn(name=names.WATCH_RUN)
+    async def watch_run(self, request: WatchRun) -> WatchReply:
+        assert self.client is not None
+        return await RunWatchActivities(self.client, StoredRuns(self.runs)).watch_run(request)  # type: ignore[arg-type]
 
     # A scheduled run's schedule (activities/schedules.py): recorded; the tests trigger cycles themselves.
     @activity.defn(name=names.CREATE_SCHEDULE)
@@ -89,3 +102,32 @@ class ServiceDoubles:
             activity.heartbeat()
             await asyncio.sleep(HEARTBEAT_EVERY)
         return self.loads[-1]
+
+
+@dataclass
+class _StoredRun:
+    status: str
+
+
+@dataclass
+class _StoredEvent:
+    timestamp: float
+    name: str
+    context: dict[str, Any]
+
+    def context_data(self) -> dict[str, Any]:
+        return self.context
+
+
+class StoredRuns:
+    """What RunWatchActivities reads of the store, over the doubles' stored run eventlogs."""
+
+    def __init__(self, runs: dict[str, Any]) -> None:
+        self._runs = runs
+
+    def get_run(self, run_id: str) -> _StoredRun | None:
+        log = self._runs.get(run_id)
+        return None if log is None else _StoredRun(status=log.status)
+
+    def read_events(self, run_id: str, job_submission_id: None) -> list[_StoredEvent]:
+        return [_StoredEvent(e.timestamp, e.name, e.context) for e in self._runs[run_id].ordered()]
