@@ -1,10 +1,13 @@
 """The proxy assembled: its parts, their start and stop, and the aiohttp application that serves them.
 
 `Gateway(store, public_url=...)` owns one directory (the routing table), balancer, drainer, request
-counter, token cache and client session; `gateway.application()` is the aiohttp app. Starting the app
+counter, token cache, client session and front door (gateway.front_door: the fast path, with its pool of
+replica connections); `gateway.application()` is the aiohttp app, served by `gateway.site(runner, ...)`:
+plain requests on the fast path, the rest by the app. Starting the app
 (runner.setup) reads the table once and records the proxy in the store, so the first request finds its
-service. Stopping (runner.cleanup): held requests are answered 503 at once, those in flight get the
-runner's shutdown_timeout to finish, then the last counts are written and the proxy's record removed.
+service. Stopping (runner.cleanup): held requests are answered 503 at once, those in flight (on the fast
+path too) get the runner's shutdown_timeout to finish, then the last counts are written and the proxy's
+record removed.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from gateway.balancer import Balancer
 from gateway.directory import Directory
 from gateway.draining import Drainer
 from gateway.forwarding import Forwarder
+from gateway.front_door import FrontDoor, FrontSite
 from gateway.models_api import ModelsApi
 from gateway.options import GatewayOptions
 from gateway.request_stats import RequestStats
@@ -48,6 +52,7 @@ class Gateway:
         self.stats = RequestStats(store, self.id, self.options)
         self.tokens = TokenChecker(store, self.options)
         self.forwarder = Forwarder(self.directory, self.balancer, self.stats, self.options)
+        self.front_door = FrontDoor(self.directory, self.balancer, self.tokens, self.stats, self.options)
         access = Access(self.directory, self.tokens, self.stats)
         self._services = ServicesApi(access, self.forwarder)
         self._models = ModelsApi(access, self.forwarder)
@@ -77,9 +82,23 @@ class Gateway:
         await self.directory.stop()
         await self.forwarder.stop()
 
+    def site(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        *,
+        backlog: int = 128,
+        reuse_address: bool | None = None,
+    ) -> FrontSite:
+        """The site to serve the app (`make_runner`'s) on: the fast path in front, unless it is off."""
+        door = self.front_door if self.options.fast_path else None
+        return FrontSite(runner, door, host, port, backlog=backlog, reuse_address=reuse_address)
+
     async def _running(self, _app: web.Application) -> AsyncIterator[None]:
         await self.start()
         yield
+        await self.front_door.finish_shutdown(self.options.shutdown_timeout)
         await self.stop()
 
     async def _shutting_down(self, _app: web.Application) -> None:

@@ -1,11 +1,12 @@
 """`python -m gateway`: the services proxy as a process.
 
     python -m gateway [--host 127.0.0.1] [--port 8300] [--database-url URL] [--public-url URL]
-                      [--hold-timeout SECONDS] [--ready-file PATH]
+                      [--hold-timeout SECONDS] [--no-fast-path] [--ready-file PATH]
 
 Defaults come from the environment: FERRY_GATEWAY_HOST (127.0.0.1), FERRY_GATEWAY_PORT (8300),
 FERRY_GATEWAY_PUBLIC_URL (http://<host>:<port>: where users reach it, what `gateway_seen` records),
-FERRY_GATEWAY_HOLD_TIMEOUT (120 s, how long a request waits for a service's first ready replica) and
+FERRY_GATEWAY_HOLD_TIMEOUT (120 s, how long a request waits for a service's first ready replica),
+FERRY_GATEWAY_FAST_PATH (1; 0 leaves every request to the aiohttp app, gateway.front_door) and
 FERRY_DATABASE_URL (core.settings). The ready file gets the process's pid once it listens: the embedded
 stack spawns the proxy and waits for that file. SIGTERM or SIGINT shut it down gracefully: it stops
 accepting, answers held requests 503, gives those in flight a few seconds, then leaves the store's list
@@ -23,7 +24,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import uvloop
-from aiohttp import web
 
 from core.settings import Settings
 from gateway.app import Gateway, make_runner
@@ -59,6 +59,12 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
         default=float(env.get("FERRY_GATEWAY_HOLD_TIMEOUT") or DEFAULT_HOLD_TIMEOUT),
         help="seconds a request waits for a service's first ready replica before a 503 (default 120)",
     )
+    parser.add_argument(
+        "--fast-path",
+        action=argparse.BooleanOptionalAction,
+        default=env.get("FERRY_GATEWAY_FAST_PATH", "1") not in ("0", "false", "no"),
+        help="plain requests on the fast path (default; FERRY_GATEWAY_FAST_PATH=0: all by the aiohttp app)",
+    )
     parser.add_argument("--ready-file", type=Path, default=None, help="gets the pid once the proxy listens")
     args = parser.parse_args(argv)
     if args.database_url is None:
@@ -85,7 +91,7 @@ async def serve(
     runner = make_runner(gateway)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
+        site = gateway.site(runner, host, port, backlog=1024, reuse_address=True)
         await site.start()
         log.info("proxy %s listening on %s:%s (%s)", gateway.id, host, port, public_url)
         if ready_file is not None:
@@ -111,7 +117,7 @@ def _write_atomically(path: Path, text: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    options = GatewayOptions(hold_timeout=args.hold_timeout)
+    options = GatewayOptions(hold_timeout=args.hold_timeout, fast_path=args.fast_path)
     # uvloop's event loop (libuv, in C) costs less CPU per request than asyncio's own: 117 against 136 µs
     # in bench.run's services section (--quick), where the proxy's CPU bounds its requests/s.
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -22,3 +22,4 @@ class GatewayOptions:
     unknown_token_ttl: float = 1.0  # an unknown token is looked up again after this long
     connect_timeout: float = 10.0  # to a replica; answers themselves may stream for as long as they like
     shutdown_timeout: float = 5.0  # on SIGTERM, requests in flight get this long to finish
+    fast_path: bool = True  # plain requests on gateway.fast_path; off: the aiohttp app serves them all

@@ -37,6 +37,17 @@ class TokenChecker:
         self._known: dict[str, tuple[str | None, float]] = {}  # token: (user or None, good until)
         self._looking_up: dict[str, asyncio.Task[str | None]] = {}
 
+    def cached_user(self, authorization: str | None) -> tuple[bool, str | None]:
+        """(True, the user or None) when the answer is known without a lookup (no token, or a token in
+        the cache); (False, None) when `user` has to look it up."""
+        token = bearer_token(authorization)
+        if token is None:
+            return True, None
+        cached = self._known.get(token)
+        if cached is not None and cached[1] > time.monotonic():
+            return True, cached[0]
+        return False, None
+
     async def user(self, authorization: str | None) -> str | None:
         """The user whose token the header carries; None if it carries none, or not a known one."""
         token = bearer_token(authorization)

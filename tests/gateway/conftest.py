@@ -1,5 +1,8 @@
 """The proxy against a real store (SQLite in tmp_path) and real replicas: aiohttp servers on 127.0.0.1.
 
+Every test runs twice: on asyncio's own event loop and on uvloop's (the proxy's in production: its
+transports are not asyncio's classes, and the fast path hands them from protocol to protocol).
+
 Runs and replicas are inserted as the workers would write them; the proxy runs in-process, with short
 intervals so that a change in the store reaches its table within a few hundredths of a second.
 """
@@ -17,6 +20,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import uvloop
 from aiohttp import web
 
 from gateway.app import Gateway, make_runner
@@ -34,6 +38,10 @@ FAST = GatewayOptions(
     unknown_token_ttl=0.2,
     shutdown_timeout=1.0,
 )
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
+    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 
 
 @pytest.fixture
@@ -183,7 +191,7 @@ class Harness:
         gateway = Gateway(self.store, public_url="http://proxy.test:8300", options=options)
         runner = make_runner(gateway)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = gateway.site(runner, "127.0.0.1", 0)
         await site.start()
         self.runners.append(runner)
         host, port = runner.addresses[0][:2]

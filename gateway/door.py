@@ -1,0 +1,23 @@
+"""What the fast path's connections and exchanges use of the front door (gateway.front_door.FrontDoor),
+as a protocol: the front door makes the connections, so they cannot import it back."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from gateway.balancer import Balancer
+from gateway.directory import Directory
+from gateway.replica_pool import ReplicaPool
+from gateway.request_stats import RequestStats
+from gateway.tokens import TokenChecker
+
+
+class Door(Protocol):
+    pool: ReplicaPool
+    balancer: Balancer
+    directory: Directory
+    stats: RequestStats
+    tokens: TokenChecker
+
+    def opened(self, connection: Any) -> None: ...
+    def closed(self, connection: Any) -> None: ...

@@ -1,0 +1,214 @@
+"""The fast path's client side: one ClientConnection (an asyncio protocol) per connection to the proxy.
+
+Each request head is parsed (gateway.http1) and routed (gateway.fast_path_rules.route). A plain HTTP/1.1
+request for a service with a ready replica, from a client whose token is good (when the service has
+`auth`), is counted, given a replica by the balancer and forwarded by an Exchange (gateway.exchange).
+Anything else is handed to the aiohttp app, with the bytes received so far: the connection's transport
+gets aiohttp's own protocol (`transport.set_protocol`), which serves it from then on, this request and
+every later one on the connection. So the app answers what it always did (`/healthz`, the models API, 404,
+401, held requests, WebSockets, malformed requests, HTTP/1.0) and the fast path never has to.
+
+A token not in the token cache is looked up (reading stays as it is; requests wait in the buffer); a
+token that is not good, or a lookup that fails, goes to the app, which answers 401 or 503. Requests on
+one connection are served one at a time, in order (pipelined ones wait in the buffer). An idle connection
+is closed after KEEPALIVE seconds (aiohttp's own default), and at the proxy's shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from time import monotonic
+from typing import cast
+
+from gateway.door import Door
+from gateway.exchange import Exchange
+from gateway.fast_path_rules import route
+from gateway.http1 import MAX_HEAD, parse_request_head
+
+log = logging.getLogger(__name__)
+
+# Why a client connection's reading is paused (a bit each): its requests waiting in the buffer are enough
+# (and gateway.exchange.PAUSED_FOR_REPLICA: the replica cannot take the body as fast as it comes).
+PAUSED_FOR_BUFFER = 1
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, door: Door, fallback: Callable[[], asyncio.Protocol]) -> None:
+        self.door = door
+        self._fallback = fallback
+        self.transport: asyncio.Transport | None = None
+        self.address = ""  # the client's IP address, for X-Forwarded-For
+        self.exchange: Exchange | None = None
+        self.idle_since = 0.0  # time.monotonic(); 0 while a request is in flight
+        self.closed = False
+        self.close_when_idle = False  # the proxy is shutting down
+        self._buffer = b""  # received, not yet served: the next requests (bytes: most often one whole head)
+        self.paused = 0  # why reading is paused, a bit per reason
+        self._token_lookup: asyncio.Task[None] | None = None
+        self._looked_up: str | None = None  # the Authorization header last looked up for this connection
+
+    @property
+    def busy(self) -> bool:
+        return self.exchange is not None or self._token_lookup is not None
+
+    # --- asyncio.Protocol -------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport's kin
+        peer = self.transport.get_extra_info("peername")
+        self.address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        self.idle_since = monotonic()
+        self.door.opened(self)
+
+    def data_received(self, data: bytes) -> None:
+        exchange = self.exchange
+        if exchange is not None and not exchange.request_complete:
+            data = exchange.client_data(data)
+            if not data:
+                return
+        self._buffer = self._buffer + data if self._buffer else data
+        if not self.busy:
+            self._serve_next()
+        elif len(self._buffer) > MAX_HEAD:
+            self.set_paused(PAUSED_FOR_BUFFER, True)
+
+    def eof_received(self) -> bool:
+        return False  # the client is done: the transport closes (a request in flight is let go)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.closed = True
+        self.door.closed(self)
+        if self._token_lookup is not None:
+            self._token_lookup.cancel()
+        exchange, self.exchange = self.exchange, None
+        if exchange is not None:
+            exchange.client_lost()
+
+    def pause_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.client_writing_paused(True)
+
+    def resume_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.client_writing_paused(False)
+
+    # --- used by the exchange and the front door -------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(data)
+
+    def set_paused(self, reason: int, paused: bool) -> None:
+        before = self.paused
+        self.paused = before | reason if paused else before & ~reason
+        if self.transport is None or self.closed or bool(before) == bool(self.paused):
+            return
+        with contextlib.suppress(RuntimeError):  # a transport already closing
+            if self.paused:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    def abort(self) -> None:
+        """Cuts the connection: an answer cut short must not look whole to the client."""
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+
+    def exchange_done(self, close: bool) -> None:
+        """The exchange in flight is over; `close`: the connection cannot carry another request."""
+        self.exchange = None
+        if self.closed:
+            return
+        if close or self.close_when_idle:
+            self.close()
+            return
+        self.idle_since = monotonic()
+        if self.paused:
+            self.set_paused(PAUSED_FOR_BUFFER, False)
+        if self._buffer:
+            self._serve_next()
+
+    def shut_down(self) -> None:
+        """The proxy stops: closed now if idle, else once its request in flight is over."""
+        self.close_when_idle = True
+        if not self.busy:
+            self.close()
+
+    # --- requests ---------------------------------------------------------------------------------
+
+    def _serve_next(self) -> None:
+        """Starts on the next request in the buffer, if its head is whole (no request is in flight)."""
+        if self.close_when_idle or self.closed:
+            self.close()
+            return
+        buffer = self._buffer
+        end = buffer.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buffer) > MAX_HEAD:
+                self._hand_off()
+            return
+        head_end = end + 4
+        head = parse_request_head(buffer if head_end == len(buffer) else buffer[:head_end])
+        fast_route = None if head is None else route(head, self.door.directory.table)
+        if head is None or fast_route is None:
+            self._hand_off()
+            return
+        service = fast_route.service
+        if service.settings.auth:
+            raw = head.headers.get(b"authorization")
+            authorization = None if raw is None else raw.decode("latin-1")
+            known, user = self.door.tokens.cached_user(authorization)
+            if not known and authorization is not None and authorization != self._looked_up:
+                self._looked_up = authorization
+                self._token_lookup = asyncio.get_running_loop().create_task(self._look_up(authorization))
+                return
+            if user is None:
+                self._hand_off()  # the app answers 401 (or 503 if the store cannot say)
+                return
+        replica = self.door.balancer.pick(service)
+        if replica is None:
+            self._hand_off()
+            return
+        self.door.balancer.acquire(replica.id)
+        self.door.stats.count(service.run_id)
+        close = b"close" in head.headers.connection_tokens()
+        exchange = Exchange(self, head, fast_route, replica, close_client=close)
+        self.exchange = exchange
+        self.idle_since = 0.0
+        self._buffer = b""
+        if head_end < len(buffer):
+            self._buffer = exchange.client_data(buffer[head_end:])
+        exchange.start()
+
+    async def _look_up(self, authorization: str) -> None:
+        try:
+            await self.door.tokens.user(authorization)
+        except Exception:
+            pass  # not cached: the app looks it up again, and answers 503 if it fails again
+        finally:
+            self._token_lookup = None
+        if not self.closed and self.exchange is None:
+            self._serve_next()
+
+    def _hand_off(self) -> None:
+        """Gives the connection, with what it has received, to the aiohttp app for good."""
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        self.door.closed(self)
+        self.closed = True  # for this protocol: nothing of it acts on the transport any more
+        if self.paused:
+            transport.resume_reading()
+        handler = self._fallback()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        received, self._buffer = self._buffer, b""
+        if received:
+            handler.data_received(received)
