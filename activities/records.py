@@ -15,9 +15,10 @@ import asyncio
 from temporalio import activity
 
 from core.eventlog import Event
+from core.status import RunStatus
 from core.wire import activity_names as names
-from core.wire.messages import RecordJob, RecordRun
-from store import JobSubmissionRecord, Store
+from core.wire.messages import RecordJob, RecordPipelineTask, RecordRun
+from store import JobSubmissionRecord, RunRecord, Store
 
 
 def _rows(events: list[Event]) -> list[tuple[float, str, dict]]:
@@ -27,6 +28,15 @@ def _rows(events: list[Event]) -> list[tuple[float, str, dict]]:
 class RecordActivities:
     def __init__(self, store: Store) -> None:
         self._store = store
+
+    @activity.defn(name=names.RECORD_PIPELINE_TASK)
+    async def record_pipeline_task(self, request: RecordPipelineTask) -> None:
+        """Stored once: a retry finds it there, perhaps already moved on by the task's own run."""
+        await asyncio.to_thread(self._record_pipeline_task, request)
+
+    def _record_pipeline_task(self, request: RecordPipelineTask) -> None:
+        if self._store.get_run(request.run_id) is None:
+            self._store.put_run(pipeline_task_record(request))
 
     @activity.defn(name=names.RECORD_RUN)
     async def record_run(self, record: RecordRun) -> None:
@@ -45,6 +55,25 @@ class RecordActivities:
             (record.start_seq, _rows(record.events)),
             [(job_submission_record(job), job.start_seq, _rows(job.events)) for job in record.jobs],
         )
+
+
+def pipeline_task_record(request: RecordPipelineTask) -> RunRecord:
+    return RunRecord(
+        id=request.run_id,
+        project=request.project,
+        run_name=request.run_name,
+        user=request.user,
+        type=request.configuration.type,
+        status=RunStatus.SUBMITTED.value,
+        configuration=request.configuration.model_dump_json(),
+        code_hash=request.code_hash,
+        submitted_at=request.submitted_at,
+        updated_at=request.submitted_at,
+        priority=request.configuration.priority,
+        workflow_id=request.workflow_id,
+        pipeline_id=request.pipeline_id,
+        task_num=request.task_num,
+    )
 
 
 def job_submission_record(record: RecordJob) -> JobSubmissionRecord:

@@ -7,15 +7,19 @@ import os
 import secrets
 import time
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from activities.code import RepoTooLarge, pack_repo
 from cli.errors import FerryError, RunActive, RunNotFound
 from cli.fleet_api import FleetAPI, choose_fleet
+from cli.tasks import task_run
 from core.configuration import RunConfiguration
+from core.configuration.pipeline import PipelineConfiguration
 from core.eventlog import Event
+from core.runs.pipelines import PIPELINE_TYPE
 from core.runs.state_machine import WAITING_FOR
 from core.runs.watching import DependencyTarget, dependency_cycle
 from core.settings import DEFAULT_PROJECT, TASK_QUEUE
@@ -24,14 +28,16 @@ from core.wire.messages import (
     LOCAL_FLEET,
     DeployReply,
     DeployRequest,
+    PipelineInput,
     RunInput,
     StopReply,
     StopRequest,
     run_workflow_id,
 )
 from store import EventRecord, RunRecord, Store
+from workflows.pipeline import PipelineWorkflow
 from workflows.run import RunWorkflow
-from workflows.search_attributes import run_search_attributes
+from workflows.search_attributes import pipeline_search_attributes, run_search_attributes
 
 __all__ = ["FerryAPI", "FerryError", "RunActive", "RunNotFound", "default_user", "generated_name"]
 
@@ -71,9 +77,7 @@ class FerryAPI:
         from core.configuration.loading import ensure_runnable  # here: YAML stays out of `ferry ps`
 
         ensure_runnable(configuration, f"run {name}")  # refused before anything is stored or started
-        active = await asyncio.to_thread(self.store.find_run, self.project, name)
-        if active is not None and RunStatus(active.status).is_active():
-            raise RunActive(f"run {name!r} is {active.status}: stop it first")
+        await self._ensure_name_free(name)
         try:
             env = configuration.resolved_env(dict(os.environ))
         except ValueError as err:
@@ -83,27 +87,17 @@ class FerryAPI:
         fleet = await choose_fleet(self.store, self.project, configuration)
         if fleet == LOCAL_FLEET:
             await self.fleets().ensure_local()
-        try:
-            archive = await asyncio.to_thread(pack_repo, repo_dir)
-        except RepoTooLarge as err:
-            raise FerryError(str(err)) from None  # the user's to fix: said as it is, nothing submitted
-        code_hash = await asyncio.to_thread(self.store.put_code, archive)
+        code_hash = await self._store_code(repo_dir)
         now = time.time()
-        record = RunRecord(
-            id=f"{name}-{secrets.token_hex(4)}",
-            project=self.project,
-            run_name=name,
-            user=user or default_user(),
-            type=configuration.type,
-            status=RunStatus.SUBMITTED.value,
-            configuration=configuration.model_dump_json(),
-            code_hash=code_hash,
-            submitted_at=now,
-            updated_at=now,
-            priority=configuration.priority,
-            workflow_id=run_workflow_id(self.project, name),
+        record = await self._put_record(
+            name,
+            user,
+            configuration.type,
+            configuration.model_dump_json(),
+            code_hash,
+            now,
+            configuration.priority,
         )
-        await asyncio.to_thread(self.store.put_run, record)
         inp = RunInput(
             run_id=record.id,
             project=self.project,
@@ -115,16 +109,103 @@ class FerryAPI:
             fleet=fleet,
             dependencies=dependencies,
         )
+        await self._start(RunWorkflow.run, inp, record, run_search_attributes(inp, RunStatus.SUBMITTED))
+        return record
+
+    async def submit_pipeline(
+        self,
+        pipeline: PipelineConfiguration,
+        *,
+        repo_dir: Path,
+        run_name: str | None = None,
+        user: str | None = None,
+    ) -> RunRecord:
+        """A pipeline's tasks, run one after another as one run (docs/pipelines.md)."""
+        from core.configuration.loading import ensure_runnable
+
+        name = run_name or pipeline.name or generated_name()
+        for index, task in enumerate(pipeline.tasks, start=1):
+            ensure_runnable(task, f"run {name} task {index}")
+        await self._ensure_name_free(name)
+        try:
+            tasks = [t.model_copy(update={"env": t.resolved_env(dict(os.environ))}) for t in pipeline.tasks]
+        except ValueError as err:
+            raise FerryError(str(err)) from None
+        fleets = [await choose_fleet(self.store, self.project, task) for task in tasks]
+        if LOCAL_FLEET in fleets:
+            await self.fleets().ensure_local()
+        code_hash = await self._store_code(repo_dir)
+        now = time.time()
+        data = pipeline.model_copy(update={"tasks": tasks}).model_dump_json()
+        record = await self._put_record(name, user, PIPELINE_TYPE, data, code_hash, now)
+        inp = PipelineInput(
+            run_id=record.id,
+            project=self.project,
+            run_name=name,
+            user=record.user,
+            tasks=tasks,
+            fleets=fleets,
+            code_hash=code_hash,
+            submitted_at=now,
+        )
+        await self._start(PipelineWorkflow.run, inp, record, pipeline_search_attributes(inp))
+        return record
+
+    async def _ensure_name_free(self, name: str) -> None:
+        active = await asyncio.to_thread(self.store.find_run, self.project, name)
+        if active is not None and RunStatus(active.status).is_active():
+            raise RunActive(f"run {name!r} is {active.status}: stop it first")
+
+    async def _put_record(
+        self,
+        name: str,
+        user: str | None,
+        run_type: str,
+        configuration: str,
+        code_hash: str,
+        now: float,
+        priority: int = 0,
+    ) -> RunRecord:
+        record = RunRecord(
+            id=f"{name}-{secrets.token_hex(4)}",
+            project=self.project,
+            run_name=name,
+            user=user or default_user(),
+            type=run_type,
+            status=RunStatus.SUBMITTED.value,
+            configuration=configuration,
+            code_hash=code_hash,
+            submitted_at=now,
+            updated_at=now,
+            priority=priority,
+            workflow_id=run_workflow_id(self.project, name),
+        )
+        await asyncio.to_thread(self.store.put_run, record)
+        return record
+
+    async def _start(
+        self, run: Any, inp: RunInput | PipelineInput, record: RunRecord, attributes: TypedSearchAttributes
+    ) -> None:
         await self.client.start_workflow(
-            RunWorkflow.run,
+            run,
             inp,
             id=record.workflow_id,
             task_queue=self.task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            search_attributes=run_search_attributes(inp, RunStatus.SUBMITTED),
+            search_attributes=attributes,
         )
-        return record
+
+    async def _store_code(self, repo_dir: Path) -> str:
+        try:
+            archive = await asyncio.to_thread(pack_repo, repo_dir)
+        except RepoTooLarge as err:
+            raise FerryError(str(err)) from None  # the user's to fix: said as it is, nothing submitted
+        return await asyncio.to_thread(self.store.put_code, archive)
+
+    def pipeline_task(self, record: RunRecord, task: int | None) -> RunRecord:
+        """A pipeline's task run (cli.tasks.task_run)."""
+        return task_run(self.store, record, task)
 
     def resolve_dependencies(self, name: str, configuration: RunConfiguration) -> list[DependencyTarget]:
         """The runs `configuration` waits for, as the latest run of each name (docs/dependencies.md);

@@ -20,7 +20,7 @@ from cli.errors import ABORTS, USAGE_EXIT, CommandError
 from core.configuration import FleetConfiguration, RunConfiguration, ServiceConfiguration
 from core.configuration.durations import format_duration
 from core.configuration.fields import Name
-from core.configuration.loading import load_configuration
+from core.configuration.pipeline import LoadedPipeline, load_run_file
 from core.configuration.specs import Dependency, DependencySpec
 from core.status import RunStatus
 
@@ -37,11 +37,15 @@ def apply(
 ) -> int:
     """The command's body; its exit code: 0 only if the run ended DONE (or was submitted, with -d)."""
     ctx = Context.from_env()
-    loaded = load_configuration(file)
+    loaded = load_run_file(file)
     loaded.ensure_runnable()  # refused here, before the plan: nothing is submitted
     warning = loaded.warning()
     if warning:
         typer.echo(warning, err=True)
+    if isinstance(loaded, LoadedPipeline):
+        from cli.pipelines import apply_pipeline
+
+        return apply_pipeline(ctx, loaded, yes=yes, detach=detach, name=name, after=after or [])
     configuration = loaded.configuration
     if isinstance(configuration, FleetConfiguration):
         from cli.fleet import apply_fleet

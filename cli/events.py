@@ -10,6 +10,7 @@ import typer
 from cli import render
 from cli.context import Context
 from cli.errors import CommandError
+from cli.tasks import task_run
 from core.eventlog import Event
 from core.status import RunStatus
 
@@ -28,13 +29,16 @@ def events(
     submission: int | None,
     follow: bool,
     as_json: bool,
+    task: int | None = None,
 ) -> None:
     ctx = Context.from_env()
     store = ctx.store()
     run = ctx.find_run(store, run_name)
+    of_job = replica is not None or job is not None or submission is not None
+    if task is not None or of_job:
+        run = task_run(store, run, task)  # a pipeline's own log has no jobs: its task's has
     if follow:
         ctx.ensure_stack()  # the run moves on only while the stack is up
-    of_job = replica is not None or job is not None or submission is not None
     job_id: str | None = None
     after = -1
     try:

@@ -9,6 +9,7 @@ import time
 from cli.context import Context
 from cli.errors import USAGE_EXIT, CommandError
 from cli.follow import LogStream, follow_run
+from cli.tasks import task_run
 from core.configuration.durations import parse_duration
 
 
@@ -22,11 +23,19 @@ def parse_since(value: str | None) -> float | None:
         raise CommandError(f"--since: {err}", USAGE_EXIT) from None
 
 
-def logs(run_name: str, *, follow: bool, replica: int | None, job: int | None, since: str | None) -> None:
+def logs(
+    run_name: str,
+    *,
+    follow: bool,
+    replica: int | None,
+    job: int | None,
+    since: str | None,
+    task: int | None = None,
+) -> None:
     start = parse_since(since)
     ctx = Context.from_env()
     store = ctx.store()
-    run = ctx.find_run(store, run_name)
+    run = task_run(store, ctx.find_run(store, run_name), task)
     ctx.ensure_stack()  # the run moves on only while the stack is up
     stream = LogStream(store, run, sys.stdout.buffer, replica=replica, job=job, since=start)
     if not follow:

@@ -89,6 +89,13 @@ app.add_typer(schedule_app, name="schedule")
 RUN = typer.Argument(..., metavar="RUN", help="The run's name (or id).", show_default=False)
 REPLICA = typer.Option(None, "--replica", help="Only this replica.", show_default=False)
 JOB = typer.Option(None, "--job", help="Only this job (node) of a replica.", show_default=False)
+TASK = typer.Option(
+    None,
+    "--task",
+    metavar="N",
+    help="A pipeline's task N (1-based; default: the latest).",
+    show_default=False,
+)
 
 
 @app.callback()
@@ -198,11 +205,12 @@ def logs(
     since: str = typer.Option(
         None, "--since", metavar="DURATION", help="Only what was logged in the last DURATION (90s, 5m, 1h)."
     ),
+    task: int = TASK,
 ) -> None:
-    """A run's logs (every job's, prefixed when there are several)."""
+    """A run's logs (every job's, prefixed when several); a pipeline's latest task's, or --task N's."""
     from cli.logs import logs as logs_
 
-    logs_(run, follow=follow, replica=replica, job=job, since=since)
+    logs_(run, follow=follow, replica=replica, job=job, since=since, task=task)
 
 
 @app.command()
@@ -229,11 +237,12 @@ def events(
     ),
     follow: bool = typer.Option(False, "-f", "--follow", help="Follow until the final event (clean)."),
     as_json: bool = typer.Option(False, "--json", help="JSON lines: {timestamp, name, context}."),
+    task: int = TASK,
 ) -> None:
-    """The run's eventlog, or with --replica/--job one job's."""
+    """The run's eventlog, or with --replica/--job one job's; a pipeline's task's with --task N."""
     from cli.events import events as events_
 
-    events_(run, replica=replica, job=job, submission=submission, follow=follow, as_json=as_json)
+    events_(run, replica=replica, job=job, submission=submission, follow=follow, as_json=as_json, task=task)
 
 
 @app.command()

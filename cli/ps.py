@@ -12,6 +12,7 @@ from rich.live import Live
 from cli import render
 from cli.context import Context
 from cli.services import ServiceView, service_views
+from cli.tasks import task_run
 
 if TYPE_CHECKING:
     from store import JobSubmissionRecord, RunRecord, Store
@@ -23,7 +24,8 @@ def collect(
     store: Store, project: str, *, all_runs: bool, limit: int
 ) -> list[tuple[RunRecord, list[JobSubmissionRecord]]]:
     runs = store.list_runs(project, active_only=not all_runs, limit=limit)
-    return [(run, store.list_job_submissions(run.id)) for run in runs]
+    # A pipeline shows its latest task's jobs (docs/pipelines.md): its own run has none.
+    return [(run, store.list_job_submissions(task_run(store, run, None).id)) for run in runs]
 
 
 def ps(*, all_runs: bool, watch: bool, as_json: bool, limit: int) -> None:

@@ -12,7 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from core.configuration.loading import ConfigurationError, LoadedConfiguration, load_configuration
+from core.configuration.loading import ConfigurationError, LoadedConfiguration
+from core.configuration.pipeline import LoadedPipeline, load_run_file
 
 _PIPED_WIDTH = 240
 
@@ -24,9 +25,9 @@ def validate_files(files: Sequence[str]) -> int:
     failed = 0
     for file in files:
         try:
-            loaded = load_configuration(file)
+            found = load_run_file(file)
             # Valid, but Ferry cannot run it (core.configuration.runnable): as bad as an invalid file.
-            loaded.ensure_runnable()
+            found.ensure_runnable()
         except ConfigurationError as exc:
             failed += 1
             for issue in exc.issues:
@@ -38,8 +39,9 @@ def validate_files(files: Sequence[str]) -> int:
             failed += 1
             typer.echo(f"{file}: internal error while validating: {type(exc).__name__}: {exc}", err=True)
             continue
-        valid.append(loaded)
-        warning = loaded.warning()
+        # A pipeline's file: one row per task (docs/pipelines.md).
+        valid += found.documents if isinstance(found, LoadedPipeline) else [found]
+        warning = found.warning()
         if warning:
             typer.echo(warning, err=True)
     if valid:

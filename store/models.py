@@ -43,6 +43,10 @@ class RunRecord(SQLModel, table=True):
     updated_at: float = Field(default_factory=time.time)
     priority: int = 0
     workflow_id: str  # the RunWorkflow's id, ferry/<project>/<run-name>
+    # A task of a pipeline (docs/pipelines.md): the pipeline's run id and the task's place (1, 2...). Such
+    # a run is listed and found only through its pipeline.
+    pipeline_id: str | None = Field(default=None, index=True)
+    task_num: int | None = None
 
     def configuration_data(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.configuration)

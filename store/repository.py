@@ -89,7 +89,11 @@ class Store(FleetRecords, ServiceRecords):
         """The most recently submitted run of this name in the project."""
         statement = (
             select(RunRecord)
-            .where(col(RunRecord.project) == project, col(RunRecord.run_name) == run_name)
+            .where(
+                col(RunRecord.project) == project,
+                col(RunRecord.run_name) == run_name,
+                col(RunRecord.pipeline_id).is_(None),
+            )
             .order_by(col(RunRecord.submitted_at).desc())
             .limit(1)
         )
@@ -100,12 +104,22 @@ class Store(FleetRecords, ServiceRecords):
         self, project: str | None = None, active_only: bool = False, limit: int = 100
     ) -> list[RunRecord]:
         """Runs, newest submitted first: of one project or all, and only unfinished ones if asked."""
-        statement = select(RunRecord)
+        statement = select(RunRecord).where(col(RunRecord.pipeline_id).is_(None))
         if project is not None:
             statement = statement.where(col(RunRecord.project) == project)
         if active_only:
             statement = statement.where(col(RunRecord.status).not_in(_FINISHED_RUN_STATUSES))
         statement = statement.order_by(col(RunRecord.submitted_at).desc(), col(RunRecord.id)).limit(limit)
+        with self._session() as session:
+            return list(session.exec(statement).all())
+
+    def list_pipeline_tasks(self, pipeline_id: str) -> list[RunRecord]:
+        """The runs of a pipeline's tasks started so far, in order (docs/pipelines.md)."""
+        statement = (
+            select(RunRecord)
+            .where(col(RunRecord.pipeline_id) == pipeline_id)
+            .order_by(col(RunRecord.task_num))
+        )
         with self._session() as session:
             return list(session.exec(statement).all())
 

@@ -29,9 +29,10 @@ from worker.temporal import connect_from_settings
 from workflows.cycle import CycleWorkflow
 from workflows.fleet import FleetWorkflow
 from workflows.job import JobWorkflow
+from workflows.pipeline import PipelineWorkflow
 from workflows.run import RunWorkflow
 
-WORKFLOWS: Sequence[type] = (RunWorkflow, JobWorkflow, FleetWorkflow, CycleWorkflow)
+WORKFLOWS: Sequence[type] = (RunWorkflow, JobWorkflow, FleetWorkflow, CycleWorkflow, PipelineWorkflow)
 # Per-call timeout for agent requests: short, so a lost host is noticed within the watch's threshold.
 AGENT_REQUEST_TIMEOUT = 5.0
 
@@ -49,6 +50,7 @@ def activities_for(
     instances.set_resolver(InstanceResolver(instances, store))
     return [
         records.record_run,
+        records.record_pipeline_task,
         jobs.prepare_task,
         jobs.start_job,
         jobs.watch_job,

@@ -120,6 +120,11 @@ class RunWorkflow:
         state = self._machine.state
         return StopReply(status=state.status, termination_reason=state.termination_reason)
 
+    @workflow.signal
+    def stop_run(self, request: StopRequest) -> None:
+        """`stop` as a signal, for a workflow that stops this run (a pipeline stops its running task)."""
+        self._stop = stronger_stop(self._stop, StopKind.ABORT if request.abort else StopKind.STOP)
+
     @workflow.update
     def deploy(self, request: DeployRequest) -> DeployReply:
         """Take a service's changed configuration in place: its new replicas replace the old ones, one at a

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
+from core.runs.pipelines import PIPELINE_TYPE
 from core.status import RunStatus
-from core.wire.messages import RunInput
+from core.wire.messages import PipelineInput, RunInput
 
 SA_RUN_NAME = SearchAttributeKey.for_keyword("FerryRunName")
 SA_STATUS = SearchAttributeKey.for_keyword("FerryStatus")
@@ -24,5 +25,18 @@ def run_search_attributes(inp: RunInput, status: RunStatus) -> TypedSearchAttrib
             SearchAttributePair(SA_PROJECT, inp.project),
             SearchAttributePair(SA_USER, inp.user),
             SearchAttributePair(SA_TYPE, inp.configuration.type),
+        ]
+    )
+
+
+def pipeline_search_attributes(inp: PipelineInput) -> TypedSearchAttributes:
+    """A pipeline's, as `ferry apply` starts it; its tasks' runs have their own (FerryType task)."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(SA_RUN_NAME, inp.run_name),
+            SearchAttributePair(SA_STATUS, RunStatus.SUBMITTED.value),
+            SearchAttributePair(SA_PROJECT, inp.project),
+            SearchAttributePair(SA_USER, inp.user),
+            SearchAttributePair(SA_TYPE, PIPELINE_TYPE),
         ]
     )

@@ -116,6 +116,11 @@ def ensure_runnable(configuration: AnyConfiguration, source: str = "<configurati
 
 def load_configuration(path: str | Path) -> LoadedConfiguration:
     """Read, parse and validate one configuration file; ConfigurationError for anything wrong with it."""
+    return load_configuration_text(read_configuration_text(path), str(path))
+
+
+def read_configuration_text(path: str | Path) -> str:
+    """A configuration file's text; ConfigurationError if it cannot be read or is too large."""
     file = str(path)
     try:
         with Path(path).open("rb") as stream:
@@ -123,7 +128,7 @@ def load_configuration(path: str | Path) -> LoadedConfiguration:
             raw = stream.read(MAX_BYTES + 1)
         if len(raw) > MAX_BYTES:
             raise _too_large(file)
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except FileNotFoundError:
         raise _single(file, "no such file") from None
     except IsADirectoryError:
@@ -136,7 +141,6 @@ def load_configuration(path: str | Path) -> LoadedConfiguration:
         raise _single(file, f"cannot be read: {exc.strerror or exc}") from None
     except ValueError as exc:  # a path with a NUL byte in it
         raise _single(file, f"cannot be read: {exc}") from None
-    return load_configuration_text(text, file)
 
 
 def load_configuration_text(text: str, filename: str = "<configuration>") -> LoadedConfiguration:
@@ -144,6 +148,11 @@ def load_configuration_text(text: str, filename: str = "<configuration>") -> Loa
     if len(text) > MAX_BYTES // 4 and len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
         raise _too_large(filename)
     data, lines = parse_yaml(text, filename)
+    return validate_document(data, lines, filename)
+
+
+def validate_document(data: Any, lines: LineMap, filename: str) -> LoadedConfiguration:
+    """One parsed YAML document as a configuration; ConfigurationError naming the lines of what is wrong."""
     if data is None:
         raise _single(
             filename, f"is empty: expected a mapping with `type` ({', '.join(CONFIGURATION_TYPES)})"
@@ -163,22 +172,39 @@ def load_configuration_text(text: str, filename: str = "<configuration>") -> Loa
 
 
 def parse_yaml(text: str, filename: str) -> tuple[Any, LineMap]:
-    """The YAML document in `text` and the line of each of its keys and items.
+    """The YAML document in `text` and the line of each of its keys and items; several documents are an
+    error here (a pipeline's file is read by core.configuration.pipeline)."""
+    documents = parse_yaml_documents(text, filename)
+    if len(documents) > 1:
+        second = documents[1][1].get(())
+        raise _single(
+            filename,
+            f"holds {len(documents)} YAML documents: one configuration per file "
+            "(`ferry apply` runs several task documents as a pipeline)",
+            line=second,
+        )
+    return documents[0] if documents else (None, {})
 
-    Syntax errors, several documents in one file, duplicate keys, unsupported tags, and documents too
-    deep or with aliases that expand too far (yaml_safety) are ConfigurationErrors.
+
+def parse_yaml_documents(text: str, filename: str) -> list[tuple[Any, LineMap]]:
+    """Every YAML document in `text` (separated by `---`), each with the line of each of its keys and items.
+
+    Syntax errors, duplicate keys, unsupported tags, and documents too deep or with aliases that expand too
+    far (yaml_safety) are ConfigurationErrors.
     """
     loader: ConfigLoader | None = None
+    documents: list[tuple[Any, LineMap]] = []
     try:
         loader = ConfigLoader(text)  # the reader checks every character here
-        node = loader.get_single_node()
-        if node is None:
-            return None, {}
-        lines: LineMap = {(): node.start_mark.line + 1}
-        issues = list(_record_lines(node, (), lines, filename))
-        if issues:
-            raise ConfigurationError(issues)
-        return loader.construct_document(node), lines
+        while loader.check_node():
+            node = loader.get_node()
+            assert node is not None  # check_node said there is one
+            lines: LineMap = {(): node.start_mark.line + 1}
+            issues = list(_record_lines(node, (), lines, filename))
+            if issues:
+                raise ConfigurationError(issues)
+            documents.append((loader.construct_document(node), lines))
+        return documents
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         reason = exc.problem or exc.context or "invalid YAML"

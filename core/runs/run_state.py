@@ -79,6 +79,10 @@ class RunState(BaseModel):
     last_cycle: str | None = None  # how the latest cycle ended: its run status, e.g. "done" or "failed"
     # A run that waits for others (docs/dependencies.md): the dependencies not met yet, as NAME:condition.
     waiting_for: tuple[str, ...] = ()
+    # A pipeline (docs/pipelines.md): its running (or last) task, 1-based, of how many, and that task's run.
+    task: int = 0
+    tasks: int = 0
+    task_run_id: str | None = None
 
     def job(self, replica_num: int, job_num: int) -> RunJob | None:
         return next((j for j in self.jobs if (j.replica_num, j.job_num) == (replica_num, job_num)), None)

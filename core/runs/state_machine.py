@@ -33,6 +33,8 @@ Run events (status after; '=' unchanged):
 |   condition, run_id?}                   |                                   |                           |
 | dependency-remove {description}         | any active but TERMINATING        | =                         |
 | depend                                  | PENDING, every dependency removed | =                         |
+| task-start {task, of, run_id}           | any active but TERMINATING        | = (a pipeline's task)     |
+| task-end {task, status, reason?}        | any active                        | =                         |
 | exception {type, severity, note?}       | any active                        | = (recorded only)         |
 | priority {priority}, memo, debug.*      | any active                        | =                         |
 | clean {status, reason}                  | TERMINATING, all jobs finished    | reason.to_status()        |
@@ -88,6 +90,8 @@ RUN_EVENTS_FROM: dict[str, frozenset[RunStatus]] = {
     "dependency-add": _NOT_TERMINATING,
     "dependency-remove": _NOT_TERMINATING,
     "depend": frozenset({RunStatus.PENDING}),
+    "task-start": _NOT_TERMINATING,
+    "task-end": _ACTIVE_RUN,
     "exception": _ACTIVE_RUN,
     "priority": _ACTIVE_RUN,
     "memo": _ACTIVE_RUN,
@@ -115,6 +119,10 @@ WAITING_FOR = "waiting for "  # the message of a run waiting for others (docs/de
 
 def status_message(state: RunState) -> str | None:
     """The run's one-line status message, as `ferry ps` shows it."""
+    if state.tasks:
+        reason = state.termination_reason
+        ended = f": {reason.value.replace('_', ' ')}" if reason else ""
+        return f"task {state.task} of {state.tasks}{ended}"
     if state.termination_reason == RunTerminationReason.DEPENDENCY_FAILED and state.exceptions:
         return state.exceptions[-1].note
     if state.termination_reason is not None:
@@ -349,6 +357,24 @@ def _depend(state: RunState, event: Event) -> RunState:
     return state
 
 
+def _task_start(state: RunState, event: Event) -> RunState:
+    task = need_index(event, "task")
+    tasks = need_index(event, "of")
+    if task != state.task + 1 or task > tasks or (state.tasks and tasks != state.tasks):
+        raise EventlogError(f"task-start of task {task} of {tasks}, after task {state.task} of {state.tasks}")
+    return state.model_copy(update={"task": task, "tasks": tasks, "task_run_id": need(event, "run_id", str)})
+
+
+def _task_end(state: RunState, event: Event) -> RunState:
+    if need_index(event, "task") != state.task or state.task == 0:
+        raise EventlogError(f"task-end of task {event.context.get('task')}, the running one is {state.task}")
+    status = need(event, "status", RunStatus)
+    if not status.is_finished():
+        raise EventlogError(f"task-end with an active status {status}")
+    maybe(event, "reason", RunTerminationReason)
+    return state
+
+
 def _clean(state: RunState, event: Event) -> RunState:
     status = need(event, "status", RunStatus)
     check_final(status, need(event, "reason", RunTerminationReason), state.termination_reason)
@@ -379,6 +405,8 @@ _RUN_HANDLERS: dict[str, Callable[[RunState, Event], RunState]] = {
     "dependency-add": _dependency_add,
     "dependency-remove": _dependency_remove,
     "depend": _depend,
+    "task-start": _task_start,
+    "task-end": _task_end,
     "exception": _exception,
     "priority": lambda state, event: state.model_copy(update={"priority": need_index(event, "priority")}),
     "memo": lambda state, event: state.model_copy(update={"memo": memo_update(state.memo, event)}),

@@ -4,6 +4,7 @@ Workflow tests register doubles under the same names.
 """
 
 RECORD_RUN = "record_run"
+RECORD_PIPELINE_TASK = "record_pipeline_task"
 PREPARE_TASK = "prepare_task"
 START_JOB = "start_job"
 WATCH_JOB = "watch_job"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.configuration import RunConfiguration
+from core.configuration import RunConfiguration, TaskConfiguration
 from core.eventlog import Event
 from core.fleets.placement import PlacementRequest
 from core.runs.machine import RunMachine
@@ -74,6 +74,34 @@ class RunInput(_Message):
     dependencies: list[DependencyTarget] = Field(default_factory=list)  # resolved at submission
     # For tests: continue as new after every step, to show that nothing of the run is lost across it.
     continue_as_new_each_step: bool = False
+
+
+class PipelineInput(_Message):
+    """A pipeline (docs/pipelines.md): its tasks, each run in turn as a RunWorkflow of its own."""
+
+    run_id: str
+    project: str
+    run_name: str
+    user: str
+    tasks: list[TaskConfiguration]
+    fleets: list[str]  # each task's fleet, decided at submission
+    code_hash: str | None = None
+    submitted_at: float
+
+
+class RecordPipelineTask(_Message):
+    """A pipeline's task about to start: its run's record, under the pipeline's (stored once)."""
+
+    pipeline_id: str
+    task_num: int
+    run_id: str
+    workflow_id: str
+    project: str
+    run_name: str
+    user: str
+    configuration: TaskConfiguration
+    code_hash: str | None = None
+    submitted_at: float
 
 
 class WatchRequest(_Message):

@@ -105,7 +105,7 @@ def test_unexpected_error_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     def explode(path: str) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(cli.validate, "load_configuration", explode)
+    monkeypatch.setattr(cli.validate, "load_run_file", explode)
     result = runner.invoke(app, ["validate", "examples/hello.yml"])
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [

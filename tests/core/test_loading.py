@@ -439,8 +439,8 @@ def test_duplicate_key() -> None:
 
 def test_several_documents() -> None:
     line = only_issue("type: task\ncommands: [x]\n---\ntype: task\ncommands: [y]\n")
-    assert line.startswith("bad.yml:3:")
-    assert "single document" in line
+    assert line.startswith("bad.yml:4:")  # the second document's first line
+    assert "holds 2 YAML documents: one configuration per file" in line
 
 
 @pytest.mark.parametrize(("text", "kind"), [("- a\n- b\n", "a list"), ("just text\n", "a str value")])

@@ -177,6 +177,8 @@ def legal_run_events(state: RunState) -> list[str]:
         "dependency-add": len(state.waiting_for) < 4,
         "dependency-remove": bool(state.waiting_for),
         "depend": not state.waiting_for,
+        "task-start": state.task < 3,
+        "task-end": state.task > 0,
     }
     names = [n for n, where in RUN_EVENTS_FROM.items() if state.status in where and guards.get(n, True)]
     return [*names, "debug.trace"]
@@ -256,6 +258,10 @@ def run_context(draw: st.DrawFn, state: RunState, name: str) -> dict[str, Any]:
         return {"description": draw(st.sampled_from(state.waiting_for))}
     if name == "depend":
         return {}
+    if name == "task-start":
+        return {"task": state.task + 1, "of": 3, "run_id": f"r-t{state.task + 1}"}
+    if name == "task-end":
+        return {"task": state.task, "status": "done", "reason": "all_jobs_done"}
     if name == "job-serving":
         serving = draw(st.sampled_from(_active_jobs(state)))
         return {**_job_numbers(serving), "state": draw(st.sampled_from(["probing", "ready", "draining"]))}

@@ -116,6 +116,8 @@ class FakeBackend(ServiceDoubles):
         self.prepare_script: dict[Key, str | float] = {}  # BLOCK, or the seconds the step takes
         self.start_script: dict[Key, Callable[[], ApplicationError]] = {}
         self.watch_script: dict[Key, JobOutcome | str] = {}
+        # The same, for one run's jobs only (several runs, e.g. a pipeline's tasks, share their keys).
+        self.run_watch_script: dict[str, dict[Key, JobOutcome | str]] = {}
         self.calls: list[tuple[str, Key, Any]] = []
         self.cancelled: list[tuple[str, Key]] = []
         self.runs: dict[str, Log] = {}
@@ -241,7 +243,8 @@ class FakeBackend(ServiceDoubles):
     @activity.defn(name=names.WATCH_JOB)
     async def watch_job(self, request: WatchJob) -> JobOutcome:
         key = self._call(names.WATCH_JOB, request.job_submission_id, request)
-        script = self.watch_script.get(key, exited(0))
+        run_id = _KEY.sub("", request.job_submission_id)
+        script = self.run_watch_script.get(run_id, {}).get(key) or self.watch_script.get(key, exited(0))
         if isinstance(script, JobOutcome):
             return script
         ended = self._ends.setdefault(key, asyncio.Event())

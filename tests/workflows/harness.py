@@ -36,9 +36,10 @@ from tests.workflows.doubles import FakeBackend, Key
 from workflows.cycle import CycleWorkflow
 from workflows.fleet import FleetWorkflow
 from workflows.job import JobWorkflow
+from workflows.pipeline import PipelineWorkflow
 from workflows.run import RunWorkflow
 
-WORKFLOWS = [RunWorkflow, JobWorkflow, FleetWorkflow, CycleWorkflow]
+WORKFLOWS = [RunWorkflow, JobWorkflow, FleetWorkflow, CycleWorkflow, PipelineWorkflow]
 
 PROJECT = "test"
 WAIT_LIMIT = 30.0  # seconds of real time any one condition may take before the test fails

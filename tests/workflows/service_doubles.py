@@ -19,7 +19,7 @@ from temporalio.client import Client
 from activities.run_watch import RunWatchActivities
 from core.services.replicas import ReplicaState
 from core.wire import activity_names as names
-from core.wire.messages import CreateSchedule, WatchReply, WatchRun
+from core.wire.messages import CreateSchedule, RecordPipelineTask, WatchReply, WatchRun
 from core.wire.services import (
     DrainReplica,
     DrainResult,
@@ -38,6 +38,7 @@ class ServiceDoubles:
         self.load_watches: list[WatchLoad] = []
         self.schedules: dict[str, CreateSchedule] = {}  # created and not deleted, by id
         self.deleted_schedules: list[str] = []
+        self.pipeline_tasks: list[RecordPipelineTask] = []
         self.client: Client | None = None  # the test server's, for the watch of a run waited for
 
     runs: dict[str, Any]  # FakeBackend's stored run eventlogs
@@ -58,7 +59,12 @@ class ServiceDoubles:
             self.create_schedule,
             self.delete_schedule,
             self.watch_run,
+            self.record_pipeline_task,
         ]
+
+    @activity.defn(name=names.RECORD_PIPELINE_TASK)
+    async def record_pipeline_task(self, request: RecordPipelineTask) -> None:
+        self.pipeline_tasks.append(request)
 
     @activity.defn(name=names.WATCH_RUN)
     async def watch_run(self, request: WatchRun) -> WatchReply:

@@ -1,0 +1,27 @@
+"""A pipeline's tasks as the CLI names them (docs/pipelines.md): `--task N` (1-based, as `ferry ps` says
+"task N of M") picks the run of that task; without it, the latest task started."""
+
+from __future__ import annotations
+
+from cli.errors import FerryError
+from core.configuration.pipeline import PipelineConfiguration
+from core.runs.pipelines import PIPELINE_TYPE
+from store import RunRecord, Store
+
+
+def task_run(store: Store, record: RunRecord, task: int | None) -> RunRecord:
+    """The run of a pipeline's task `task` (None: the latest started); the record itself for any other run,
+    which has no tasks (FerryError if a task is asked of it)."""
+    if record.type != PIPELINE_TYPE:
+        if task is not None:
+            raise FerryError(f"run {record.run_name} is a {record.type}, not a pipeline: it has no tasks")
+        return record
+    tasks = store.list_pipeline_tasks(record.id)
+    if task is None:
+        return tasks[-1] if tasks else record
+    found = next((t for t in tasks if t.task_num == task), None)
+    if found is None:
+        count = len(PipelineConfiguration.model_validate_json(record.configuration).tasks)
+        what = "has not started yet" if 1 <= task <= count else f"is not one of its {count} tasks"
+        raise FerryError(f"run {record.run_name}: task {task} {what}")
+    return found

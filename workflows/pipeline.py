@@ -1,0 +1,180 @@
+"""PipelineWorkflow: a pipeline's tasks one after another (docs/pipelines.md), each a RunWorkflow child
+with its own resources, retry and recovery; the decisions are core.runs.pipelines'.
+
+For each task: its run's record is stored under the pipeline's, the child started, asked to tell the
+pipeline its news (its status becomes the pipeline's), and its result awaited. A stop goes to the running
+task and no later task starts. The pipeline's own events go to the store under its run id (RECORD_RUN).
+A worker that dies mid-pipeline loses nothing: the child runs on, and the pipeline resumes from its
+history where it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from core.eventlog import Event
+    from core.runs import pipelines
+    from core.runs.pipelines import PIPELINE_TYPE, PipelineLog, task_run_id, task_workflow_id
+    from core.runs.state_machine import RunState, apply_run_event, status_message
+    from core.runs.watching import RunNews
+    from core.status import RunStatus
+    from core.wire import activity_names as names
+    from core.wire.messages import (
+        PipelineInput,
+        RecordPipelineTask,
+        RecordRun,
+        RunInput,
+        RunResult,
+        StopReply,
+        StopRequest,
+        WatchRequest,
+    )
+    from workflows import retry_policies
+    from workflows.run import RunWorkflow
+    from workflows.run_watchers import DEPENDENCY_NEWS
+    from workflows.search_attributes import run_search_attributes
+
+
+@workflow.defn
+class PipelineWorkflow:
+    @workflow.init
+    def __init__(self, inp: PipelineInput) -> None:
+        self._input = inp
+        submit = Event(
+            timestamp=workflow.now().timestamp(),
+            name="submit",
+            context={
+                "run_name": inp.run_name,
+                "project": inp.project,
+                "user": inp.user,
+                "type": PIPELINE_TYPE,
+            },
+        )
+        self._state: RunState = apply_run_event(None, submit)
+        self._events: list[Event] = [submit]
+        self._flushed = 0
+        self._news: list[RunNews] = []
+        self._stop: StopRequest | None = None
+        self._told_stop: StopRequest | None = None
+
+    @workflow.signal(name=DEPENDENCY_NEWS)
+    def task_news(self, news: RunNews) -> None:
+        self._news.append(news)
+
+    @workflow.update
+    def stop(self, request: StopRequest) -> StopReply:
+        if self._stop is None or request.abort:
+            self._stop = request
+        return StopReply(status=self._state.status, termination_reason=self._state.termination_reason)
+
+    @workflow.run
+    async def run(self, inp: PipelineInput) -> RunResult:
+        await self._flush()
+        task: int | None = 1
+        while task is not None:
+            result = await self._run_task(task)
+            log = self._log()
+            stopping = self._stop is not None
+            task = pipelines.task_ended(log, result.status, result.termination_reason, stopping)
+            self._keep(log)
+            await self._flush()
+        return RunResult(status=self._state.status, termination_reason=self._state.termination_reason)
+
+    async def _run_task(self, task: int) -> RunResult:
+        inp = self._input
+        run_id = task_run_id(inp.run_id, task)
+        workflow_id = task_workflow_id(workflow.info().workflow_id, task)
+        configuration = inp.tasks[task - 1]
+        record = RecordPipelineTask(
+            pipeline_id=inp.run_id,
+            task_num=task,
+            run_id=run_id,
+            workflow_id=workflow_id,
+            project=inp.project,
+            run_name=inp.run_name,
+            user=inp.user,
+            configuration=configuration,
+            code_hash=inp.code_hash,
+            submitted_at=workflow.now().timestamp(),
+        )
+        await workflow.execute_activity(
+            names.RECORD_PIPELINE_TASK,
+            record,
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=retry_policies.QUICK,
+        )
+        log = self._log()
+        pipelines.start_task(log, task, len(inp.tasks), run_id)
+        self._keep(log)
+        await self._flush()
+        run_input = RunInput(
+            run_id=run_id,
+            project=inp.project,
+            run_name=inp.run_name,
+            user=inp.user,
+            configuration=configuration,
+            code_hash=inp.code_hash,
+            submitted_at=record.submitted_at,
+            fleet=inp.fleets[task - 1],
+        )
+        child = await workflow.start_child_workflow(
+            RunWorkflow.run,
+            run_input,
+            id=workflow_id,
+            search_attributes=run_search_attributes(run_input, RunStatus.SUBMITTED),
+        )
+        await child.signal(
+            RunWorkflow.watch, WatchRequest(run_id=run_id, watcher_workflow_id=workflow.info().workflow_id)
+        )
+        while not child.done():
+            await workflow.wait_condition(
+                lambda: child.done() or bool(self._news) or self._stop != self._told_stop
+            )
+            news, self._news = self._news, []
+            log = self._log()
+            for item in news:
+                pipelines.mirror(log, item)
+            stop = self._stop if self._stop != self._told_stop else None
+            if stop is not None:
+                self._told_stop = stop
+                pipelines.stop(log, stop.abort)
+            self._keep(log)
+            if stop is not None:
+                with contextlib.suppress(FailureError):  # the task may have ended meanwhile
+                    await child.signal(RunWorkflow.stop_run, stop)
+            await self._flush()
+        return await child
+
+    def _log(self) -> PipelineLog:
+        return PipelineLog(self._state, workflow.now().timestamp())
+
+    def _keep(self, log: PipelineLog) -> None:
+        self._state = log.state
+        self._events += log.events
+
+    async def _flush(self) -> None:
+        new = self._events[self._flushed :]
+        if not new:
+            return
+        state = self._state
+        await workflow.execute_activity(
+            names.RECORD_RUN,
+            RecordRun(
+                run_id=self._input.run_id,
+                status=state.status,
+                termination_reason=state.termination_reason,
+                status_message=status_message(state),
+                start_seq=self._flushed,
+                events=new,
+                finished_at=state.status_since if state.status.is_finished() else None,
+                jobs=[],
+            ),
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=retry_policies.QUICK,
+        )
+        self._flushed += len(new)
