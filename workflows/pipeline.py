@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows import retry_policies
     from workflows.run import RunWorkflow
-    from workflows.run_watchers import DEPENDENCY_NEWS
+    from workflows.run_watchers import DEPENDENCY_NEWS, Watchers
     from workflows.search_attributes import run_search_attributes
 
 
@@ -61,10 +61,16 @@ class PipelineWorkflow:
         self._news: list[RunNews] = []
         self._stop: StopRequest | None = None
         self._told_stop: StopRequest | None = None
+        self._watchers = Watchers(inp.run_id, [])  # runs waiting for this one (docs/dependencies.md)
 
     @workflow.signal(name=DEPENDENCY_NEWS)
     def task_news(self, news: RunNews) -> None:
         self._news.append(news)
+
+    @workflow.signal
+    def watch(self, request: WatchRequest) -> None:
+        """A run that waits for this pipeline asks to be told its status, as of a run."""
+        self._watchers.add(request)
 
     @workflow.update
     def stop(self, request: StopRequest) -> StopReply:
@@ -133,7 +139,10 @@ class PipelineWorkflow:
         )
         while not child.done():
             await workflow.wait_condition(
-                lambda: child.done() or bool(self._news) or self._stop != self._told_stop
+                lambda: child.done()
+                or bool(self._news)
+                or self._stop != self._told_stop
+                or self._watchers.untold(self._run_news())
             )
             news, self._news = self._news, []
             log = self._log()
@@ -157,7 +166,15 @@ class PipelineWorkflow:
         self._state = log.state
         self._events += log.events
 
+    def _run_news(self) -> RunNews:
+        return RunNews.of(self._input.run_id, self._state)
+
     async def _flush(self) -> None:
+        """The new events to the store, then the news to the runs waiting for this one."""
+        await self._record()
+        await self._watchers.tell(self._run_news())
+
+    async def _record(self) -> None:
         new = self._events[self._flushed :]
         if not new:
             return

@@ -164,8 +164,11 @@ class RunWorkflow:
             await self._create_schedule()
         if self._effects:
             # The first events go to the store with the jobs' first news (each job sends some within a
-            # second or so): one store write fewer per run.
+            # second or so): one store write fewer per run. A run with no job started (one waiting for
+            # others) has no news coming: its first events go now.
             await self._carry_out()
+            if not self._machine.unheard:
+                await self._flush()
         elif inp.carry is None:
             await self._flush()
         self._loads.follow(self._machine, self._stop is not None)

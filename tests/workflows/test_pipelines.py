@@ -11,7 +11,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from core.configuration import TaskConfiguration
+from core.configuration.specs import DependencyCondition
 from core.runs.state_machine import replay_run
+from core.runs.watching import DependencyTarget
 from core.status import RunStatus, RunTerminationReason
 from core.wire.messages import PipelineInput, RunResult, StopRequest, run_workflow_id
 from tests.workflows.doubles import BLOCK, exited
@@ -92,3 +94,19 @@ async def test_a_stop_stops_the_running_task_and_no_later_one_starts(harness: Ha
 def _status(harness: Harness, run_id: str) -> str | None:
     log = harness.backend.runs.get(run_id)
     return None if log is None else log.status
+
+
+async def test_a_run_waits_for_a_pipeline_as_for_any_run(harness: Harness) -> None:
+    harness.backend.run_watch_script = {"pipe-0001-t1": {FIRST: BLOCK}}
+    pipeline = await start_pipeline(harness, task(), task())
+    await harness.wait_until("task 1 running", lambda: _status(harness, "pipe-0001-t1") == "running")
+    target = DependencyTarget(
+        run_name="pipe", condition=DependencyCondition.DONE, run_id="pipe-0001", workflow_id=pipeline.id
+    )
+    after = await harness.start(task(), name="after", dependencies=[target])
+    # Stored at once as waiting, though no job of its own will report.
+    await harness.wait_until("after waiting", lambda: _status(harness, "after-0001") == "pending")
+    harness.backend.finish_watch(FIRST, exited(0))
+    assert (await harness.result(pipeline)).status == RunStatus.DONE
+    assert (await harness.result(after)).status == RunStatus.DONE
+    assert [e.name for e in harness.run_events("after-0001")][3:5] == ["dependency-remove", "depend"]
