@@ -139,10 +139,12 @@ class PipelineWorkflow:
         )
         while not child.done():
             await workflow.wait_condition(
-                lambda: child.done()
-                or bool(self._news)
-                or self._stop != self._told_stop
-                or self._watchers.untold(self._run_news())
+                lambda: (
+                    child.done()
+                    or bool(self._news)
+                    or self._stop != self._told_stop
+                    or self._watchers.untold(self._run_news())
+                )
             )
             news, self._news = self._news, []
             log = self._log()
