@@ -63,8 +63,10 @@ class LogStream:
         replica: int | None = None,
         job: int | None = None,
         since: float | None = None,
+        submissions: set[tuple[int, int, int]] | None = None,
     ) -> None:
         self.store = store
+        self.submissions = submissions  # only these (replica, job, submission); None: every one
         self.out = out
         self.replica = replica
         self.job = job
@@ -78,8 +80,11 @@ class LogStream:
         self.bytes_written = 0
 
     def selected(self, job: JobSubmissionRecord) -> bool:
-        return (self.replica is None or job.replica_num == self.replica) and (
-            self.job is None or job.job_num == self.job
+        key = (job.replica_num, job.job_num, job.submission_num)
+        return (
+            (self.replica is None or job.replica_num == self.replica)
+            and (self.job is None or job.job_num == self.job)
+            and (self.submissions is None or key in self.submissions)
         )
 
     def poll(self, jobs: list[JobSubmissionRecord]) -> int:

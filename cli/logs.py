@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from cli.context import Context
 from cli.errors import USAGE_EXIT, CommandError
 from cli.follow import LogStream, follow_run
 from cli.tasks import task_run
+
+if TYPE_CHECKING:
+    from store import RunRecord, Store
 from core.configuration.durations import parse_duration
 
 
@@ -23,6 +27,26 @@ def parse_since(value: str | None) -> float | None:
         raise CommandError(f"--since: {err}", USAGE_EXIT) from None
 
 
+def cycle_jobs(store: Store, run: RunRecord, cycle: int | None) -> set[tuple[int, int, int]] | None:
+    """A scheduled run's logs are one cycle's (docs/schedules.md): the latest, or `--cycle N`; None (every
+    submission) for any other run."""
+    from core.eventlog import Event
+    from core.runs.cycles import cycle_submissions
+
+    scheduled = run.configuration_data().get("schedule") is not None
+    if not scheduled:
+        if cycle is not None:
+            raise CommandError(f"--cycle: run {run.run_name} is not a scheduled run", USAGE_EXIT)
+        return None
+    rows = store.read_events(run.id, None)
+    events = [Event(timestamp=r.timestamp, name=r.name, context=r.context_data()) for r in rows]
+    _, keys = cycle_submissions(events, cycle)
+    if cycle is not None and not keys:
+        latest, _ = cycle_submissions(events, None)
+        raise CommandError(f"--cycle {cycle}: run {run.run_name} has had cycles 1 to {latest}", USAGE_EXIT)
+    return keys
+
+
 def logs(
     run_name: str,
     *,
@@ -31,13 +55,17 @@ def logs(
     job: int | None,
     since: str | None,
     task: int | None = None,
+    cycle: int | None = None,
 ) -> None:
     start = parse_since(since)
     ctx = Context.from_env()
     store = ctx.store()
     run = task_run(store, ctx.find_run(store, run_name), task)
     ctx.ensure_stack()  # the run moves on only while the stack is up
-    stream = LogStream(store, run, sys.stdout.buffer, replica=replica, job=job, since=start)
+    submissions = cycle_jobs(store, run, cycle)
+    stream = LogStream(
+        store, run, sys.stdout.buffer, replica=replica, job=job, since=start, submissions=submissions
+    )
     if not follow:
         stream.poll(store.list_job_submissions(run.id))
         stream.close()

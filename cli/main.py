@@ -206,11 +206,18 @@ def logs(
         None, "--since", metavar="DURATION", help="Only what was logged in the last DURATION (90s, 5m, 1h)."
     ),
     task: int = TASK,
+    cycle: int = typer.Option(
+        None,
+        "--cycle",
+        metavar="N",
+        help="A scheduled run's cycle N (default: the latest).",
+        show_default=False,
+    ),
 ) -> None:
     """A run's logs (every job's, prefixed when several); a pipeline's latest task's, or --task N's."""
     from cli.logs import logs as logs_
 
-    logs_(run, follow=follow, replica=replica, job=job, since=since, task=task)
+    logs_(run, follow=follow, replica=replica, job=job, since=since, task=task, cycle=cycle)
 
 
 @app.command()

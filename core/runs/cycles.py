@@ -10,10 +10,12 @@ once. A cycle retries within itself by the run's `retry`, as any run: its retry 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from croniter import croniter
 
+from core.eventlog import Event
 from core.runs.effects import EndCycle
 from core.runs.machine import StepBuilder
 from core.status import RunStatus, RunTerminationReason
@@ -73,3 +75,18 @@ def release(b: StepBuilder, reason: RunTerminationReason) -> None:
     """The run ends (stopped by the user) during a cycle: its cycle workflow is told."""
     if b.state.cycle_workflow_id is not None:
         b.effect(EndCycle(workflow_id=b.state.cycle_workflow_id, outcome=reason.to_status().value))
+
+
+def cycle_submissions(events: Iterable[Event], cycle: int | None) -> tuple[int, set[tuple[int, int, int]]]:
+    """The job submissions (replica, job, submission) a scheduled run's cycle made (None: the latest
+    cycle), from its eventlog, with that cycle's number (0: no cycle has begun)."""
+    by_cycle: dict[int, set[tuple[int, int, int]]] = {}
+    current = 0
+    for event in events:
+        if event.name == "cycle":
+            current = int(event.context["cycle"])
+        elif event.name == "job-submit":
+            key = (int(event.context["replica"]), int(event.context["job"]), int(event.context["submission"]))
+            by_cycle.setdefault(current, set()).add(key)
+    chosen = current if cycle is None else cycle
+    return chosen, by_cycle.get(chosen, set())
