@@ -14,6 +14,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 
 from cli import render
+from cli.tasks import run_jobs
 from core.status import JobStatus, RunStatus
 
 if TYPE_CHECKING:
@@ -200,7 +201,7 @@ async def follow_run(
             while True:
                 current = await asyncio.to_thread(store.get_run, run.id)
                 run = current or run
-                jobs = await asyncio.to_thread(store.list_job_submissions, run.id)
+                jobs = await asyncio.to_thread(run_jobs, store, run)
                 finished = RunStatus(run.status).is_finished()
                 streaming = out.bytes_written > 0 or run.status == RunStatus.RUNNING or finished
                 if live is not None and streaming:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from cli.errors import FerryError
 from core.configuration.pipeline import PipelineConfiguration
 from core.runs.pipelines import PIPELINE_TYPE
-from store import RunRecord, Store
+from store import JobSubmissionRecord, RunRecord, Store
 
 
 def task_run(store: Store, record: RunRecord, task: int | None) -> RunRecord:
@@ -25,3 +25,11 @@ def task_run(store: Store, record: RunRecord, task: int | None) -> RunRecord:
         what = "has not started yet" if 1 <= task <= count else f"is not one of its {count} tasks"
         raise FerryError(f"run {record.run_name}: task {task} {what}")
     return found
+
+
+def run_jobs(store: Store, record: RunRecord) -> list[JobSubmissionRecord]:
+    """A run's job submissions; a pipeline's are its tasks', task after task (its own run has none)."""
+    if record.type != PIPELINE_TYPE:
+        return store.list_job_submissions(record.id)
+    tasks = store.list_pipeline_tasks(record.id)
+    return [job for task in tasks for job in store.list_job_submissions(task.id)]
