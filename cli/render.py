@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from core.runs.pipelines import PIPELINE_TYPE
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
 if TYPE_CHECKING:
@@ -89,13 +88,12 @@ def decisive_job(jobs: Sequence[JobSubmissionRecord]) -> JobSubmissionRecord | N
 
 
 def run_message(run: RunRecord, jobs: Sequence[JobSubmissionRecord], now: float | None = None) -> str:
-    status = RunStatus(run.status)
-    if status == RunStatus.PENDING:
-        return run.status_message or "retrying"  # or "scaled to zero: a request wakes it"
-    if run.termination_reason == RunTerminationReason.DEPENDENCY_FAILED and run.status_message:
-        return run.status_message  # which run, and how it ended (docs/dependencies.md)
-    if run.type == PIPELINE_TYPE and run.status_message:
-        return run.status_message  # "task 2 of 3", with its reason once it has ended
+    # The run's own message, as core.runs.state_machine.status_message derives it: "next at ...",
+    # "waiting for prep to be done", "task 2 of 3", why a dependency failed, the termination reason...
+    if run.status_message:
+        return run.status_message
+    if RunStatus(run.status) == RunStatus.PENDING:
+        return "retrying"
     if run.termination_reason:
         return RunTerminationReason(run.termination_reason).value.replace("_", " ")
     messages = [job_record_message(job, run, now) for job in latest_jobs(jobs)]
