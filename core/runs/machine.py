@@ -30,6 +30,11 @@ JobKey = tuple[int, int, int]  # (replica, job, submission)
 SIBLING_REASON = JobTerminationReason.TERMINATED_BY_SERVER
 
 
+def new_event(now: float, name: str, **context: Any) -> Event:
+    """An event of a run's log; a context value None is left out (an optional key not given)."""
+    return Event(timestamp=now, name=name, context={k: v for k, v in context.items() if v is not None})
+
+
 class StopKind(StrEnum):
     STOP = "stop"  # graceful: the jobs get their stop_duration
     ABORT = "abort"  # at once
@@ -135,9 +140,7 @@ class StepBuilder:
         self._effects: list[Effect] = []
 
     def log(self, name: str, **context: Any) -> None:
-        event = Event(
-            timestamp=self.now, name=name, context={k: v for k, v in context.items() if v is not None}
-        )
+        event = new_event(self.now, name, **context)
         self.state = apply_run_event(self.state, event)
         self._events.append(event)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.eventlog import Event
+from core.runs.machine import new_event
 from core.runs.state_machine import RunState, apply_run_event
 from core.runs.watching import RunNews
 from core.status import RunStatus, RunTerminationReason
@@ -39,8 +40,7 @@ class PipelineLog:
         self.events: list[Event] = []
 
     def log(self, name: str, **context: Any) -> None:
-        given = {key: value for key, value in context.items() if value is not None}
-        event = Event(timestamp=self.now, name=name, context=given)
+        event = new_event(self.now, name, **context)
         self.state = apply_run_event(self.state, event)
         self.events.append(event)
 
