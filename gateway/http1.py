@@ -14,6 +14,7 @@ chunks as they pass, without copying them), or, for an answer only, by the repli
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 MAX_HEAD = 64 * 1024  # bytes: a head without its blank line by then is not for the fast path
@@ -128,13 +129,13 @@ def parse_response_head(head: bytes) -> ResponseHead | None:
     return ResponseHead(int(line.group(2)), head[: line.end()], line.group(1) == b"0", headers)
 
 
-class BodyFraming:
+class BodyFraming(ABC):
     """Where a body ends: `feed` takes the next bytes and says how many of them belong to the body."""
 
     done: bool = False
 
-    def feed(self, data: bytes) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def feed(self, data: bytes) -> int: ...
 
 
 class LengthBody(BodyFraming):
