@@ -11,9 +11,9 @@ from cli.api import FerryAPI
 from core.services.replicas import service_url
 from core.status import RunStatus
 from tests.lifecycle.checks import eventually
-from tests.lifecycle.test_services import PORT, _count_ready, get_many, proxy, pytestmark, service
+from tests.lifecycle.test_services import PORT, _count_ready, get_many, proxy, service
 
-__all__ = ["proxy", "pytestmark"]  # the proxy fixture, and the skip when the host has no python3
+__all__ = ["proxy"]  # the proxy fixture
 
 
 async def test_two_groups_serve_one_url_each_with_its_commands(

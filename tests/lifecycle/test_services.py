@@ -23,8 +23,6 @@ from gateway.app import Gateway, make_runner
 from gateway.options import GatewayOptions
 from tests.lifecycle.checks import eventually
 
-pytestmark = pytest.mark.skipif(shutil.which("python3") is None, reason="the replicas run the host's python3")
-
 SMALL = {"cpu": "0..", "memory": "0GB..", "disk": "0GB.."}
 REPLICA = Path(__file__).with_name("replica_server.py")
 PORT = 8100  # every replica listens on it: each has its own network namespace
@@ -172,11 +170,8 @@ async def test_scale_up_under_load_then_down_then_from_zero(
         jobs = ferry.store.list_job_submissions(record.id)
         assert {j.termination_reason for j in jobs} == {JobTerminationReason.SCALED_DOWN}
         # A request wakes it: held by the proxy, then answered by the new replica.
-        started = time.monotonic()
-        woken = await client.get(url)
-        waited = time.monotonic() - started
+        woken = await client.get(url)  # how long it waits: bench services (from-zero)
     assert woken.status_code == 200 and woken.text.strip().startswith("replica 0")
-    assert waited < 30
     scales = [e.context["replicas"] for e in ferry.run_events(run) if e.name == "scale"]
     assert 2 in scales and scales[scales.index(2) :].count(0) >= 1 and scales[-1] == 1
     await ferry.stop(record.run_name)
