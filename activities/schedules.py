@@ -1,5 +1,7 @@
-"""A scheduled run's Temporal Schedule (docs/schedules.md): created when the run starts, deleted when it
-ends. Its action starts a CycleWorkflow (workflows/cycle.py) per trigger, with Ferry's search attributes,
+"""A scheduled run's Temporal Schedule (docs/schedules.md): created when the run starts, updated in place
+when the run is re-applied with another cron, deleted when it ends.
+
+Its action starts a CycleWorkflow (workflows/cycle.py) per trigger, with Ferry's search attributes,
 so that each cycle is visible, and the schedule operable (pause, trigger, backfill), in the Web UI.
 """
 
@@ -18,12 +20,14 @@ from temporalio.client import (
     SchedulePolicy,
     ScheduleSpec,
     ScheduleState,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from core.wire import activity_names as names
-from core.wire.messages import CreateSchedule, CycleInput
+from core.wire.messages import CreateSchedule, CycleInput, UpdateScheduleRequest
 from workflows.search_attributes import SA_PROJECT, SA_RUN_NAME, SA_TYPE, SA_USER
 
 # A trigger missed while Ferry (its Temporal server) was down still fires once it is back, if it is no
@@ -63,6 +67,19 @@ class ScheduleActivities:
         )
         with contextlib.suppress(ScheduleAlreadyRunningError):
             await self.client.create_schedule(request.schedule_id, schedule)
+
+    @activity.defn(name=names.UPDATE_SCHEDULE)
+    async def update_schedule(self, request: UpdateScheduleRequest) -> None:
+        """The new cron expressions; the rest (paused or not, its action, its policies) is kept.
+        Idempotent: setting the same expressions again changes nothing."""
+        crons = list(request.crons)
+
+        def updated(current: ScheduleUpdateInput) -> ScheduleUpdate:
+            schedule = current.description.schedule
+            schedule.spec = ScheduleSpec(cron_expressions=crons)
+            return ScheduleUpdate(schedule=schedule)
+
+        await self.client.get_schedule_handle(request.schedule_id).update(updated)
 
     @activity.defn(name=names.DELETE_SCHEDULE)
     async def delete_schedule(self, schedule_id: str) -> None:

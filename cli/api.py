@@ -255,8 +255,9 @@ class FerryAPI:
         return await self._handle(record).execute_update(RunWorkflow.stop, StopRequest(abort=abort))
 
     async def deploy(self, run_name: str, configuration: RunConfiguration) -> DeployReply:
-        """Re-apply an active service's configuration in place (a rolling deployment); the store's record
-        gets the new configuration, which the proxies read (auth, strip_prefix, model)."""
+        """Re-apply an active service's configuration in place (a rolling deployment), or a scheduled run's
+        (its next cycles); the store's record gets the new configuration, which the proxies read (auth,
+        strip_prefix, model)."""
         record = await self.get_run(run_name)
         request = DeployRequest(configuration=configuration)
         reply = await self._handle(record).execute_update(RunWorkflow.deploy, request)

@@ -110,16 +110,20 @@ def _after(item: str) -> DependencySpec:
 async def _deploy_in_place(
     api: FerryAPI, active: RunRecord, configuration: RunConfiguration, console: Console, *, yes: bool
 ) -> int | None:
-    """A changed service re-applied: a rolling deployment (docs/services.md#rolling-deployment); the exit
-    status, or None where the run must be restarted instead (not a service, or a field that cannot change)."""
+    """A changed service re-applied: a rolling deployment (docs/services.md#rolling-deployment); a changed
+    scheduled run re-applied: its schedule and next cycles take it (docs/schedules.md); the exit status, or
+    None where the run must be restarted instead (another run type, or a field that cannot change)."""
     from core.configuration import parse_configuration
-    from core.runs.deploying import changed_fields, not_in_place
+    from core.runs.deploying import changed_fields, is_rescheduling, not_in_place
 
-    if active.type != "service" or not isinstance(configuration, ServiceConfiguration):
-        return None
     name = active.run_name
     old = parse_configuration(active.configuration_data())
-    if not isinstance(old, ServiceConfiguration):
+    if isinstance(old, FleetConfiguration):
+        return None
+    scheduled = is_rescheduling(old, configuration)
+    if not scheduled and not (
+        isinstance(old, ServiceConfiguration) and isinstance(configuration, ServiceConfiguration)
+    ):
         return None
     fixed = not_in_place(old, configuration)
     if fixed:
@@ -129,15 +133,28 @@ async def _deploy_in_place(
     if not changed:
         console.print(f"run {name}: no changes", highlight=False)
         return 0
-    console.print(
-        f"run {name}: changed {', '.join(changed)}: a rolling deployment replaces its replicas one at a time",
-        highlight=False,
+    how = (
+        "its schedule and its next cycles take the new configuration"
+        if scheduled
+        else "a rolling deployment replaces its replicas one at a time"
     )
+    console.print(f"run {name}: changed {', '.join(changed)}: {how}", highlight=False)
     if not confirm(f"Update run {name} in place?", yes=yes):
         return 1
     reply = await api.deploy(name, configuration)
     if reply.refused is not None:
         raise CommandError(f"run {name}: {reply.refused}")
+    if scheduled:
+        assert configuration.schedule is not None  # is_rescheduling refuses a schedule removed
+        if reply.after_cycle is not None:
+            console.print(
+                f"run {name}: cycle {reply.after_cycle} goes on as it started; the next cycles run the new "
+                "configuration",
+                highlight=False,
+            )
+        console.print(schedule_line(configuration.schedule.cron), highlight=False)
+        return 0
+    assert isinstance(configuration, ServiceConfiguration)
     console.print(
         f"run {name}: deployment {reply.deployment} rolling out (ferry ps shows it)", highlight=False
     )

@@ -68,6 +68,7 @@ def activities_for(
         services.watch_load,
         schedules.create_schedule,
         schedules.delete_schedule,
+        schedules.update_schedule,
         watches.watch_run,
     ]
 

@@ -17,11 +17,21 @@ from temporalio import workflow
 from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from core.configuration import RunConfiguration
     from core.eventlog import Event
     from core.fleets.messages import FLEET_SET_PRIORITY
     from core.fleets.messages import SetQueuedPriority as FleetSetQueuedPriority
+    from core.runs.cycles import between_cycles
     from core.runs.deploying import Deploy, changed_fields, not_in_place
-    from core.runs.effects import Effect, EndCycle, SetQueuedPriority, StartJob, TerminateJob, WatchRun
+    from core.runs.effects import (
+        Effect,
+        EndCycle,
+        SetQueuedPriority,
+        StartJob,
+        TerminateJob,
+        UpdateSchedule,
+        WatchRun,
+    )
     from core.runs.lifecycle import Inbox, advance, plan_of, submit_run
     from core.runs.machine import Step, StopKind, stronger_stop
     from core.runs.scaling import SCALES_IN
@@ -31,8 +41,6 @@ with workflow.unsafe.imports_passed_through():
     from core.status import RunStatus
     from core.wire import activity_names as names
     from core.wire.messages import (
-        CreateSchedule,
-        CycleDone,
         CycleTrigger,
         DeployReply,
         DeployRequest,
@@ -50,15 +58,19 @@ with workflow.unsafe.imports_passed_through():
         WatchRequest,
         fleet_workflow_id,
         job_workflow_id,
-        schedule_id,
     )
     from core.wire.messages import TerminateJob as TerminateJobRequest
     from core.wire.messages import WatchRun as WatchRunRequest
-    from workflows import retry_policies
+    from workflows import retry_policies, run_schedule
     from workflows.job import JobWorkflow
     from workflows.run_loads import LoadWatches
     from workflows.run_watchers import DEPENDENCY_NEWS, Watchers
     from workflows.search_attributes import SA_STATUS
+
+
+# A scheduled run takes a re-applied configuration in any active status but TERMINATING by the user (a
+# cycle in progress holds it until its end).
+_RESCHEDULES_IN = frozenset(s for s in RunStatus if s.is_active())
 
 
 @workflow.defn
@@ -75,6 +87,8 @@ class RunWorkflow:
         self._news: list[RunNews] = []  # from the runs this one waits for (docs/dependencies.md)
         self._watchers = Watchers(inp.run_id, [] if inp.carry is None else inp.carry.watchers)
         self._deploy: Deploy | None = None  # a configuration re-applied in place, not yet logged
+        # A scheduled run re-applied during a cycle: its configuration waits for the cycle's end.
+        self._next_cycle: tuple[RunConfiguration, list[str]] | None = None
         self._triggers: list[CycleTrigger] = []  # a scheduled run's schedule fired (workflows/cycle.py)
         if inp.carry is None:
             # STEP 1 in the constructor: a stop sent with the run's start finds the run already logged.
@@ -130,7 +144,8 @@ class RunWorkflow:
         """Take a service's changed configuration in place: its new replicas replace the old ones, one at a
         time (core.runs.deploying); refused, with the reason, for what cannot change in place."""
         state = self._machine.state
-        if self._stop is not None or state.status not in SCALES_IN:
+        scheduled = bool(self._machine.plan.schedule)
+        if self._stop is not None or state.status not in (SCALES_IN if not scheduled else _RESCHEDULES_IN):
             return DeployReply(deployment=state.deployment, refused=f"the run is {state.status}")
         old, new = self._input.configuration, request.configuration
         fixed = not_in_place(old, new)
@@ -139,13 +154,37 @@ class RunWorkflow:
                 deployment=state.deployment, refused=f"cannot change in place: {', '.join(fixed)}"
             )
         changed = changed_fields(old, new)
+        if scheduled:
+            return self._reschedule(new, changed)
         if not changed:
             return DeployReply(deployment=state.deployment + (self._deploy is not None))
         if self._deploy is not None:  # two re-applies before the run's next step: one deployment
             changed = [*self._deploy.changed, *(name for name in changed if name not in self._deploy.changed)]
+        self._take_configuration(new, changed)
+        return DeployReply(deployment=state.deployment + 1, changed=changed)
+
+    def _reschedule(self, new: RunConfiguration, changed: list[str]) -> DeployReply:
+        """A scheduled run re-applied: taken now between cycles, else held until the cycle in progress
+        ends (docs/schedules.md#changing-a-scheduled-run); the latest re-apply wins."""
+        state = self._machine.state
+        self._next_cycle = (new, changed) if changed else None
+        if not changed:
+            return DeployReply(deployment=state.deployment + (self._deploy is not None))
+        if self._deploy is None:
+            self._take_next_cycle()
+        after_cycle = state.cycle if self._next_cycle is not None else None
+        return DeployReply(deployment=state.deployment + 1, changed=changed, after_cycle=after_cycle)
+
+    def _take_next_cycle(self) -> None:
+        """The held configuration of a scheduled run, once it waits for its next trigger."""
+        if self._next_cycle is not None and self._deploy is None and between_cycles(self._machine.state):
+            self._take_configuration(*self._next_cycle)
+            self._next_cycle = None
+
+    def _take_configuration(self, new: RunConfiguration, changed: list[str]) -> None:
+        """New submissions run `new` from now on; the run logs it (`deploy`) at its next step."""
         self._input = self._input.model_copy(update={"configuration": new})
         self._deploy = Deploy(plan=plan_of(self._input), changed=changed)
-        return DeployReply(deployment=state.deployment + 1, changed=changed)
 
     @workflow.query
     def describe(self) -> RunDescription:
@@ -161,7 +200,7 @@ class RunWorkflow:
     @workflow.run
     async def run(self, inp: RunInput) -> RunResult:
         if self._machine.plan.schedule and inp.carry is None:
-            await self._create_schedule()
+            await run_schedule.create_schedule(self._input, self._machine.plan.schedule)
         if self._effects:
             # The first events go to the store with the jobs' first news (each job sends some within a
             # second or so): one store write fewer per run. A run with no job started (one waiting for
@@ -188,6 +227,7 @@ class RunWorkflow:
             self._updates, self._priorities, self._deploy, self._triggers, self._news = [], [], None, [], []
             self._job_news += [update.record for update in inbox.updates]
             self._take(advance(self._machine, inbox, workflow.now().timestamp()))
+            self._take_next_cycle()
             # In one workflow task: the store write and the new children need not wait for each other.
             await asyncio.gather(self._flush(), self._carry_out())
             await self._watchers.tell(self._run_news())
@@ -195,7 +235,7 @@ class RunWorkflow:
             if self._can_continue_as_new():
                 workflow.continue_as_new(self._carry())
         if self._machine.plan.schedule:
-            await self._delete_schedule()
+            await run_schedule.delete_schedule(self._input)
         # The runs waiting for this one hear its end; one that asks while this runs is told too.
         await self._watchers.tell(self._run_news())
         state = self._machine.state
@@ -239,9 +279,11 @@ class RunWorkflow:
             elif isinstance(effect, TerminateJob):
                 signals.append(self._terminate_job(effect))
             elif isinstance(effect, EndCycle):
-                signals.append(self._end_cycle(effect))
+                signals.append(run_schedule.end_cycle(effect))
             elif isinstance(effect, WatchRun):
                 signals.append(self._watch_run(effect))
+            elif isinstance(effect, UpdateSchedule):
+                signals.append(run_schedule.update_schedule(self._input, effect))
             else:
                 signals.append(self._move_in_queue(effect))
         for signal in signals:
@@ -264,35 +306,6 @@ class RunWorkflow:
         )
         request = TerminateJobRequest(reason=effect.reason, message=effect.message, abort=effect.abort)
         await workflow.get_external_workflow_handle(job_id).signal(JobWorkflow.terminate, request)
-
-    # --- a scheduled run's schedule (docs/schedules.md) -----------------------------------------------
-
-    def _schedule_id(self) -> str:
-        return schedule_id(workflow.info().workflow_id, self._input.run_id)
-
-    async def _create_schedule(self) -> None:
-        inp = self._input
-        request = CreateSchedule(
-            schedule_id=self._schedule_id(),
-            run_workflow_id=workflow.info().workflow_id,
-            run_name=inp.run_name,
-            project=inp.project,
-            user=inp.user,
-            run_type=inp.configuration.type,
-            crons=list(self._machine.plan.schedule),
-        )
-        await workflow.execute_activity(
-            names.CREATE_SCHEDULE, request, start_to_close_timeout=timedelta(seconds=30)
-        )
-
-    async def _delete_schedule(self) -> None:
-        await workflow.execute_activity(
-            names.DELETE_SCHEDULE, self._schedule_id(), start_to_close_timeout=timedelta(seconds=30)
-        )
-
-    async def _end_cycle(self, effect: EndCycle) -> None:
-        handle = workflow.get_external_workflow_handle(effect.workflow_id)
-        await handle.signal("done", CycleDone(outcome=effect.outcome))
 
     async def _watch_run(self, effect: WatchRun) -> None:
         """A run this one waits for: its news now if it has ended, else it tells this run (`watch`)."""
@@ -369,6 +382,7 @@ class RunWorkflow:
             and not self._job_news
             and not self._loads.changes
             and self._deploy is None
+            and self._next_cycle is None
             and not self._triggers
             and not self._news
             and not self._watchers.untold(self._run_news())

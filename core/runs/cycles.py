@@ -6,6 +6,8 @@ The schedule is a Temporal Schedule (activities/schedules.py): each trigger star
 cycle is over (`EndCycle`), so that the schedule's overlap policy (skip) sees the cycle as running. A
 trigger that still reaches a run that is not waiting for one is recorded (`cycle-skip`) and answered at
 once. A cycle retries within itself by the run's `retry`, as any run: its retry clock starts with it.
+A configuration re-applied in place is taken between cycles (`reconfigure`): the cycle in progress, if
+any, ends with the configuration it started with.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from datetime import UTC, datetime
 from croniter import croniter
 
 from core.eventlog import Event
-from core.runs.effects import EndCycle
+from core.runs.deploying import Deploy
+from core.runs.effects import EndCycle, UpdateSchedule
 from core.runs.machine import StepBuilder
+from core.runs.run_state import RunState
 from core.status import RunStatus, RunTerminationReason
 from core.wire.messages import CycleTrigger
 
@@ -42,6 +46,22 @@ def wait(b: StepBuilder) -> None:
         b.log("status", status=RunStatus.PENDING)
     [next_at] = next_triggers(b.plan.schedule, b.now)
     b.log("schedule-wait", next_at=next_at)
+
+
+def between_cycles(state: RunState) -> bool:
+    """Waiting for its next trigger: a re-applied configuration can be taken now."""
+    return state.status == RunStatus.PENDING and state.next_at is not None
+
+
+def reconfigure(b: StepBuilder, deploy: Deploy) -> None:
+    """A changed configuration re-applied between cycles: logged (`deploy`), and the next cycles run it.
+    A changed cron updates the Temporal Schedule in place, and the run waits for the new next trigger."""
+    b.log("deploy", deployment=b.state.deployment + 1, changed=deploy.changed)
+    crons = b.plan.schedule
+    b.plan = deploy.plan.model_copy(update={"run_id": b.plan.run_id, "submitted_at": b.plan.submitted_at})
+    if b.plan.schedule != crons:
+        b.effect(UpdateSchedule(crons=list(b.plan.schedule)))
+        wait(b)
 
 
 def begin(b: StepBuilder, trigger: CycleTrigger) -> None:

@@ -48,8 +48,15 @@ def changed_fields(old: RunConfiguration, new: RunConfiguration) -> list[str]:
 
 
 def not_in_place(old: RunConfiguration, new: RunConfiguration) -> list[str]:
-    """The changed fields that a rolling deployment cannot take (the run must be restarted)."""
+    """The changed fields that the run cannot take in place (it must be restarted): a service rolls to
+    its new configuration; a scheduled run's next cycles run it
+    (docs/schedules.md#changing-a-scheduled-run)."""
     changed = changed_fields(old, new)
+    if is_rescheduling(old, new):
+        fixed = [name for name in changed if name in NOT_IN_PLACE and name not in ("fleets", "nodes")]
+        if new.schedule is None:
+            fixed.append("schedule (removed: the run would no longer wait for it)")
+        return fixed
     if not isinstance(old, ServiceConfiguration) or not isinstance(new, ServiceConfiguration):
         return changed  # only a service rolls; any other run is restarted
     fixed = [name for name in changed if name in NOT_IN_PLACE]
@@ -57,6 +64,12 @@ def not_in_place(old: RunConfiguration, new: RunConfiguration) -> list[str]:
         # Each replica belongs to a group: groups added, removed or renamed are another set of replicas.
         fixed.append("replicas (its groups)")
     return fixed
+
+
+def is_rescheduling(old: RunConfiguration, new: RunConfiguration) -> bool:
+    """A scheduled run re-applied: between its cycles nothing runs, so any field but its identity may
+    change for the next cycles (placement included)."""
+    return old.schedule is not None and type(old) is type(new) and not isinstance(old, ServiceConfiguration)
 
 
 def begin(b: StepBuilder, deploy: Deploy) -> None:
@@ -72,7 +85,8 @@ def begin(b: StepBuilder, deploy: Deploy) -> None:
 
 
 def applies(b: StepBuilder) -> bool:
-    return b.state.deployment > 0 and b.state.status in SCALES_IN
+    """A rolling deployment in progress (a scheduled run's next cycle simply starts anew instead)."""
+    return b.state.deployment > 0 and b.state.status in SCALES_IN and not b.plan.schedule
 
 
 def roll(b: StepBuilder) -> None:

@@ -50,6 +50,13 @@ class EndCycle(_Effect):
     outcome: str  # how the cycle ended, e.g. "done", "failed", "skipped: cycle 3 is running"
 
 
+class UpdateSchedule(_Effect):
+    """A scheduled run re-applied with another cron: its Temporal Schedule takes it in place
+    (docs/schedules.md#changing-a-scheduled-run)."""
+
+    crons: list[str]
+
+
 class WatchRun(_Effect):
     """Ask a run this one waits for to tell it its status, now and at every change (docs/dependencies.md)."""
 
@@ -57,4 +64,4 @@ class WatchRun(_Effect):
     workflow_id: str
 
 
-Effect = StartJob | TerminateJob | SetQueuedPriority | EndCycle | WatchRun
+Effect = StartJob | TerminateJob | SetQueuedPriority | EndCycle | UpdateSchedule | WatchRun

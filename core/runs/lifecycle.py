@@ -43,7 +43,7 @@ class Inbox(BaseModel):
     stop: StopKind | None = None  # the stop asked for so far (None: nothing new)
     priorities: list[int] = Field(default_factory=list)  # `ferry set-priority`, in order
     loads: list[LoadChange] = Field(default_factory=list)  # the load watches want other replica counts
-    deploy: deploying.Deploy | None = None  # the configuration re-applied in place (a service)
+    deploy: deploying.Deploy | None = None  # the configuration re-applied in place (a service, a schedule)
     triggers: list[CycleTrigger] = Field(default_factory=list)  # a scheduled run's schedule fired
     news: list[RunNews] = Field(default_factory=list)  # runs this one waits for changed status
 
@@ -122,12 +122,16 @@ def advance(machine: RunMachine, inbox: Inbox, now: float) -> Step:
     if terminating.stop_pending(b):
         terminating.begin_stop(b)
     else:
+        if inbox.deploy is not None and cycles.is_scheduled(b):
+            # Before the triggers: a cycle that starts in this step runs the new configuration.
+            if cycles.between_cycles(b.state):
+                cycles.reconfigure(b, inbox.deploy)
+        elif inbox.deploy is not None and b.state.status in scaling.SCALES_IN:
+            deploying.begin(b, inbox.deploy)
         for trigger in inbox.triggers:
             cycles.begin(b, trigger)
         for news in inbox.news:
             dependencies.hear(b, news)
-        if inbox.deploy is not None and b.state.status in scaling.SCALES_IN:
-            deploying.begin(b, inbox.deploy)
         for load in inbox.loads:
             if scaling.applies(b, load.group):
                 scaling.rescale(b, load.desired, load.rps, load.group)

@@ -28,6 +28,7 @@ WATCH_LOAD = "watch_load"
 # Schedules (activities/schedules.py): a scheduled run's Temporal Schedule.
 CREATE_SCHEDULE = "create_schedule"
 DELETE_SCHEDULE = "delete_schedule"
+UPDATE_SCHEDULE = "update_schedule"
 
 # Dependencies (activities/run_watch.py): a run waited for is asked for its news.
 WATCH_RUN = "watch_run"

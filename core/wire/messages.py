@@ -150,6 +150,13 @@ class CreateSchedule(_Message):
     crons: list[str]
 
 
+class UpdateScheduleRequest(_Message):
+    """A scheduled run's new cron expressions, for its Temporal Schedule (activities/schedules.py)."""
+
+    schedule_id: str
+    crons: list[str]
+
+
 def schedule_id(run_workflow_id: str, run_id: str) -> str:
     """A scheduled run's schedule: beside its workflow, named by its run id (names are reused)."""
     return f"{run_workflow_id}/schedule/{run_id}"
@@ -166,7 +173,8 @@ class SetPriority(_Message):
 
 
 class DeployRequest(_Message):
-    """A service's configuration re-applied in place (`ferry apply` of a changed file)."""
+    """A service's or a scheduled run's configuration re-applied in place (`ferry apply` of a changed
+    file)."""
 
     configuration: RunConfiguration
 
@@ -175,6 +183,8 @@ class DeployReply(_Message):
     deployment: int  # the deployment the run now rolls to (unchanged if nothing changed or refused)
     changed: list[str] = Field(default_factory=list)
     refused: str | None = None  # why the run cannot take it in place (then nothing changed)
+    # A scheduled run's cycle in progress ends with its configuration; the next cycles run the new one.
+    after_cycle: int | None = None
 
 
 class StopReply(_Message):

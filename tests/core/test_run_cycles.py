@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from core.runs.cycles import next_triggers
-from core.runs.effects import EndCycle, StartJob
-from core.runs.lifecycle import Inbox, advance, submit_run
+from core.runs.cycles import between_cycles, next_triggers
+from core.runs.deploying import Deploy, changed_fields, not_in_place
+from core.runs.effects import EndCycle, StartJob, TerminateJob, UpdateSchedule
+from core.runs.lifecycle import Inbox, advance, plan_of, submit_run
 from core.runs.machine import RunMachine, Step, StopKind
 from core.runs.state_machine import replay_run, status_message
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
@@ -93,3 +94,54 @@ def test_a_stop_between_cycles_ends_the_run_and_one_during_a_cycle_releases_it()
     end = finished((0, 0, 0), reason.to_job_termination_reason(), at=T0 + DAY + 2)
     over = advance(stopping.machine, Inbox(updates=[end]), T0 + DAY + 2)
     assert over.machine.state.status == RunStatus.TERMINATED and ends(over) == [("cycle-1", "terminated")]
+
+
+def reapplied(machine: RunMachine, at: float, **fields: object) -> Step:
+    """The run re-applied in place with `fields` changed (as RunWorkflow.deploy hands it to the step)."""
+    inp = run_input("task", **{**NIGHTLY, **fields})
+    changed = changed_fields(run_input("task", **NIGHTLY).configuration, inp.configuration)
+    return advance(machine, Inbox(deploy=Deploy(plan=plan_of(inp), changed=changed)), at)
+
+
+def test_what_a_scheduled_run_may_change_in_place() -> None:
+    old = run_input("task", **NIGHTLY).configuration
+    placed = run_input("task", nodes=2, commands=["train v2"], schedule={"cron": "0 3 * * *"})
+    assert not_in_place(old, placed.configuration) == []  # nothing runs between cycles: placement too
+    unscheduled = run_input("task").configuration
+    assert not_in_place(old, unscheduled) == ["schedule (removed: the run would no longer wait for it)"]
+    assert not_in_place(old, run_input("service", **NIGHTLY).configuration)[0] == "type"
+    # A run that was not scheduled is restarted to become one.
+    assert not_in_place(unscheduled, old) == ["schedule"]
+
+
+def test_a_new_cron_between_cycles_updates_the_schedule_and_the_next_trigger() -> None:
+    waiting = submit_run(run_input("task", **NIGHTLY), T0).machine
+    step = reapplied(waiting, T0 + 5, schedule={"cron": ["0 3 * * *", "0 15 * * *"]}, commands=["v2"])
+    assert ("deploy", {"deployment": 1, "changed": ["schedule", "commands"]}) in said(step.events)
+    assert [e for e in step.effects if isinstance(e, UpdateSchedule)] == [
+        UpdateSchedule(crons=["0 3 * * *", "0 15 * * *"])
+    ]
+    state = step.machine.state
+    assert state.status == RunStatus.PENDING and state.deployment == 1
+    assert state.next_at == next_triggers(["0 3 * * *", "0 15 * * *"], T0 + 5)[0] != waiting.state.next_at
+    # The next cycle's submissions are of the new deployment.
+    cycle = trigger(step.machine, T0 + DAY)
+    [submit] = [c for n, c in said(cycle.events) if n == "job-submit"]
+    assert submit["deployment"] == 1 and not [e for e in cycle.effects if isinstance(e, TerminateJob)]
+    replayed = replay_run([*submit_run(run_input("task", **NIGHTLY), T0).events, *step.events, *cycle.events])
+    assert replayed == cycle.machine.state
+
+
+def test_a_change_without_a_new_cron_keeps_the_schedule() -> None:
+    waiting = submit_run(run_input("task", **NIGHTLY), T0).machine
+    step = reapplied(waiting, T0 + 5, commands=["v2"])
+    assert [n for n, _ in said(step.events)] == ["deploy"]
+    assert step.effects == [] and step.machine.state.next_at == waiting.state.next_at
+
+
+def test_a_re_apply_during_a_cycle_is_not_taken_by_the_step() -> None:
+    """RunWorkflow holds it until the cycle ends (workflows test); the cycle goes on as it started."""
+    cycle = trigger(submit_run(run_input("task", **NIGHTLY), T0).machine, T0 + DAY)
+    assert not between_cycles(cycle.machine.state)
+    step = reapplied(cycle.machine, T0 + DAY + 1, commands=["v2"])
+    assert step.events == [] and step.effects == [] and step.machine == cycle.machine

@@ -148,3 +148,26 @@ def test_ctrl_c_detaches_and_applying_an_active_name_stops_it_first(ferry: Ferry
     aborted = ferry("stop", "-y", "-x", "twice")
     assert aborted.returncode == 0
     assert last_line(aborted.stderr) == "run twice: terminated (aborted by user)"
+
+
+def test_re_applying_a_scheduled_run_updates_it_in_place(ferry: Ferry, configs: Path) -> None:
+    """docs/schedules.md#changing-a-scheduled-run: no restart offered; the next trigger follows the new
+    cron."""
+    yearly = task(configs, "nightly", "echo v1", extra='schedule: {cron: "0 0 1 1 *"}\n')
+    applied = ferry("apply", "-y", "-f", yearly)
+    assert applied.returncode == 0 and "scheduled: next at " in applied.stderr, applied.stderr
+    same = ferry("apply", "-y", "-f", yearly)
+    assert "run nightly: no changes" in same.stderr, same.stderr
+    july = task(configs, "nightly", "echo v2", extra='schedule: {cron: "0 0 1 7 *"}\n')
+    changed = ferry("apply", "-y", "-f", july)
+    assert changed.returncode == 0, changed.stderr
+    assert "run nightly: changed schedule, commands: its schedule and its next cycles take" in changed.stderr
+    assert "Stop it and submit anew" not in changed.stderr
+    [next_line] = [line for line in changed.stderr.splitlines() if line.startswith("scheduled: next at ")]
+    july_first = next_line.split("next at ")[1].split(",")[0]
+    assert "-07-01 00:00 UTC" in july_first
+    listed = ferry("ps").stdout
+    assert f"next at {july_first}" in listed, listed
+    events = ferry("events", "nightly").stdout
+    assert "deploy" in events and "schedule-wait" in events, events
+    assert ferry("stop", "-y", "nightly").returncode == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from cli.api import FerryAPI
 from core.configuration import TaskConfiguration, parse_configuration
+from core.runs.cycles import next_triggers
+from core.runs.state_machine import format_utc
 from core.status import RunStatus
 from core.wire.messages import schedule_id
 from store import RunRecord
@@ -93,5 +96,31 @@ async def test_a_schedule_fires_on_its_own(ferry: FerryAPI, tmp_path: Path) -> N
     record, _ = await scheduled(ferry, tmp_path, "* * * * *")
     await eventually("a cycle started by the schedule", lambda: _count(ferry, record, 1), limit=75)
     await eventually("back to waiting", lambda: _waiting(ferry, record.run_name, "done"), limit=30)
+    await ferry.stop(record.run_name)
+    assert (await ferry.wait(record.run_name)).status == RunStatus.TERMINATED
+
+
+async def test_a_new_cron_updates_the_schedule_in_place(ferry: FerryAPI, tmp_path: Path) -> None:
+    """docs/schedules.md#changing-a-scheduled-run: the same run and the same Temporal Schedule, paused
+    still, with the new cron; the run waits for the new next trigger."""
+    record, schedule = await scheduled(ferry, tmp_path, "0 0 1 1 *")
+    await schedule.pause(note="test")
+    before = (await schedule.describe()).schedule.spec.calendars
+    conf = parse_configuration({**record.configuration_data(), "schedule": {"cron": "0 0 1 7 *"}})
+    assert isinstance(conf, TaskConfiguration)
+    reply = await ferry.deploy(record.run_name, conf)
+    assert (reply.changed, reply.refused, reply.after_cycle) == (["schedule"], None, None)
+    next_at = format_utc(next_triggers(["0 0 1 7 *"], time.time())[0])
+
+    async def rescheduled() -> bool:
+        run = await ferry.get_run(record.run_name)
+        return (run.status_message or "").startswith(f"next at {next_at}")
+
+    await eventually("the run waiting for the new cron", rescheduled)
+    described = (await schedule.describe()).schedule
+    assert described.spec.calendars != before and described.state.paused
+    assert [c.month[0].start for c in described.spec.calendars] == [7]
+    run = await ferry.get_run(record.run_name)
+    assert run.id == record.id and run.configuration_data()["schedule"] == {"cron": ["0 0 1 7 *"]}
     await ferry.stop(record.run_name)
     assert (await ferry.wait(record.run_name)).status == RunStatus.TERMINATED

@@ -19,7 +19,7 @@ from temporalio.client import Client
 from activities.run_watch import RunWatchActivities
 from core.services.replicas import ReplicaState
 from core.wire import activity_names as names
-from core.wire.messages import CreateSchedule, RecordPipelineTask, WatchReply, WatchRun
+from core.wire.messages import CreateSchedule, RecordPipelineTask, UpdateScheduleRequest, WatchReply, WatchRun
 from core.wire.services import (
     DrainReplica,
     DrainResult,
@@ -38,6 +38,7 @@ class ServiceDoubles:
         self.load_watches: list[WatchLoad] = []
         self.schedules: dict[str, CreateSchedule] = {}  # created and not deleted, by id
         self.deleted_schedules: list[str] = []
+        self.schedule_updates: list[UpdateScheduleRequest] = []
         self.pipeline_tasks: list[RecordPipelineTask] = []
         self.client: Client | None = None  # the test server's, for the watch of a run waited for
 
@@ -58,6 +59,7 @@ class ServiceDoubles:
             self.watch_load,
             self.create_schedule,
             self.delete_schedule,
+            self.update_schedule,
             self.watch_run,
             self.record_pipeline_task,
         ]
@@ -75,6 +77,12 @@ class ServiceDoubles:
     @activity.defn(name=names.CREATE_SCHEDULE)
     async def create_schedule(self, request: CreateSchedule) -> None:
         self.schedules[request.schedule_id] = request
+
+    @activity.defn(name=names.UPDATE_SCHEDULE)
+    async def update_schedule(self, request: UpdateScheduleRequest) -> None:
+        self.schedule_updates.append(request)
+        created = self.schedules[request.schedule_id]
+        self.schedules[request.schedule_id] = created.model_copy(update={"crons": request.crons})
 
     @activity.defn(name=names.DELETE_SCHEDULE)
     async def delete_schedule(self, schedule_id: str) -> None:
