@@ -25,6 +25,8 @@ from core.wire.agent_api import JobStateEvent, PullResponse, TaskStatus, TaskSub
 from core.wire.messages import (
     JobOutcome,
     PrepareTask,
+    SSHEndpoint,
+    SSHEndpointRequest,
     StartJob,
     StopTask,
     TaskRef,
@@ -104,6 +106,7 @@ class JobActivities:
             ports=request.ports,
             env=request.env,
             network=request.network,
+            authorized_keys=request.authorized_keys,
         )
         try:
             async with heartbeating():
@@ -209,6 +212,20 @@ class JobActivities:
             termination_reason=last_state.termination_reason,
             termination_message=last_state.termination_message,
             exit_status=last_state.exit_status,
+        )
+
+    @activity.defn(name=names.SSH_ENDPOINT)
+    async def ssh_endpoint(self, request: SSHEndpointRequest) -> SSHEndpoint:
+        """The agent's SSH server on the job's instance (docs/attach.md), as its agent reports it now."""
+        client = await self._instances.resolve(request.instance_name)
+        info = await client.instance_info()
+        if info.ssh_port is None:
+            return SSHEndpoint(refused=f"the agent on {request.instance_name} has no SSH server")
+        return SSHEndpoint(
+            instance_name=request.instance_name,
+            port=info.ssh_port,
+            host_key=info.ssh_host_key,
+            user=request.job_submission_id,
         )
 
     @activity.defn(name=names.STOP_TASK)

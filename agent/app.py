@@ -19,6 +19,8 @@ from starlette.websockets import WebSocketDisconnect
 from agent import jobs
 from agent.instance import disk_usage
 from agent.logs import OffsetOutOfRange, read_log
+from agent.ssh_server import AgentSSHServer
+from agent.task_watch import watch_forever
 from agent.tasks import BadTaskRequest, TaskConflict, TaskNotFound, TaskRegistry
 from core.wire.agent_api import (
     CODE_HASH_PARAM,
@@ -69,7 +71,7 @@ def _bearer(authorization: str | None) -> str | None:
     return credentials.strip() if scheme.lower() == "bearer" else None
 
 
-def create_app(registry: TaskRegistry, token: str) -> FastAPI:
+def create_app(registry: TaskRegistry, token: str, ssh_server: AgentSSHServer | None = None) -> FastAPI:
     if not token:
         raise ValueError("the agent needs a non-empty token")
 
@@ -81,8 +83,12 @@ def create_app(registry: TaskRegistry, token: str) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        watcher = asyncio.create_task(registry.watch_forever())
+        watcher = asyncio.create_task(watch_forever(registry))
+        if ssh_server is not None:
+            await ssh_server.start()  # its port taken fails the start, as the API's does
         yield
+        if ssh_server is not None:
+            await ssh_server.stop()
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
@@ -138,6 +144,8 @@ def create_app(registry: TaskRegistry, token: str) -> FastAPI:
             total=registry.ledger.total(),
             free=registry.ledger.free(),
             free_gpu_indices=registry.ledger.free_gpu_indices(),
+            ssh_port=ssh_server.port if ssh_server is not None else None,
+            ssh_host_key=ssh_server.host_key_line if ssh_server is not None else None,
         )
 
     @api.post("/tasks")

@@ -116,7 +116,7 @@ async def run(registry: TaskRegistry, task_id: str) -> TaskInfo:
         message = f"could not start the job: {exc}"
         registry.finalize(record, JobTerminationReason.EXECUTOR_ERROR, message, exit_status=None)
         return record.to_info()
-    registry.mark_running(record, handle, spec.max_duration)
+    registry.mark_running(record, handle, spec.max_duration, spec.inactivity_duration)
     return record.to_info()
 
 

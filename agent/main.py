@@ -15,6 +15,7 @@ import uvicorn
 from agent.app import create_app
 from agent.gpus import detect_gpus
 from agent.instance import host_capacity
+from agent.ssh_server import AgentSSHServer
 from agent.tasks import TaskRegistry
 
 logger = logging.getLogger("agent")
@@ -28,6 +29,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     parser.add_argument(
         "--allow-remote", action="store_true", help="allow binding to an address other than loopback"
+    )
+    parser.add_argument(
+        "--ssh-port",
+        type=int,
+        default=0,
+        help="TCP port of the SSH server into the jobs (docs/attach.md); 0, the default: a free one",
+    )
+    parser.add_argument(
+        "--ssh-host", default="127.0.0.1", help="address the SSH server binds (default: 127.0.0.1)"
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser.parse_args(argv)
@@ -73,20 +83,26 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if not is_loopback(args.host) and not args.allow_remote:
-        print(
-            f"ferry-agent: refusing to bind to {args.host}: the agent listens on loopback only and is "
-            "reached through an SSH tunnel; pass --allow-remote to bind elsewhere",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
+    for host in (args.host, args.ssh_host):
+        if not is_loopback(host) and not args.allow_remote:
+            print(
+                f"ferry-agent: refusing to bind to {host}: the agent listens on loopback only and is "
+                "reached through an SSH tunnel; pass --allow-remote to bind elsewhere",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
+    if not 0 <= args.ssh_port <= 65535:
+        raise SystemExit(f"ferry-agent: --ssh-port {args.ssh_port} is not a TCP port")
+    # asyncssh says a line per connection and channel at INFO: the agent's own lines say what matters.
+    logging.getLogger("asyncssh").setLevel(max(logging.getLogger().level, logging.WARNING))
     token = read_token(args.token_file)
     data_dir = args.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(data_dir, 0o700)  # job specs carry secrets and logs may too
     registry = TaskRegistry(data_dir, host_capacity(), detect_gpus())
     registry.load()
-    app = create_app(registry, token)
+    ssh_server = AgentSSHServer(registry, args.ssh_host, args.ssh_port, data_dir)
+    app = create_app(registry, token, ssh_server)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
 
 

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from core.status import JobTerminationReason
 from core.wire.agent_api import (
@@ -57,6 +57,9 @@ class TaskRecord(BaseModel):
     pid_start_time: int | None = None
     stop: StopRequest | None = None
     deadline: float | None = Field(default=None, description="when max_duration runs out (wall clock)")
+    inactivity_duration: int | None = Field(
+        default=None, description="seconds with no SSH connection after which the job is ended"
+    )
     linked_paths: list[str] = Field(default_factory=list, description="volume links to remove at the end")
     # Network isolation (agent.network): what the request asked for, what the task got (host where the
     # agent could not isolate it), its namespace, and the namespace side's address, where its ports are.
@@ -64,6 +67,20 @@ class TaskRecord(BaseModel):
     network: TaskNetwork = "host"
     netns: str | None = None
     address: str | None = None
+    # The agent's SSH server into the job (agent/ssh_server.py): the keys that open it, and when a
+    # connection last opened or closed. How many are open now is kept in memory only: none outlives the agent.
+    authorized_keys: list[str] = Field(default_factory=list)
+    ssh_last_activity: float | None = None
+    _ssh_connections: int = PrivateAttr(default=0)
+
+    @property
+    def ssh_connections(self) -> int:
+        return self._ssh_connections
+
+    def note_ssh_connection(self, change: int, now: float) -> None:
+        """An SSH connection into the job opened (+1) or closed (-1) at `now`."""
+        self._ssh_connections = max(0, self._ssh_connections + change)
+        self.ssh_last_activity = now
 
     def to_info(self) -> TaskInfo:
         return TaskInfo(
@@ -84,6 +101,8 @@ class TaskRecord(BaseModel):
             created_at=self.created_at,
             started_at=self.started_at,
             finished_at=self.finished_at,
+            ssh_connections=self._ssh_connections,
+            ssh_last_activity=self.ssh_last_activity,
         )
 
 

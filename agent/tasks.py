@@ -2,8 +2,8 @@
 
 Every mutation happens on the event loop's thread and never awaits between its check and its change, so
 two requests cannot both take the same GPU or start the same job. Each transition is written to disk
-before it is answered. One watcher loop, woken by SIGCHLD and by a short timer, follows every running
-job; it keeps nothing per job but the job's record.
+before it is answered. One watcher loop (agent/task_watch.py), woken by SIGCHLD and a short timer, follows
+every running job; it keeps nothing per job but the job's record.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ import logging
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from agent import network
-from agent.executors import Executors, JobHandle, JobLiveness
+from agent.executors import Executors, JobHandle
 from agent.instance import HostCapacity
 from agent.records import StopRequest, TaskPaths, TaskRecord, load_job_spec, load_record, save_record
 from agent.resources import InsufficientResources, ResourceLedger
+from agent.ssh_keys import BadAuthorizedKey, check_authorized_keys
 from agent.volumes import unlink_paths
 from core.status import JobStatus, JobTerminationReason
 from core.wire.agent_api import (
@@ -33,9 +35,6 @@ from core.wire.agent_api import (
 )
 
 logger = logging.getLogger(__name__)
-
-WATCH_INTERVAL = 0.25  # seconds; SIGCHLD wakes the watcher at once for the jobs this agent started
-GONE_MESSAGE = "agent restarted and the job's process is gone: it left no exit status"
 
 
 class TaskNotFound(Exception):
@@ -60,6 +59,7 @@ def _as_submitted(record: TaskRecord) -> TaskSubmitRequest:
         volumes=record.volumes,
         env=record.env,
         network=record.requested_network,
+        authorized_keys=record.authorized_keys,
     )
 
 
@@ -74,8 +74,11 @@ class TaskRegistry:
         self._watched: set[str] = set()  # running tasks
         self.executors = Executors()
         self.busy: set[str] = set()  # tasks with an upload or a preparation in flight
-        self._wake: asyncio.Event | None = None
+        self._wake: asyncio.Event | None = None  # set by agent.task_watch's loop: woken at a stop
         self._news: dict[str, asyncio.Event] = {}  # per task: set when it gets a job state or goes
+        # Called with a task's id when its job has ended and when it is removed (the SSH server closes
+        # the connections into it).
+        self.end_listeners: list[Callable[[str], None]] = []
 
     # --- records ---------------------------------------------------------------------------------------
 
@@ -142,6 +145,10 @@ class TaskRegistry:
             if _as_submitted(existing) != request:
                 raise TaskConflict(f"task {request.id!r} already exists with a different request")
             return existing.to_info()  # the same id never starts a second task
+        try:
+            check_authorized_keys(request.authorized_keys)
+        except BadAuthorizedKey as exc:
+            raise BadTaskRequest(str(exc)) from exc
         if request.network == "host":
             self._check_ports(request)
         try:
@@ -169,6 +176,7 @@ class TaskRegistry:
                 network="isolated" if isolation is not None else "host",
                 netns=isolation.netns if isolation is not None else None,
                 address=isolation.address if isolation is not None else None,
+                authorized_keys=request.authorized_keys,
             )
             self.paths(request.id).root.mkdir(parents=True, mode=0o700, exist_ok=True)
             self.save(record)
@@ -240,6 +248,7 @@ class TaskRegistry:
         shutil.rmtree(self.paths(task_id).root, ignore_errors=True)
         del self._records[task_id]
         self.tell(task_id)
+        self._tell_ended(task_id)
         return record.to_info()
 
     # --- news, for the pulls that wait for it ------------------------------------------------------
@@ -301,13 +310,16 @@ class TaskRegistry:
 
     # --- transitions -----------------------------------------------------------------------------------
 
-    def mark_running(self, record: TaskRecord, handle: JobHandle, max_duration: int | None) -> None:
+    def mark_running(
+        self, record: TaskRecord, handle: JobHandle, max_duration: int | None, inactivity: int | None = None
+    ) -> None:
         now = time.time()
         record.status = TaskStatus.RUNNING
         record.pid = handle.pid
         record.pid_start_time = handle.start_time
         record.started_at = now
         record.deadline = now + max_duration if max_duration else None
+        record.inactivity_duration = inactivity
         record.job_states.append(JobStateEvent(state=JobStatus.RUNNING, timestamp=now))
         self.save(record)
         self._watched.add(record.id)
@@ -346,8 +358,17 @@ class TaskRegistry:
         self.save(record)
         self._watched.discard(record.id)
         self.tell(record.id)
+        self._tell_ended(record.id)
 
-    def _finish(self, record: TaskRecord, exit_status: int | None, kill_strays: bool) -> None:
+    def _tell_ended(self, task_id: str) -> None:
+        for listener in self.end_listeners:
+            try:
+                listener(task_id)
+            except Exception:
+                logger.exception("telling that task %s ended failed", task_id)
+
+    def finish(self, record: TaskRecord, exit_status: int | None, kill_strays: bool) -> None:
+        """The job's process exited: finished by its stop's reason, or by its exit status."""
         if record.stop is not None:
             reason, message = record.stop.reason, record.stop.message
         elif exit_status == 0:
@@ -357,66 +378,21 @@ class TaskRegistry:
             message = f"the job's commands exited with status {exit_status}"
         self.finalize(record, reason, message or reason.message(), exit_status, kill_strays)
 
-    # --- the watcher -----------------------------------------------------------------------------------
-
     def wake(self) -> None:
+        """The watcher (agent/task_watch.py) looks at the running jobs now."""
         if self._wake is not None:
             self._wake.set()
 
-    async def watch_forever(self) -> None:
-        self._wake = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        try:
-            loop.add_signal_handler(signal.SIGCHLD, self._wake.set)
-        except (NotImplementedError, RuntimeError, ValueError):
-            logger.info("SIGCHLD handler unavailable: polling every %ss", WATCH_INTERVAL)
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), WATCH_INTERVAL)
-            self._wake.clear()
-            self.check_running()
-
-    def check_running(self) -> None:
-        now = time.time()
+    def running(self) -> list[TaskRecord]:
+        """The tasks whose jobs run (for the watcher); those that stopped running are dropped."""
+        records = []
         for task_id in list(self._watched):
             record = self._records.get(task_id)
             if record is None or record.status != TaskStatus.RUNNING:
                 self._watched.discard(task_id)
-                continue
-            try:
-                self._check(record, now)
-            except Exception:
-                logger.exception("checking task %s failed", task_id)
-
-    def _check(self, record: TaskRecord, now: float) -> None:
-        paths = self.paths(record.id)
-        executor = self.executors.for_task(record)
-        stop = record.stop
-        if stop is not None and not stop.killed and now >= stop.kill_at:
-            stop.killed = True
-            self.save(record)
-            executor.signal(record, signal.SIGKILL)
-        if stop is None and record.deadline is not None and now >= record.deadline:
-            assert record.started_at is not None
-            limit = round(record.deadline - record.started_at)
-            self.request_stop(
-                record,
-                JobTerminationReason.MAX_DURATION_EXCEEDED,
-                f"max_duration of {limit}s exceeded",
-                self._max_duration_grace(paths),
-            )
-        check = executor.check(record, paths)
-        if check.liveness == JobLiveness.EXITED:
-            self._finish(record, check.exit_status, check.kill_strays)
-        elif check.liveness == JobLiveness.GONE:
-            if record.stop is not None:
-                reason = record.stop.reason
-                self.finalize(record, reason, record.stop.message or reason.message(), exit_status=None)
             else:
-                self.finalize(record, JobTerminationReason.EXECUTOR_ERROR, GONE_MESSAGE, exit_status=None)
+                records.append(record)
+        return records
 
-    def _max_duration_grace(self, paths: TaskPaths) -> float:
-        try:
-            return float(load_job_spec(paths).stop_duration)
-        except (OSError, ValueError):
-            return 10.0
+    def wake_on(self, event: asyncio.Event) -> None:
+        self._wake = event

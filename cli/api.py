@@ -48,12 +48,20 @@ def default_user() -> str:
 
 class FerryAPI:
     def __init__(
-        self, client: Client, store: Store, *, project: str = DEFAULT_PROJECT, task_queue: str = TASK_QUEUE
+        self,
+        client: Client,
+        store: Store,
+        *,
+        project: str = DEFAULT_PROJECT,
+        task_queue: str = TASK_QUEUE,
+        authorized_keys: list[str] | None = None,
     ):
         self.client = client
         self.store = store
         self.project = project
         self.task_queue = task_queue
+        # The user's SSH public keys, installed for each job it submits (docs/attach.md).
+        self.authorized_keys = authorized_keys or []
         self._fleet_api: FleetAPI | None = None
 
     def fleets(self) -> FleetAPI:
@@ -108,6 +116,7 @@ class FerryAPI:
             submitted_at=now,
             fleet=fleet,
             dependencies=dependencies,
+            authorized_keys=self.authorized_keys,
         )
         await self._start(RunWorkflow.run, inp, record, run_search_attributes(inp, RunStatus.SUBMITTED))
         return record
@@ -147,6 +156,7 @@ class FerryAPI:
             fleets=fleets,
             code_hash=code_hash,
             submitted_at=now,
+            authorized_keys=self.authorized_keys,
         )
         await self._start(PipelineWorkflow.run, inp, record, pipeline_search_attributes(inp))
         return record

@@ -17,7 +17,12 @@ from rich.table import Table
 from cli import render
 from cli.context import Context, confirm
 from cli.errors import ABORTS, USAGE_EXIT, CommandError
-from core.configuration import FleetConfiguration, RunConfiguration, ServiceConfiguration
+from core.configuration import (
+    DevEnvironmentConfiguration,
+    FleetConfiguration,
+    RunConfiguration,
+    ServiceConfiguration,
+)
 from core.configuration.durations import format_duration
 from core.configuration.fields import Name
 from core.configuration.pipeline import LoadedPipeline, load_run_file
@@ -260,6 +265,10 @@ async def _submit(
     if detach:
         console.print(f"follow it with: ferry logs -f {record.run_name}", highlight=False)
         return 0
+    if isinstance(configuration, DevEnvironmentConfiguration):
+        from cli.attach import attach_and_follow
+
+        return await attach_and_follow(api, ctx.settings.home, record, console)  # as dstack's apply does
     outcome = {"detached": False}
 
     async def on_interrupt() -> bool:

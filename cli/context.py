@@ -100,7 +100,10 @@ class Context:
         except RuntimeError as err:
             problem = str(err)
         else:
-            return FerryAPI(client, store, project=self.project)
+            from cli.user_keys import public_key_line
+
+            keys = [await asyncio.to_thread(public_key_line, self.settings.home)]
+            return FerryAPI(client, store, project=self.project, authorized_keys=keys)
         raise UnreachableServer(connect_problem(address, problem))
 
     def find_run(self, store: Store, name: str) -> RunRecord:

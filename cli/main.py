@@ -222,6 +222,21 @@ def logs(
 
 @app.command()
 @one_line_errors
+def attach(
+    run: str = RUN,
+    replica: int = typer.Option(0, "--replica", metavar="N", help="The replica's job to attach to."),
+    job: int = typer.Option(0, "--job", metavar="N", help="The job (node) of that replica."),
+    no_logs: bool = typer.Option(False, "--no-logs", help="Do not stream the job's logs."),
+) -> None:
+    """SSH into a running job: `ssh RUN` (and scp, rsync, VS Code) with your own OpenSSH, its `ports`
+    forwarded to localhost, until Ctrl-C (docs/attach.md)."""
+    from cli.attach import attach_command
+
+    raise typer.Exit(attach_command(run, replica=replica, job=job, logs=not no_logs))
+
+
+@app.command()
+@one_line_errors
 def stop(
     run: str = RUN,
     abort: bool = typer.Option(False, "-x", "--abort", help="Kill at once, with no graceful stop."),

@@ -125,6 +125,7 @@ _JOB_REASON_MESSAGE: dict[JobTerminationReason, str] = {
     JobTerminationReason.ABORTED_BY_USER: "aborted",
     JobTerminationReason.DONE_BY_RUNNER: "exited (0)",
     JobTerminationReason.MAX_DURATION_EXCEEDED: "max duration exceeded",
+    JobTerminationReason.INACTIVITY_DURATION_EXCEEDED: "inactive",
 }
 
 
@@ -136,6 +137,7 @@ class RunTerminationReason(StrEnum):
     ABORTED_BY_USER = "aborted_by_user"
     SERVER_ERROR = "server_error"
     DEPENDENCY_FAILED = "dependency_failed"  # a run it waited for can no longer meet the condition
+    INACTIVITY_DURATION_EXCEEDED = "inactivity_duration_exceeded"  # a dev environment nobody attached to
 
     def to_status(self) -> RunStatus:
         """The finished status a run terminated for this reason ends in."""
@@ -159,6 +161,7 @@ _RUN_REASON_STATUS: dict[RunTerminationReason, RunStatus] = {
     RunTerminationReason.ABORTED_BY_USER: RunStatus.TERMINATED,
     RunTerminationReason.SERVER_ERROR: RunStatus.FAILED,
     RunTerminationReason.DEPENDENCY_FAILED: RunStatus.FAILED,
+    RunTerminationReason.INACTIVITY_DURATION_EXCEEDED: RunStatus.TERMINATED,
 }
 
 _RUN_TO_JOB_REASON: dict[RunTerminationReason, JobTerminationReason] = {
@@ -169,4 +172,5 @@ _RUN_TO_JOB_REASON: dict[RunTerminationReason, JobTerminationReason] = {
     RunTerminationReason.ABORTED_BY_USER: JobTerminationReason.ABORTED_BY_USER,
     RunTerminationReason.SERVER_ERROR: JobTerminationReason.TERMINATED_BY_SERVER,
     RunTerminationReason.DEPENDENCY_FAILED: JobTerminationReason.TERMINATED_BY_SERVER,
+    RunTerminationReason.INACTIVITY_DURATION_EXCEEDED: JobTerminationReason.INACTIVITY_DURATION_EXCEEDED,
 }

@@ -55,6 +55,7 @@ def activities_for(
         jobs.start_job,
         jobs.watch_job,
         jobs.stop_task,
+        jobs.ssh_endpoint,
         jobs.release_task,
         fleets.local_instance,
         fleets.deploy_instance,

@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from core.jobs.phases import JobControl, PlacementOutcome, grace_seconds
     from core.jobs.state_machine import JobState, apply_job_event
     from core.jobs.transitions import INSTANCE_LOST, NO_END_AFTER_STOP, fatal, last_note, outcome_events
-    from core.status import JobTerminationReason
+    from core.status import JobStatus, JobTerminationReason
     from core.wire import activity_names as names
     from core.wire.messages import (
         JobDescription,
@@ -44,9 +44,12 @@ with workflow.unsafe.imports_passed_through():
         Placement,
         PlacementRefused,
         Queued,
+        SSHEndpoint,
+        SSHEndpointRequest,
         TerminateJob,
         job_submission_id,
     )
+    from workflows import retry_policies
     from workflows.handles import abandon
     from workflows.job_agent import JobAgent, Stopped
     from workflows.job_news import JobNews
@@ -95,6 +98,24 @@ class JobWorkflow:
     @workflow.signal(name=JOB_QUEUED)
     def queued(self, queued: Queued) -> None:
         self._control = self._control.on_queued()
+
+    @workflow.update
+    async def ssh_endpoint(self) -> SSHEndpoint:
+        """`ferry attach`: where the job's agent lets its user in over SSH (docs/attach.md); refused, with
+        the reason, unless the job is running."""
+        state = self._state
+        if self._control.terminate is not None:
+            return SSHEndpoint(refused="the job is stopping")
+        if state.status != JobStatus.RUNNING or state.instance is None:
+            return SSHEndpoint(refused=f"the job is {state.status}")
+        request = SSHEndpointRequest(job_submission_id=self._id, instance_name=state.instance)
+        return await workflow.execute_activity(
+            names.SSH_ENDPOINT,
+            request,
+            result_type=SSHEndpoint,
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=retry_policies.FEW_TRIES,  # an unreachable instance: said soon, not waited for
+        )
 
     @workflow.query
     def describe(self) -> JobDescription:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.executors.base import Executor, JobCheck, JobHandle, JobLiveness
+from agent.executors.base import Executor, JobCheck, JobContext, JobHandle, JobLiveness
 from agent.executors.process import ProcessExecutor
 from agent.records import TaskRecord
 
@@ -19,4 +19,4 @@ class Executors:
         return self.process
 
 
-__all__ = ["Executor", "Executors", "JobCheck", "JobHandle", "JobLiveness", "ProcessExecutor"]
+__all__ = ["Executor", "Executors", "JobCheck", "JobContext", "JobHandle", "JobLiveness", "ProcessExecutor"]

@@ -32,6 +32,17 @@ class JobLiveness(enum.Enum):
 
 
 @dataclass(frozen=True)
+class JobContext:
+    """How a command joins a running job (an SSH session into it): run through `prefix` (empty, or what
+    enters the job's namespaces and execs the command in place), with `env`, in `cwd`."""
+
+    prefix: list[str]
+    env: dict[str, str]
+    cwd: Path
+    netns: str | None  # the job's network namespace, where forwarded ports connect and listen
+
+
+@dataclass(frozen=True)
 class JobCheck:
     liveness: JobLiveness
     exit_status: int | None = None
@@ -60,6 +71,13 @@ class Executor(ABC):
     @abstractmethod
     def kill_strays(self, record: TaskRecord) -> None:
         """Kill whatever the ended job left running, which would keep writing to its finished log."""
+
+    @abstractmethod
+    def job_context(
+        self, record: TaskRecord, paths: TaskPaths, spec: JobSpec, host_has_gpus: bool
+    ) -> JobContext:
+        """Where and how a command runs as part of the running job: its environment, working directory,
+        network. NetworkError (an OSError) when the job's namespace is gone."""
 
     @abstractmethod
     def check(self, record: TaskRecord, paths: TaskPaths) -> JobCheck:

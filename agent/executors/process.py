@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent import network
-from agent.executors.base import Executor, JobCheck, JobHandle, JobLiveness
+from agent.executors.base import Executor, JobCheck, JobContext, JobHandle, JobLiveness
 from agent.executors.environment import job_environment
 from agent.records import TaskPaths, TaskRecord
 from core.wire.agent_api import JobSpec
@@ -171,6 +171,15 @@ class ProcessExecutor(Executor):
         pid = spawn_job(paths, spec, env, cwd, prefix)
         self._children.add(pid)
         return JobHandle(pid, process_start_time(pid))
+
+    def job_context(
+        self, record: TaskRecord, paths: TaskPaths, spec: JobSpec, host_has_gpus: bool
+    ) -> JobContext:
+        # What `start` gives the job, so that a command run beside it sees what the job sees.
+        env = job_environment(os.environ, record, spec, host_has_gpus)
+        netns = record.netns if record.network == "isolated" else None
+        prefix = network.exec_prefix(netns) if netns is not None else []
+        return JobContext(prefix, env, working_directory(paths, spec), netns)
 
     def find_started(self, paths: TaskPaths) -> JobHandle | None:
         try:

@@ -1,7 +1,8 @@
 """`type: dev-environment`: a machine to attach an IDE to, kept until stopped.
 
-Ferry runs `init` and keeps the job up (core.run_types); it installs no IDE server, forwards no ports and
-does not watch for connections, so `ide`, `version`, `ports` and `inactivity_duration` are not acted on.
+Ferry runs `init` and keeps the job up (core.run_types); `ferry attach` (and `ferry apply`) reach it over SSH,
+forward its `ports` and print the link for its `ide`; its agent ends it after `inactivity_duration` with no
+SSH connection (docs/attach.md). The IDE installs its own server over SSH, so `version` is not acted on.
 """
 
 from __future__ import annotations
@@ -16,15 +17,10 @@ from core.configuration.fields import Commands, Port
 
 
 class DevEnvironmentConfiguration(BaseRunConfiguration):
-    NOT_ACTED_ON: ClassVar[frozenset[str]] = RUN_FIELDS_NOT_ACTED_ON | {
-        "ide",
-        "version",
-        "ports",
-        "inactivity_duration",
-    }
+    NOT_ACTED_ON: ClassVar[frozenset[str]] = RUN_FIELDS_NOT_ACTED_ON | {"version"}
 
     type: Literal["dev-environment"] = "dev-environment"
-    ide: Literal["vscode", "cursor", "windsurf"]
+    ide: Literal["vscode", "cursor", "windsurf"] | None = None  # None: SSH only, as dstack allows
     version: str | None = None  # the IDE server's version
     init: Commands = Field(default_factory=list)  # run once before the environment is ready
     ports: list[Port] = Field(default_factory=list)

@@ -11,8 +11,8 @@ from core.configuration.fields import Commands, Port
 
 
 class TaskConfiguration(BaseRunConfiguration):
-    # `ports`: nothing maps or forwards them (Ferry has no `attach`); a job's process listens on its host.
-    NOT_ACTED_ON: ClassVar[frozenset[str]] = RUN_FIELDS_NOT_ACTED_ON | {"ports"}
+    # `ports`: `ferry attach` forwards them to localhost (docs/attach.md).
+    NOT_ACTED_ON: ClassVar[frozenset[str]] = RUN_FIELDS_NOT_ACTED_ON
 
     type: Literal["task"] = "task"
     commands: Commands = Field(default_factory=list)

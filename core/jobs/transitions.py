@@ -116,6 +116,7 @@ def prepare_task(inp: JobInput, job_id: str, placement: Placement) -> PrepareTas
         env=inp.spec.env,
         ports=[] if inp.service is None else [inp.service.port],
         network=replica_network(inp, placement),
+        authorized_keys=inp.authorized_keys,
     )
 
 

@@ -67,7 +67,12 @@ class RunConfigurator(ABC, Generic[ConfigurationT]):
             shell=configuration.shell or "bash",
             max_duration=configuration.max_duration,
             stop_duration=_agent_grace(configuration.stop_duration),
+            inactivity_duration=self.inactivity_duration(),
         )
+
+    def inactivity_duration(self) -> int | None:
+        """Seconds without an SSH connection after which the agent ends the job (a dev environment's)."""
+        return None
 
 
 def _agent_grace(stop_duration: int | None) -> int:

@@ -17,3 +17,6 @@ class DevEnvironmentConfigurator(RunConfigurator[DevEnvironmentConfiguration]):
 
     def commands(self) -> list[str]:
         return [*self.configuration.init, KEEPALIVE_COMMAND]
+
+    def inactivity_duration(self) -> int | None:
+        return self.configuration.inactivity_duration

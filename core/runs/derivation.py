@@ -99,6 +99,7 @@ class _Kind(Enum):
 _RUN_REASON_PRIORITY = (
     RunTerminationReason.ABORTED_BY_USER,
     RunTerminationReason.STOPPED_BY_USER,
+    RunTerminationReason.INACTIVITY_DURATION_EXCEEDED,
     RunTerminationReason.JOB_FAILED,
     RunTerminationReason.RETRY_LIMIT_EXCEEDED,
 )
@@ -124,6 +125,8 @@ def run_reason_for_job_failure(reason: JobTerminationReason, verdict: RetryVerdi
         return RunTerminationReason.ABORTED_BY_USER
     if reason == JobTerminationReason.TERMINATED_BY_USER:
         return RunTerminationReason.STOPPED_BY_USER
+    if reason == JobTerminationReason.INACTIVITY_DURATION_EXCEEDED:
+        return RunTerminationReason.INACTIVITY_DURATION_EXCEEDED
     if verdict == RetryVerdict.LIMIT_EXCEEDED:
         return RunTerminationReason.RETRY_LIMIT_EXCEEDED
     return RunTerminationReason.JOB_FAILED

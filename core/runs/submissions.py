@@ -67,6 +67,7 @@ def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int
         request_id=placement_request_id(inp.run_id, replica, submissions[0]),
         enqueue=enqueue,
         service=service,
+        authorized_keys=inp.authorized_keys,
     )
 
 

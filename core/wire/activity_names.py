@@ -10,6 +10,7 @@ START_JOB = "start_job"
 WATCH_JOB = "watch_job"
 STOP_TASK = "stop_task"
 RELEASE_TASK = "release_task"
+SSH_ENDPOINT = "ssh_endpoint"  # `ferry attach`: the way into a running job (docs/attach.md)
 
 # The fleet scheduler's effects (workflows/fleet.py).
 LOCAL_INSTANCE = "local_instance"

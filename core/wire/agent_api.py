@@ -100,6 +100,10 @@ class InstanceInfo(_Model):
     total: Resources
     free: Resources
     free_gpu_indices: list[int]
+    ssh_port: int | None = Field(
+        default=None, description="the agent's SSH server into its jobs, on loopback; None: it has none"
+    )
+    ssh_host_key: str | None = Field(default=None, description="its host key, an OpenSSH public key line")
 
 
 class VolumeMount(_Model):
@@ -129,6 +133,11 @@ class TaskSubmitRequest(_Model):
         description="isolated: the job gets its own network namespace, so jobs that listen on the same "
         "port can share the instance; TaskInfo.address is where its ports are reached",
     )
+    authorized_keys: list[str] = Field(
+        default_factory=list,
+        description="OpenSSH public key lines that open the agent's SSH server into this task's job, "
+        "as the user named by the task's id (docs/attach.md); none: nobody gets in",
+    )
 
 
 class TaskInfo(_Model):
@@ -151,6 +160,10 @@ class TaskInfo(_Model):
     created_at: float
     started_at: float | None = None
     finished_at: float | None = None
+    ssh_connections: int = Field(default=0, description="SSH connections into the job open now")
+    ssh_last_activity: float | None = Field(
+        default=None, description="when an SSH connection into the job last opened or closed (wall clock)"
+    )
 
 
 class TaskList(_Model):
@@ -196,6 +209,13 @@ class JobSpec(_Model):
     )
     stop_duration: int = Field(
         default=10, ge=0, le=MAX_SECONDS, description="SIGTERM to SIGKILL when max_duration ends it"
+    )
+    inactivity_duration: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        description="seconds with no SSH connection into the job after which the agent ends it "
+        "(INACTIVITY_DURATION_EXCEEDED); None: never",
     )
 
 

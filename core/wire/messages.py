@@ -72,6 +72,8 @@ class RunInput(_Message):
     fleet: str = LOCAL_FLEET  # where its jobs are placed, decided once at submission
     carry: RunCarry | None = None
     dependencies: list[DependencyTarget] = Field(default_factory=list)  # resolved at submission
+    # The user's SSH public keys: they open the agents' SSH servers into its jobs (docs/attach.md).
+    authorized_keys: list[str] = Field(default_factory=list)
     # For tests: continue as new after every step, to show that nothing of the run is lost across it.
     continue_as_new_each_step: bool = False
 
@@ -87,6 +89,7 @@ class PipelineInput(_Message):
     fleets: list[str]  # each task's fleet, decided at submission
     code_hash: str | None = None
     submitted_at: float
+    authorized_keys: list[str] = Field(default_factory=list)  # each task's (RunInput.authorized_keys)
 
 
 class RecordPipelineTask(_Message):
@@ -232,6 +235,7 @@ class JobInput(_Message):
     request_id: str  # its replica's placement request
     enqueue: Enqueue | None = None  # node 0 sends its replica's request; the other nodes wait for theirs
     service: ServiceJob | None = None  # a service replica: registered in the proxies once its probes pass
+    authorized_keys: list[str] = Field(default_factory=list)  # who may SSH into the job (docs/attach.md)
 
 
 class TerminateJob(_Message):
@@ -344,6 +348,7 @@ class PrepareTask(_Message):
     ports: list[int] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     network: TaskNetwork = "host"
+    authorized_keys: list[str] = Field(default_factory=list)
 
 
 class StartJob(_Message):
@@ -365,6 +370,22 @@ class JobOutcome(_Message):
     termination_reason: JobTerminationReason
     termination_message: str | None = None
     exit_status: int | None = None
+
+
+class SSHEndpointRequest(_Message):
+    job_submission_id: str
+    instance_name: str
+
+
+class SSHEndpoint(_Message):
+    """Where the user's OpenSSH reaches a running job (docs/attach.md): the SSH server of its instance's
+    agent, on that instance's loopback, logged in as the job's task."""
+
+    instance_name: str = ""
+    port: int | None = None
+    host_key: str | None = None  # the agent's host key, an OpenSSH public key line
+    user: str = ""  # the SSH user that names the job on its agent (its task id)
+    refused: str | None = None  # why there is no way in (the job is not running, its agent has no SSH)
 
 
 class StopTask(_Message):

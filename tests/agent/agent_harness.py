@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -201,3 +202,18 @@ async def wait_for_log(client: AgentClient, task_id: str, needle: bytes, timeout
         return data if needle in data else None
 
     return await eventually(probe, timeout, what=f"{needle!r} in the log of {task_id}")
+
+
+def isolation_unavailable() -> str | None:
+    """Why this machine cannot give a task its own network namespace; None when it can."""
+    if os.geteuid() != 0:
+        return "network isolation needs root"
+    ip = shutil.which("ip") or shutil.which("ip", path="/usr/sbin:/sbin")
+    if ip is None:
+        return "`ip` (iproute2) is not installed"
+    probe = f"ferry-probe-{os.getpid()}"
+    added = subprocess.run([ip, "netns", "add", probe], capture_output=True, text=True)
+    if added.returncode != 0:
+        return f"`ip netns` is unavailable: {added.stderr.strip()}"
+    subprocess.run([ip, "netns", "del", probe], capture_output=True)
+    return None

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from agent_harness import AgentProcess, start_agent, stop_agent
+from ssh_harness import Jobs, UserKey, jobs_on, make_key, require_openssh
 
 from activities.agent_client import AgentClient
 
@@ -27,3 +28,16 @@ async def client(shared_agent: AgentProcess) -> AsyncIterator[AgentClient]:
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     return tmp_path
+
+
+# The agent's SSH server (tests/agent/test_ssh_*.py): a user's key, and jobs it opens.
+@pytest.fixture
+def key(tmp_path: Path) -> UserKey:
+    require_openssh()
+    return make_key(tmp_path / "keys")
+
+
+@pytest.fixture
+async def jobs(client: AgentClient, shared_agent: AgentProcess, key: UserKey) -> AsyncIterator[Jobs]:
+    async with jobs_on(client, shared_agent, key) as started:
+        yield started

@@ -346,14 +346,15 @@ async def test_remove_only_after_termination(shared_agent: AgentProcess, client:
     assert error.value.status_code == 404
 
 
+@pytest.mark.parametrize("flag", ["--host", "--ssh-host"])  # the API's and the SSH server's (docs/attach.md)
 @pytest.mark.parametrize("host", ["0.0.0.0", "example.com"])
-def test_non_loopback_bind_is_refused(workspace: Path, host: str) -> None:
+def test_non_loopback_bind_is_refused(workspace: Path, host: str, flag: str) -> None:
     token = workspace / "token"
     token.write_text("t")
     port = free_port()
     result = subprocess.run(
         [sys.executable, "-m", "agent.main", "--port", str(port), "--token-file", str(token)]
-        + ["--data-dir", str(workspace / "data"), "--host", host],
+        + ["--data-dir", str(workspace / "data"), flag, host],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -20,6 +20,7 @@ from agent_harness import (
     AgentProcess,
     eventually,
     free_port,
+    isolation_unavailable,
     new_id,
     start_agent,
     start_job,
@@ -33,23 +34,9 @@ from core.status import JobTerminationReason
 from core.wire.agent_api import JobSpec, TaskInfo, TaskStatus, TaskSubmitRequest
 
 
-def _isolation_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "network isolation needs root"
-    ip = shutil.which("ip") or shutil.which("ip", path="/usr/sbin:/sbin")
-    if ip is None:
-        return "`ip` (iproute2) is not installed"
-    probe = f"ferry-probe-{os.getpid()}"
-    added = subprocess.run([ip, "netns", "add", probe], capture_output=True, text=True)
-    if added.returncode != 0:
-        return f"`ip netns` is unavailable: {added.stderr.strip()}"
-    subprocess.run([ip, "netns", "del", probe], capture_output=True)
-    return None
-
-
 @pytest.fixture(scope="module")
 def isolation() -> None:
-    reason = _isolation_unavailable()
+    reason = isolation_unavailable()
     if reason is not None:
         pytest.skip(reason)
 

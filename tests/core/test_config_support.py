@@ -52,10 +52,10 @@ _RUN_ACTED_ON = {
     "priority", "retry", "max_duration", "stop_duration", "stop_criteria", "schedule", "depends_on",
 }  # fmt: skip
 ACTED_ON: dict[type[ConfigModel], set[str]] = {
-    TaskConfiguration: _RUN_ACTED_ON | {"type", "commands", "nodes"},
+    TaskConfiguration: _RUN_ACTED_ON | {"type", "commands", "nodes", "ports"},
     ServiceConfiguration: _RUN_ACTED_ON
     | {"type", "commands", "port", "replicas", "scaling", "probes", "strip_prefix", "auth", "model"},
-    DevEnvironmentConfiguration: _RUN_ACTED_ON | {"type", "init"},
+    DevEnvironmentConfiguration: _RUN_ACTED_ON | {"type", "init", "ide", "ports", "inactivity_duration"},
     # `nodes` is refused (no cloud backend); an SSH fleet's `resources` is warned about in
     # FleetConfiguration.unsupported_fields.
     FleetConfiguration: {"type", "name", "ssh_config", "nodes", "resources", "blocks"},
@@ -94,7 +94,7 @@ def test_cloud_fields_are_one_list_shared_by_runs_and_fleets(model: type[ConfigM
 @pytest.mark.parametrize("kind", list(RUN_TYPES))
 def test_every_run_type_names_volumes_but_not_schedule(kind: str) -> None:
     base = RUN_TYPES[kind]
-    assert warned(base) == {"task": [], "service": [], "dev-environment": ["ide"]}[kind]
+    assert warned(base) == {"task": [], "service": [], "dev-environment": []}[kind]
     fields = warned(base + "volumes: [data:/data]\nschedule: {cron: '0 2 * * *'}\nspot_policy: auto\n")
     assert {"volumes", "spot_policy"} <= set(fields) and "schedule" not in fields  # docs/schedules.md
 
@@ -122,10 +122,11 @@ def test_startup_order_only_when_it_asks_for_an_order() -> None:
 
 
 def test_ports_of_tasks_and_dev_environments() -> None:
-    assert warned(RUN_TYPES["task"] + "ports: [8080]\n") == ["ports"]
+    # `ferry attach` forwards them (docs/attach.md); the IDE installs its own server (`version`).
+    assert warned(RUN_TYPES["task"] + "ports: [8080]\n") == []
     dev = RUN_TYPES["dev-environment"] + "ports: ['8000:8080']\ninactivity_duration: 1h\nversion: '1.9'\n"
-    assert warned(dev) == ["ide", "version", "ports", "inactivity_duration"]
-    assert warned(RUN_TYPES["dev-environment"] + "inactivity_duration: off\n") == ["ide"]
+    assert warned(dev) == ["version"]
+    assert warned(RUN_TYPES["dev-environment"] + "inactivity_duration: off\n") == []
 
 
 def test_nested_fields_are_named_with_their_path() -> None:

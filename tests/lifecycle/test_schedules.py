@@ -113,12 +113,14 @@ async def test_a_new_cron_updates_the_schedule_in_place(ferry: FerryAPI, tmp_pat
     next_at = format_utc(next_triggers(["0 0 1 7 *"], time.time())[0])
 
     async def rescheduled() -> bool:
+        # The store's status and the schedule's update are written side by side (one step's effects).
         run = await ferry.get_run(record.run_name)
-        return (run.status_message or "").startswith(f"next at {next_at}")
+        spec = (await schedule.describe()).schedule.spec
+        return (run.status_message or "").startswith(f"next at {next_at}") and spec.calendars != before
 
-    await eventually("the run waiting for the new cron", rescheduled)
+    await eventually("the run and its schedule on the new cron", rescheduled)
     described = (await schedule.describe()).schedule
-    assert described.spec.calendars != before and described.state.paused
+    assert described.state.paused
     assert [c.month[0].start for c in described.spec.calendars] == [7]
     run = await ferry.get_run(record.run_name)
     assert run.id == record.id and run.configuration_data()["schedule"] == {"cron": ["0 0 1 7 *"]}

@@ -171,7 +171,11 @@ async def test_scale_up_under_load_then_down_then_from_zero(
         assert {j.termination_reason for j in jobs} == {JobTerminationReason.SCALED_DOWN}
         # A request wakes it: held by the proxy, then answered by the new replica.
         woken = await client.get(url)  # how long it waits: bench services (from-zero)
-    assert woken.status_code == 200 and woken.text.strip().startswith("replica 0")
+    assert woken.status_code == 200 and woken.text.strip().startswith("replica ")
+    # Answered by the replica the request woke (its number is the lowest free one when it is submitted:
+    # 0, or 1 while replica 0's last submission is still being cleaned up), not by a drained one.
+    awake = [j for j in ferry.store.list_job_submissions(record.id) if j.termination_reason is None]
+    assert [f"replica {j.replica_num} v1" for j in awake] == [woken.text.strip()]
     scales = [e.context["replicas"] for e in ferry.run_events(run) if e.name == "scale"]
     assert 2 in scales and scales[scales.index(2) :].count(0) >= 1 and scales[-1] == 1
     await ferry.stop(record.run_name)

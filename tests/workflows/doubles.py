@@ -41,6 +41,8 @@ from core.wire.messages import (
     PrepareTask,
     RecordJob,
     RecordRun,
+    SSHEndpoint,
+    SSHEndpointRequest,
     StartJob,
     StopTask,
     TaskRef,
@@ -145,6 +147,7 @@ class FakeBackend(ServiceDoubles):
             self.watch_job,
             self.stop_task,
             self.release_task,
+            self.ssh_endpoint,
             *self.service_activities(),
         ]
 
@@ -250,6 +253,16 @@ class FakeBackend(ServiceDoubles):
         ended = self._ends.setdefault(key, asyncio.Event())
         await self._block(names.WATCH_JOB, key, ended)
         return self._outcomes[key]
+
+    @activity.defn(name=names.SSH_ENDPOINT)
+    async def ssh_endpoint(self, request: SSHEndpointRequest) -> SSHEndpoint:
+        self._call(names.SSH_ENDPOINT, request.job_submission_id, request)
+        return SSHEndpoint(
+            instance_name=request.instance_name,
+            port=2222,
+            host_key="ssh-ed25519 AAAA",
+            user=request.job_submission_id,
+        )
 
     @activity.defn(name=names.STOP_TASK)
     async def stop_task(self, request: StopTask) -> None:

@@ -1,0 +1,95 @@
+"""The watcher: one loop, woken by SIGCHLD and a short timer, that follows every running job (agent/tasks.py).
+
+Each pass: a stop whose grace period is over gets SIGKILL; a job past its `max_duration`, or a dev
+environment with no SSH connection for its `inactivity_duration` (docs/attach.md), is stopped with its
+reason; a job whose process exited or vanished is finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+
+from agent.executors import JobLiveness
+from agent.records import TaskPaths, TaskRecord, load_job_spec
+from agent.tasks import TaskRegistry
+from core.configuration.durations import format_duration
+from core.status import JobTerminationReason
+
+logger = logging.getLogger(__name__)
+
+WATCH_INTERVAL = 0.25  # seconds; SIGCHLD wakes the watcher at once for the jobs this agent started
+GONE_MESSAGE = "agent restarted and the job's process is gone: it left no exit status"
+
+
+async def watch_forever(registry: TaskRegistry) -> None:
+    wake = asyncio.Event()
+    registry.wake_on(wake)
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGCHLD, wake.set)
+    except (NotImplementedError, RuntimeError, ValueError):
+        logger.info("SIGCHLD handler unavailable: polling every %ss", WATCH_INTERVAL)
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), WATCH_INTERVAL)
+        wake.clear()
+        check_running(registry)
+
+
+def check_running(registry: TaskRegistry) -> None:
+    now = time.time()
+    for record in registry.running():
+        try:
+            _check(registry, record, now)
+        except Exception:
+            logger.exception("checking task %s failed", record.id)
+
+
+def inactive_since(record: TaskRecord) -> float | None:
+    """Since when nobody has been connected to a job that may be ended for it (None: someone is, or the
+    job has no `inactivity_duration`)."""
+    if record.inactivity_duration is None or record.ssh_connections > 0 or record.started_at is None:
+        return None
+    return max(record.ssh_last_activity or record.started_at, record.started_at)
+
+
+def _check(registry: TaskRegistry, record: TaskRecord, now: float) -> None:
+    paths = registry.paths(record.id)
+    executor = registry.executors.for_task(record)
+    stop = record.stop
+    if stop is not None and not stop.killed and now >= stop.kill_at:
+        stop.killed = True
+        registry.save(record)
+        executor.signal(record, signal.SIGKILL)
+    if stop is None and record.deadline is not None and now >= record.deadline:
+        assert record.started_at is not None
+        limit = round(record.deadline - record.started_at)
+        reason = JobTerminationReason.MAX_DURATION_EXCEEDED
+        registry.request_stop(record, reason, f"max_duration of {limit}s exceeded", _grace(paths))
+    idle = inactive_since(record)
+    if record.stop is None and idle is not None and now - idle >= (record.inactivity_duration or 0):
+        quiet = format_duration(record.inactivity_duration)
+        message = f"no SSH connection for {quiet} (inactivity_duration)"
+        reason = JobTerminationReason.INACTIVITY_DURATION_EXCEEDED
+        registry.request_stop(record, reason, message, _grace(paths))
+    check = executor.check(record, paths)
+    if check.liveness == JobLiveness.EXITED:
+        registry.finish(record, check.exit_status, check.kill_strays)
+    elif check.liveness == JobLiveness.GONE:
+        if record.stop is not None:
+            reason = record.stop.reason
+            registry.finalize(record, reason, record.stop.message or reason.message(), exit_status=None)
+        else:
+            registry.finalize(record, JobTerminationReason.EXECUTOR_ERROR, GONE_MESSAGE, exit_status=None)
+
+
+def _grace(paths: TaskPaths) -> float:
+    """The job's stop_duration, for a stop the agent decides itself."""
+    try:
+        return float(load_job_spec(paths).stop_duration)
+    except (OSError, ValueError):
+        return 10.0
