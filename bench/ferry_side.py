@@ -94,8 +94,13 @@ class BurstResult:
 
 
 def _stack_env(home: Path) -> dict[str, str]:
-    """This environment without any FERRY_* setting (the user's server, store or project), in `home`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FERRY_", "DSTACK_"))}
+    """This environment without any FERRY_* setting (the user's server, store or project), in `home`; the
+    proxy's own switches (FERRY_GATEWAY_*, e.g. FERRY_GATEWAY_FAST_PATH=0 for an A/B) are kept."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("FERRY_", "DSTACK_")) or k.startswith("FERRY_GATEWAY_")
+    }
     env["FERRY_HOME"] = str(home)
     env.update(recovery.ssh_settings())  # how the worker deploys to the recovery section's test hosts
     return env

@@ -7,7 +7,9 @@ replica directly and through the proxy, in alternating rounds; it prints request
 proxy's CPU µs per request. `--compare DIR` runs a second proxy beside it, `python -m gateway` started in
 DIR (so DIR/gateway, e.g. a copy of the package before a change, is the one imported; it also finds the
 replica's URL in FERRY_BENCH_REPLICA_URL), measured in the same rounds: an A/B comparison under the same
-noise. `--profile FILE` runs the first proxy under cProfile and writes its stats there (the profiler
+noise. `--floor` runs a third beside them, FLOOR_RELAY: a relay that passes bytes both ways on the same
+event loop and does nothing else, the CPU any Python proxy on uvloop spends on the kernel's reads and
+writes. `--profile FILE` runs the first proxy under cProfile and writes its stats there (the profiler
 inflates the CPU figures). Takes seconds.
 """
 
@@ -41,6 +43,49 @@ from store.models import RunRecord, ServiceReplicaRecord
 from store.opening import open_store
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# `python FILE REPLICA_PORT PORT`: each client connection gets a connection of its own to the replica, and
+# the bytes pass as they come, the service path cut from the request line (plain GETs only).
+FLOOR_RELAY = r"""
+import asyncio, sys, uvloop
+
+REPLICA_PORT, PORT = int(sys.argv[1]), int(sys.argv[2])
+
+
+class ToReplica(asyncio.Protocol):
+    def __init__(self, client):
+        self.client = client
+
+    def data_received(self, data):
+        self.client.transport.write(data)
+
+
+class FromClient(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.replica, self.early = transport, None, []
+        asyncio.get_running_loop().create_task(self.open())
+
+    async def open(self):
+        loop = asyncio.get_running_loop()
+        self.replica, _ = await loop.create_connection(lambda: ToReplica(self), "127.0.0.1", REPLICA_PORT)
+        for data in self.early:
+            self.replica.write(data)
+
+    def data_received(self, data):
+        data = data.replace(b"/proxy/services/bench/micro/", b"/", 1)
+        if self.replica is None:
+            self.early.append(data)
+        else:
+            self.replica.write(data)
+
+
+async def main():
+    await asyncio.get_running_loop().create_server(FromClient, "127.0.0.1", PORT)
+    await asyncio.Event().wait()
+
+
+uvloop.run(main())
+"""
 
 
 def _wait_listening(port: int, proc: subprocess.Popen[bytes], limit: float = 20.0) -> None:
@@ -125,6 +170,12 @@ async def _measure(args: argparse.Namespace, work: Path, report: Report) -> None
         )
         for name in dirs
     }
+    if args.floor:
+        relay = work / "floor_relay.py"
+        relay.write_text(FLOOR_RELAY)
+        ports["floor"] = free_port()
+        command = [sys.executable, str(relay), str(replica_port), str(ports["floor"])]
+        gateways["floor"] = subprocess.Popen(command, stderr=subprocess.DEVNULL, cwd=work)
     try:
         _wait_listening(replica_port, replica)
         for name, proc in gateways.items():
@@ -178,6 +229,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--profile", default=None, help="cProfile the proxies into this file")
     parser.add_argument("--compare", default=None, help="a directory with another gateway/ package")
+    parser.add_argument("--floor", action="store_true", help="a bare relay beside: the CPU floor")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ferry-proxy-micro-"))
     os.environ.setdefault("FERRY_HOME", str(work))

@@ -4,8 +4,8 @@ The request's head, rewritten (gateway.fast_path_rules.upstream_head), goes to a
 the replica (gateway.replica_pool), or a new one; its body follows as it arrives, unbuffered (held only
 while the connection opens). The answer comes back the same way: an answer with a Content-Length of at
 most SMALL_ANSWER is read whole and written with its head in one write (one packet, one wake-up of the
-client), others chunk by chunk as the replica sends them. Flow control holds both ways: a side that
-cannot take more pauses reading on the other.
+client; most often the very bytes the replica sent), others chunk by chunk as the replica sends them.
+Flow control holds both ways: a side that cannot take more pauses reading on the other.
 
 Failures, as gateway.forwarding has them: a replica that cannot be reached, or fails before its answer
 (or within a small answer read whole), gives 502 with a body that says so; one that fails mid-answer has
@@ -23,16 +23,14 @@ from typing import Protocol
 
 from gateway.door import Door
 from gateway.fast_path_rules import (
-    AnswerFraming,
     FastRoute,
-    Framing,
-    answer_framing,
     downstream_head,
     failed_message,
     may_resend,
     plain_reply,
     upstream_head,
 )
+from gateway.heads import AnswerHead, Framing, RequestHead, parse_answer_head
 from gateway.http1 import (
     LAST_CHUNK,
     MAX_HEAD,
@@ -40,11 +38,8 @@ from gateway.http1 import (
     ChunkedBody,
     LengthBody,
     MalformedBody,
-    RequestHead,
-    ResponseHead,
     UntilClose,
     chunk,
-    parse_response_head,
 )
 from gateway.replica_pool import ReplicaConnection
 from gateway.routing_table import Replica
@@ -54,7 +49,7 @@ class ClientConnection(Protocol):
     """What an exchange uses of its client's connection (gateway.fast_path.ClientConnection)."""
 
     door: Door
-    address: str
+    address: bytes
     paused: int
 
     def write(self, data: bytes) -> None: ...
@@ -72,6 +67,28 @@ PAUSED_FOR_REPLICA = 2  # the client's reading paused: the replica cannot take i
 
 
 class Exchange:
+    """One request and its answer. One is made for every request, so its attributes have class-level
+    defaults: a plain GET and its small answer set only a few of them."""
+
+    request_complete = True  # the request's body has all come (a bodiless request: from the start)
+    _body: BodyFraming | None = None  # the request's body, while it is coming
+    _pending: list[bytes] | None = None  # body for a connection still opening
+    _pending_size = 0
+    _kept: list[bytes] | None = None  # body sent to this replica, kept for a resend
+    _kept_size = 0  # over RESEND_LIMIT: `_kept` is dropped, and the request cannot be sent again
+    _connection: ReplicaConnection | None = None
+    _opening: asyncio.Task[None] | None = None
+    _resent = False
+    _answer_buffer = b""  # the answer's head, until it is whole
+    _answer: AnswerHead | None = None
+    _answer_body: BodyFraming | None = None
+    _whole: list[bytes] | None = None  # a small answer's body, gathered
+    _rechunked = False  # an answer delimited by the replica closing: the client gets it chunked
+    _unsent_head = b""  # the answer's head, until it goes with the first bytes of its body
+    _head_written = False  # the client has the answer's head (or gets it next): a failure now cuts it
+    _replica_reusable = True
+    _finished = False
+
     def __init__(
         self,
         client: ClientConnection,
@@ -85,26 +102,12 @@ class Exchange:
         self._door = client.door
         self._head = head
         self._route = fast_route
+        self._service = fast_route[0]
         self._replica = replica
         self._close_client = close_client  # the client said Connection: close
-        self._body: BodyFraming = ChunkedBody() if head.chunked else LengthBody(head.length or 0)
-        self.request_complete = self._body.done
-        self._has_body = not self._body.done
-        self._pending: list[bytes] = []  # body for a connection still opening
-        self._pending_size = 0
-        self._sent: list[bytes] | None = []  # body sent to this replica, kept for a resend (None: too much)
-        self._sent_size = 0
-        self._connection: ReplicaConnection | None = None
-        self._opening: asyncio.Task[None] | None = None
-        self._resent = False
-        self._answer_buffer = b""  # the answer's head, until it is whole
-        self._answer_head: ResponseHead | None = None
-        self._framing: AnswerFraming | None = None
-        self._answer_body: BodyFraming = UntilClose()
-        self._whole: list[bytes] | None = None  # a small answer's body, gathered
-        self._head_written = False
-        self._replica_reusable = True
-        self._finished = False
+        if head.chunked or head.length:
+            self._body = ChunkedBody() if head.chunked else LengthBody(head.length)
+            self.request_complete = False
 
     # --- the request ------------------------------------------------------------------------------
 
@@ -119,20 +122,25 @@ class Exchange:
         """Takes the bytes of the request's body among `data`; returns those past its end."""
         if self._finished:
             return b""  # the answer is over and the connection closes: nobody needs the rest
+        body_framing = self._body
+        if body_framing is None:
+            return data  # a bodiless request: all of it is the next requests'
         try:
-            taken = self._body.feed(data)
+            taken = body_framing.feed(data)
         except MalformedBody as err:
             log.info("a client's chunked body is malformed: %s", err)
             self._give_up(cut_client=True)
             return b""
         body, rest = (data, b"") if taken == len(data) else (data[:taken], data[taken:])
-        self.request_complete = self._body.done
+        self.request_complete = body_framing.done
         if body:
             connection = self._connection
             if connection is not None:
                 connection.write(body)
                 self._keep_sent(body)
             else:
+                if self._pending is None:
+                    self._pending = []
                 self._pending.append(body)
                 self._pending_size += len(body)
                 if self._pending_size > _PENDING_LIMIT:
@@ -140,12 +148,13 @@ class Exchange:
         return rest
 
     def _keep_sent(self, body: bytes) -> None:
-        if self._sent is not None:
-            self._sent_size += len(body)
-            if self._sent_size > RESEND_LIMIT:
-                self._sent = None
-            else:
-                self._sent.append(body)
+        self._kept_size += len(body)
+        if self._kept_size > RESEND_LIMIT:
+            self._kept = None
+        elif self._kept is None:
+            self._kept = [body]
+        else:
+            self._kept.append(body)
 
     def _open(self) -> None:
         self._opening = asyncio.get_running_loop().create_task(self._connect(self._replica))
@@ -167,10 +176,14 @@ class Exchange:
     def _attach(self, connection: ReplicaConnection) -> None:
         self._connection = connection
         connection.user = self
-        head = upstream_head(self._head, self._route, self._replica.url, self._client.address)
-        pending, self._pending, self._pending_size = self._pending, [], 0
-        connection.write(head + b"".join(pending) if pending else head)
-        self._sent, self._sent_size = [], 0
+        head = upstream_head(self._head, self._route, connection.host, self._client.address)
+        pending = self._pending
+        if not pending:
+            connection.write(head)
+            return
+        self._pending, self._pending_size = None, 0
+        connection.write(head + b"".join(pending))
+        self._kept, self._kept_size = None, 0
         for body in pending:
             self._keep_sent(body)
         if self._client.paused:
@@ -181,15 +194,18 @@ class Exchange:
     def replica_data(self, data: bytes) -> None:
         if self._finished:
             return
-        if self._framing is None:
-            self._answer_buffer = self._answer_buffer + data if self._answer_buffer else data
-            if not self._read_answer_head():
+        answer_body = self._answer_body
+        if answer_body is None:
+            rest = self._answer_began(data)
+            answer_body = self._answer_body
+            if rest is None or answer_body is None:
                 return
-            data, self._answer_buffer = self._answer_buffer, b""
-            if not data and not self._answer_body.done:
+            data = rest
+            if not data and not answer_body.done:
+                self._pass_on(b"")  # the head alone, at once: the body may be long in coming (SSE)
                 return
         try:
-            taken = self._answer_body.feed(data)
+            taken = answer_body.feed(data)
         except MalformedBody as err:
             self._failed_mid_answer(err)
             return
@@ -198,62 +214,97 @@ class Exchange:
             data = data[:taken]
         if self._whole is not None:
             self._whole.append(data)
-        elif self._framing is not None and self._framing.framing is Framing.UNTIL_CLOSE:
-            self._client.write(chunk(data))
-        elif data:
-            self._client.write(data)
-        if self._answer_body.done:
+        else:
+            self._pass_on(data)
+        if answer_body.done:
             self._answer_complete()
 
-    def _read_answer_head(self) -> bool:
-        """True once the answer's head is read (and acted on); its body's first bytes stay buffered."""
+    def _pass_on(self, data: bytes) -> None:
+        """Sends the client these bytes of the answer's body, after its head if that is not sent yet."""
+        if self._rechunked:
+            data = chunk(data)
+        if self._unsent_head:
+            data, self._unsent_head = self._unsent_head + data, b""
+        if data:
+            self._client.write(data)
+
+    def _answer_began(self, data: bytes) -> bytes | None:
+        """Reads the answer's head from what came so far (sends the whole answer if it is small and here);
+        the bytes that follow it, or None if there is nothing more to do with them."""
+        buffer = self._answer_buffer + data if self._answer_buffer else data
         while True:
-            buffer = self._answer_buffer
             end = buffer.find(b"\r\n\r\n")
             if end < 0:
+                self._answer_buffer = buffer
                 if len(buffer) > MAX_HEAD:
                     self._failed_mid_answer(ValueError("an answer head that does not end"))
-                return False
-            head = parse_response_head(buffer[: end + 4])
-            self._answer_buffer = buffer[end + 4 :]
-            framing = None if head is None else answer_framing(head, self._head.method)
-            if head is None or framing is None or head.status == 101:
+                return None
+            head_end = end + 4
+            answer = parse_answer_head(buffer[:head_end], self._head.method)
+            if answer is None:
                 self._failed_mid_answer(ValueError("an answer the proxy cannot read"))
-                return False
-            if head.status >= 200:
-                break  # 1xx: an interim answer, not passed on; the answer follows
-        self._answer_head, self._framing = head, framing
-        if framing.framing is Framing.LENGTH:
-            self._answer_body = LengthBody(framing.length)
-            if framing.length <= SMALL_ANSWER:
+                return None
+            if answer.status >= 200:
+                break
+            buffer = buffer[head_end:]  # 1xx: an interim answer, not passed on; the answer follows
+        self._answer_buffer = b""
+        self._answer = answer
+        rest = buffer[head_end:]
+        framing = answer.framing
+        if framing is Framing.LENGTH:
+            length = answer.length
+            if length <= SMALL_ANSWER and len(rest) >= length:  # all here: the common case
+                self._small_answer(answer, buffer, rest)
+                return None
+            self._answer_body = LengthBody(length)
+            if length <= SMALL_ANSWER:
                 self._whole = []
-        elif framing.framing is Framing.CHUNKED:
+        elif framing is Framing.CHUNKED:
             self._answer_body = ChunkedBody()
-        elif framing.framing is Framing.NONE:
+        elif framing is Framing.NONE:
             self._answer_body = LengthBody(0)
-        if self._whole is None:
-            self._client.write(downstream_head(head, framing, self._close_client))
+        else:
+            self._answer_body, self._rechunked = UntilClose(), True
+        if self._whole is None:  # sent with the body's first bytes: one write
+            self._unsent_head = downstream_head(answer, self._close_client)
             self._head_written = True
-        return True
+        return rest
+
+    def _small_answer(self, answer: AnswerHead, buffer: bytes, rest: bytes) -> None:
+        """A small answer, whole in `buffer` (its head, then `rest`): sent in one write, as it came when
+        the client may have it so."""
+        if len(rest) > answer.length:
+            self._replica_reusable = False  # more than its answer: the connection is not to be trusted
+            whole = downstream_head(answer, self._close_client) + rest[: answer.length]
+        elif answer.verbatim and not self._close_client:
+            whole = buffer  # the very bytes the replica sent
+        else:
+            whole = downstream_head(answer, self._close_client) + rest
+        self._client.write(whole)
+        self._head_written = True
+        self._answer_over(answer)
 
     def _answer_complete(self) -> None:
-        assert self._answer_head is not None and self._framing is not None
+        answer = self._answer
+        assert answer is not None
         if self._whole is not None:
-            head = downstream_head(self._answer_head, self._framing, self._close_client)
-            self._client.write(head + b"".join(self._whole))
+            self._client.write(downstream_head(answer, self._close_client) + b"".join(self._whole))
             self._head_written = True
-        reusable = self._framing.reusable and self._replica_reusable and self.request_complete
+        self._answer_over(answer)
+
+    def _answer_over(self, answer: AnswerHead) -> None:
+        reusable = answer.reusable and self._replica_reusable and self.request_complete
         self._finish(keep_connection=reusable, close_client=self._close_client or not self.request_complete)
 
     def replica_lost(self, exc: BaseException | None) -> None:
         self._connection = None
         if self._finished:
             return
-        framing = self._framing
-        if framing is not None and framing.framing is Framing.UNTIL_CLOSE:
+        answer = self._answer
+        if answer is not None and answer.framing is Framing.UNTIL_CLOSE:
             self._client.write(LAST_CHUNK)  # its end: the replica closing
             self._finish(keep_connection=False, close_client=self._close_client or not self.request_complete)
-        elif framing is None and not self._answer_buffer:
+        elif answer is None and not self._answer_buffer:
             self._failed_before_answer(exc or ConnectionResetError("the replica closed the connection"))
         else:
             self._failed_mid_answer(exc or ConnectionResetError("the replica closed the connection"))
@@ -278,28 +329,27 @@ class Exchange:
             self._connection.close()
             self._connection = None
         target = None
-        if not self._resent and may_resend(
-            self._head.method, self._has_body, self._sent is not None, reached
-        ):
+        body_kept = self._kept_size <= RESEND_LIMIT
+        if not self._resent and may_resend(self._head.method, self._body is not None, body_kept, reached):
             target = self._resend_target(reached)
         if target is None:
             log.info("replica %s failed before answering: %r", self._replica.id, err)
             self._reply_502(
-                failed_message(self._route.service, self._replica.url, _reason(err), "before answering")
+                failed_message(self._service, self._replica.url, _reason(err), "before answering")
             )
             return
         self._resent = True
         self._door.balancer.acquire(target.id)
         self._door.balancer.release(self._replica.id)
         self._replica = target
-        self._pending = [*(self._sent or []), *self._pending]
+        self._pending = [*(self._kept or []), *(self._pending or [])]
         self._pending_size = sum(len(b) for b in self._pending)
         self._answer_buffer = b""
         self._open()  # a new connection: another kept one may be just as stale
 
     def _resend_target(self, reached: bool) -> Replica | None:
         failed = self._replica
-        current = self._door.directory.table.services.get(self._route.service.key)
+        current = self._door.directory.table.services.get(self._service.key)
         if current is None:
             return None
         alternative = self._door.balancer.pick(current, exclude=(failed.id,))
@@ -312,7 +362,7 @@ class Exchange:
         if self._head_written:
             self._give_up(cut_client=True)
             return
-        message = failed_message(self._route.service, self._replica.url, _reason(err), "mid-answer")
+        message = failed_message(self._service, self._replica.url, _reason(err), "mid-answer")
         self._reply_502(message)
 
     def _reply_502(self, message: str) -> None:
@@ -333,8 +383,9 @@ class Exchange:
         if self._opening is not None:
             self._opening.cancel()
             self._opening = None
-        connection, self._connection = self._connection, None
+        connection = self._connection
         if connection is not None:
+            self._connection = None
             if keep_connection:
                 if not connection.reading:
                     connection.set_reading(True)

@@ -1,12 +1,13 @@
 """The fast path's client side: one ClientConnection (an asyncio protocol) per connection to the proxy.
 
-Each request head is parsed (gateway.http1) and routed (gateway.fast_path_rules.route). A plain HTTP/1.1
-request for a service with a ready replica, from a client whose token is good (when the service has
-`auth`), is counted, given a replica by the balancer and forwarded by an Exchange (gateway.exchange).
-Anything else is handed to the aiohttp app, with the bytes received so far: the connection's transport
-gets aiohttp's own protocol (`transport.set_protocol`), which serves it from then on, this request and
-every later one on the connection. So the app answers what it always did (`/healthz`, the models API, 404,
-401, held requests, WebSockets, malformed requests, HTTP/1.0) and the fast path never has to.
+Each request head is parsed (gateway.heads, with httptools) and routed (gateway.fast_path_rules.route).
+A plain HTTP/1.1 request for a service with a ready replica, from a client whose token is good (when the
+service has `auth`), is counted, given a replica by the balancer and forwarded by an Exchange
+(gateway.exchange). Anything else is handed to the aiohttp app, with the bytes received so far: the
+connection's transport gets aiohttp's own protocol (`transport.set_protocol`), which serves it from then
+on, this request and every later one on the connection. So the app answers what it always did
+(`/healthz`, the models API, 404, 401, held requests, WebSockets, malformed requests, HTTP/1.0) and the
+fast path never has to.
 
 A token not in the token cache is looked up (reading stays as it is; requests wait in the buffer); a
 token that is not good, or a lookup that fails, goes to the app, which answers 401 or 503. Requests on
@@ -26,7 +27,8 @@ from typing import cast
 from gateway.door import Door
 from gateway.exchange import Exchange
 from gateway.fast_path_rules import route
-from gateway.http1 import MAX_HEAD, parse_request_head
+from gateway.heads import parse_request_head
+from gateway.http1 import MAX_HEAD
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +42,7 @@ class ClientConnection(asyncio.Protocol):
         self.door = door
         self._fallback = fallback
         self.transport: asyncio.Transport | None = None
-        self.address = ""  # the client's IP address, for X-Forwarded-For
+        self.address = b""  # the client's IP address, for X-Forwarded-For
         self.exchange: Exchange | None = None
         self.idle_since = 0.0  # time.monotonic(); 0 while a request is in flight
         self.closed = False
@@ -59,16 +61,21 @@ class ClientConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport's kin
         peer = self.transport.get_extra_info("peername")
-        self.address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        self.address = str(peer[0]).encode() if isinstance(peer, tuple) and peer else b""
         self.idle_since = monotonic()
         self.door.opened(self)
 
     def data_received(self, data: bytes) -> None:
         exchange = self.exchange
-        if exchange is not None and not exchange.request_complete:
-            data = exchange.client_data(data)
-            if not data:
-                return
+        if exchange is not None:
+            if not exchange.request_complete:
+                data = exchange.client_data(data)
+                if not data:
+                    return
+        elif self._token_lookup is None and not self._buffer:  # a new request, most often whole
+            self._buffer = data
+            self._serve_next()
+            return
         self._buffer = self._buffer + data if self._buffer else data
         if not self.busy:
             self._serve_next()
@@ -160,11 +167,12 @@ class ClientConnection(asyncio.Protocol):
         if head is None or fast_route is None:
             self._hand_off()
             return
-        service = fast_route.service
+        door = self.door
+        service = fast_route[0]
         if service.settings.auth:
-            raw = head.headers.get(b"authorization")
+            raw = head.authorization
             authorization = None if raw is None else raw.decode("latin-1")
-            known, user = self.door.tokens.cached_user(authorization)
+            known, user = door.tokens.cached_user(authorization)
             if not known and authorization is not None and authorization != self._looked_up:
                 self._looked_up = authorization
                 self._token_lookup = asyncio.get_running_loop().create_task(self._look_up(authorization))
@@ -172,13 +180,13 @@ class ClientConnection(asyncio.Protocol):
             if user is None:
                 self._hand_off()  # the app answers 401 (or 503 if the store cannot say)
                 return
-        replica = self.door.balancer.pick(service)
+        replica = door.balancer.pick(service)
         if replica is None:
             self._hand_off()
             return
-        self.door.balancer.acquire(replica.id)
-        self.door.stats.count(service.run_id)
-        close = b"close" in head.headers.connection_tokens()
+        door.balancer.acquire(replica.id)
+        door.stats.count(service.run_id)
+        close = bool(head.connection) and b"close" in head.connection_tokens()
         exchange = Exchange(self, head, fast_route, replica, close_client=close)
         self.exchange = exchange
         self.idle_since = 0.0

@@ -1,144 +1,99 @@
-"""What the fast path does with a request and its answer: pure decisions on parsed heads (gateway.http1).
+"""What the fast path does with a request and its answer: pure decisions on parsed heads (gateway.heads).
 
 - `route`: whether a request is the fast path's (a plain request for a service with a ready replica, see
   gateway.fast_path) and, if so, which service and which target the replica gets; None sends the request
   to the aiohttp app. The rules are the services API's (gateway.services_api): strip_prefix as there.
 - `upstream_head` / `downstream_head`: the heads as they cross, with the headers gateway.headers says
   (hop-by-hop ones dropped; Host, X-Forwarded-*; the Ferry token kept from a service with `auth`).
-- `answer_framing`: how a replica's answer is delimited, and whether its connection may be used again.
 - `may_resend`: whether a request whose replica failed before answering may go to a replica once more.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from enum import Enum
 
 from core.services.replicas import SERVICES_PREFIX
 from gateway.headers import HOP_BY_HOP
-from gateway.http1 import RequestHead, ResponseHead
+from gateway.heads import AnswerHead, Framing, RequestHead
 from gateway.routing_table import RoutingTable, Service
 
 # `<prefix>/<project>/<run>/`, with names the fast path routes as they are (aiohttp's router would
 # percent-decode others, and normalise dot segments).
-_NAME = r"([A-Za-z0-9_~-][A-Za-z0-9_.~-]*)"
-_SERVICE_TARGET = re.compile(re.escape(SERVICES_PREFIX) + "/" + _NAME + "/" + _NAME + "/")
-IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
-# Headers that send a request to the aiohttp app: a protocol switch, or an interim answer to wait for.
-_NOT_PLAIN = frozenset({b"upgrade", b"expect"})
+_NAME = rb"([A-Za-z0-9_~-][A-Za-z0-9_.~-]*)"
+_SERVICE_TARGET = re.compile(re.escape(SERVICES_PREFIX.encode()) + b"/" + _NAME + b"/" + _NAME + b"/")
+IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
 
-_ALWAYS_DROPPED_UP = frozenset(
-    name.encode() for name in HOP_BY_HOP | {"host", "expect", "x-forwarded-for", "content-length"}
-)
-_ALWAYS_DROPPED_DOWN = frozenset(name.encode() for name in HOP_BY_HOP)
-_NO_BODY_STATUSES = frozenset({204, 304})
+_DROPPED_DOWN = frozenset(name.encode() for name in HOP_BY_HOP)
+_RECHUNKED = (Framing.CHUNKED, Framing.UNTIL_CLOSE)  # answers the client gets with chunked coding
 
 
-@dataclass(frozen=True, slots=True)
-class FastRoute:
-    service: Service
-    target: str  # what the replica gets: path and query, still percent-encoded
-    stripped_prefix: str | None  # X-Forwarded-Prefix, when the service path was taken off
+# A route: the service, what its replica gets as the request target (path and query, still
+# percent-encoded), and the prefix taken off it (X-Forwarded-Prefix), None if none was. A plain tuple:
+# one is made for every request.
+FastRoute = tuple[Service, bytes, bytes | None]
 
 
 def route(head: RequestHead, table: RoutingTable) -> FastRoute | None:
     """The fast path's route for this request, or None: the aiohttp app answers it (other paths, the
-    slash redirect, an unknown service, one with no ready replica to hold for, an upgrade, ...)."""
+    slash redirect, an unknown service, one with no ready replica to hold for, ...)."""
     target = head.target
     matched = _SERVICE_TARGET.match(target)
-    if matched is None or head.method == "CONNECT":
+    if matched is None:
         return None
-    names = head.headers.names
-    if not _NOT_PLAIN.isdisjoint(names) or b"host" not in names:
-        return None
-    service = table.services.get((matched.group(1), matched.group(2)))
+    service = table.services.get((matched[1].decode(), matched[2].decode()))
     if service is None or not service.ready:
         return None
     if service.settings.strip_prefix:
-        return FastRoute(service, target[matched.end() - 1 :], service.path.rstrip("/"))
-    return FastRoute(service, target, None)
+        end = matched.end() - 1  # the service path without its trailing slash: the prefix taken off
+        return service, target[end:], target[:end]
+    return service, target, None
 
 
-def upstream_head(head: RequestHead, fast_route: FastRoute, replica_url: str, client_address: str) -> bytes:
-    """The head the replica gets: `head` to `fast_route.target` on the replica at `replica_url`."""
-    headers = head.headers
-    dropped = _ALWAYS_DROPPED_UP | headers.connection_tokens()
-    if fast_route.service.settings.auth:
-        dropped |= {b"authorization"}
-    if fast_route.stripped_prefix is not None:
-        dropped |= {b"x-forwarded-prefix"}
-    host = replica_url.partition("://")[2]
-    parts = [f"{head.method} {fast_route.target} HTTP/1.1\r\nHost: {host}\r\n".encode()]
-    names = headers.names
-    parts += [line for name, line in zip(names, headers.lines, strict=True) if name not in dropped]
-    forwarded_for = headers.get(b"x-forwarded-for")
-    chain = forwarded_for.decode("latin-1") + ", " + client_address if forwarded_for else client_address
-    extra = [f"X-Forwarded-For: {chain}\r\n"]
-    if b"x-forwarded-host" not in names:
-        extra.append(f"X-Forwarded-Host: {(headers.get(b'host') or b'').decode('latin-1')}\r\n")
-    if b"x-forwarded-proto" not in names:
-        extra.append("X-Forwarded-Proto: http\r\n")
-    if fast_route.stripped_prefix is not None:
-        extra.append(f"X-Forwarded-Prefix: {fast_route.stripped_prefix}\r\n")
+def upstream_head(
+    head: RequestHead, fast_route: FastRoute, replica_host: bytes, client_address: bytes
+) -> bytes:
+    """The head the replica gets: `head` to `fast_route`'s target on the replica at `replica_host`
+    (host:port), from the client at `client_address`."""
+    service, target, stripped = fast_route
+    forwarded = b"".join(head.parts)
+    if head.authorization_lines and not service.settings.auth:
+        forwarded += head.authorization_lines
+    prefix = head.prefix_lines if stripped is None else b"X-Forwarded-Prefix: " + stripped + b"\r\n"
+    chain = client_address if head.forwarded_for is None else head.forwarded_for + b", " + client_address
+    host = b"" if head.has_forwarded_host else b"X-Forwarded-Host: " + (head.host or b"") + b"\r\n"
+    proto = b"" if head.has_forwarded_proto else b"X-Forwarded-Proto: http\r\n"
     if head.chunked:
-        extra.append("Transfer-Encoding: chunked\r\n")
-    elif head.length or b"content-length" in names:
-        extra.append(f"Content-Length: {head.length}\r\n")
-    parts.append("".join(extra).encode("latin-1") + b"\r\n")
-    return b"".join(parts)
+        framing = b"Transfer-Encoding: chunked\r\n"
+    elif head.has_length:
+        framing = b"Content-Length: %d\r\n" % head.length
+    else:
+        framing = b""
+    return b"%s %s HTTP/1.1\r\nHost: %s\r\n%sX-Forwarded-For: %s\r\n%s%s%s%s\r\n" % (
+        head.method,
+        target,
+        replica_host,
+        forwarded,
+        chain,
+        host,
+        proto,
+        prefix,
+        framing,
+    )
 
 
-class Framing(Enum):
-    NONE = "none"  # no body (HEAD, 204, 304)
-    LENGTH = "length"  # Content-Length
-    CHUNKED = "chunked"  # passed through chunk by chunk as it is
-    UNTIL_CLOSE = "until-close"  # the replica closes at its end; the client gets it chunked
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerFraming:
-    framing: Framing
-    length: int  # with LENGTH
-    reusable: bool  # whether the replica's connection may carry another request after this answer
-
-
-def answer_framing(head: ResponseHead, method: str) -> AnswerFraming | None:
-    """How the answer's body is delimited; None if its head says so in a way the proxy cannot follow."""
-    headers = head.headers
-    keep_alive = not head.http10 and b"close" not in headers.connection_tokens()
-    if method == "HEAD" or head.status in _NO_BODY_STATUSES:
-        return AnswerFraming(Framing.NONE, 0, keep_alive)
-    transfer = headers.get(b"transfer-encoding")
-    if transfer is not None:
-        if transfer.lower() != b"chunked" or headers.count(b"transfer-encoding") > 1:
-            return None
-        return AnswerFraming(Framing.CHUNKED, 0, keep_alive)
-    lengths = headers.count(b"content-length")
-    if lengths:
-        value = headers.get(b"content-length") or b""
-        if lengths > 1:  # the same value each time, or none that can be trusted
-            values = {
-                line.partition(b":")[2].strip()
-                for line in headers.lines
-                if line[:15].lower() == b"content-length:"
-            }
-            value = value if values == {value} else b""
-        if not value.isdigit() or len(value) > 18:
-            return None
-        return AnswerFraming(Framing.LENGTH, int(value), keep_alive)
-    return AnswerFraming(Framing.UNTIL_CLOSE, 0, False)
-
-
-def downstream_head(head: ResponseHead, framing: AnswerFraming, close: bool) -> bytes:
-    """The head the client gets: the replica's status and end-to-end headers, framed for this hop."""
-    headers = head.headers
-    dropped = _ALWAYS_DROPPED_DOWN | headers.connection_tokens()
-    if framing.framing in (Framing.CHUNKED, Framing.UNTIL_CLOSE):
+def downstream_head(answer: AnswerHead, close: bool) -> bytes:
+    """The head the client gets: the replica's status and end-to-end headers, framed for this hop; most
+    often the head as it came (`answer.verbatim`)."""
+    if answer.verbatim:
+        return answer.raw[:-2] + b"Connection: close\r\n\r\n" if close else answer.raw
+    dropped = _DROPPED_DOWN | answer.connection_tokens()
+    rechunked = answer.framing in _RECHUNKED
+    if rechunked:
         dropped |= {b"content-length"}
-    parts = [b"HTTP/1.1 " + head.status_line[9:]]
-    parts += [line for name, line in zip(headers.names, headers.lines, strict=True) if name not in dropped]
-    if framing.framing in (Framing.CHUNKED, Framing.UNTIL_CLOSE):
+    lines = answer.raw.split(b"\r\n")  # the status line, the header lines, then the two empty ones
+    parts = [b"HTTP/1.1 " + lines[0][9:] + b"\r\n"]
+    parts += [line + b"\r\n" for line in lines[1:-2] if line.partition(b":")[0].lower() not in dropped]
+    if rechunked:
         parts.append(b"Transfer-Encoding: chunked\r\n")
     if close:
         parts.append(b"Connection: close\r\n")
@@ -156,7 +111,7 @@ def plain_reply(status: int, reason: str, message: str, close: bool) -> bytes:
     return head.encode() + body
 
 
-def may_resend(method: str, has_body: bool, body_kept: bool, reached: bool) -> bool:
+def may_resend(method: bytes, has_body: bool, body_kept: bool, reached: bool) -> bool:
     """Whether a request whose replica failed before any answer may be sent once more: one the replica
     never got (a refused connection), or one it may have got that is idempotent or bodiless, provided the
     body sent so far was kept."""

@@ -29,9 +29,10 @@ class ReplicaUser(Protocol):
 
 
 class ReplicaConnection(asyncio.Protocol):
-    def __init__(self, pool: ReplicaPool, url: str) -> None:
+    def __init__(self, pool: ReplicaPool, url: str, host: bytes) -> None:
         self.pool = pool
         self.url = url
+        self.host = host  # host:port, the Host header the replica gets
         self.transport: asyncio.Transport | None = None
         self.user: ReplicaUser | None = None
         self.idle_since = 0.0  # time.monotonic()
@@ -92,7 +93,7 @@ class ReplicaPool:
         self._connect_timeout = connect_timeout
         self._keepalive = keepalive
         self._idle: dict[str, list[ReplicaConnection]] = {}
-        self._addresses: dict[str, tuple[str, int]] = {}
+        self._addresses: dict[str, tuple[str, int, bytes]] = {}  # url: host, port, Host header
         self._sweeping: asyncio.TimerHandle | None = None
 
     def take(self, url: str) -> ReplicaConnection | None:
@@ -117,10 +118,13 @@ class ReplicaPool:
         address = self._addresses.get(url)
         if address is None:
             parts = urlsplit(url)
-            address = self._addresses[url] = (parts.hostname or "", parts.port or 80)
+            host_header = url.partition("://")[2].encode()
+            address = self._addresses[url] = (parts.hostname or "", parts.port or 80, host_header)
+        host, port, host_header = address
         loop = asyncio.get_running_loop()
         _, connection = await asyncio.wait_for(
-            loop.create_connection(lambda: ReplicaConnection(self, url), *address), self._connect_timeout
+            loop.create_connection(lambda: ReplicaConnection(self, url, host_header), host, port),
+            self._connect_timeout,
         )
         return connection
 

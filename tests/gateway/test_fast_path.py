@@ -152,6 +152,47 @@ async def test_a_replica_closing_mid_answer_or_before_it(harness: Harness) -> No
     assert gateway.balancer.in_flight("r-0") == 0
 
 
+async def test_answers_the_proxy_reframes_or_sends_in_pieces(harness: Harness) -> None:
+    """An answer delimited by the replica closing reaches the client chunked, whole; an HTTP/1.0 one
+    gets an HTTP/1.1 head without its hop-by-hop headers; a head that comes before its first chunk is
+    passed on at once."""
+    first_chunk = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if head.startswith(b"GET /late"):
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            await first_chunk.wait()
+            writer.write(b"4\r\nlate\r\n0\r\n\r\n")
+        elif head.startswith(b"GET /old"):
+            writer.write(b"HTTP/1.0 200 Fine\r\nKeep-Alive: timeout=5\r\nX-A: 1\r\n\r\nold ")
+            writer.write(b"news")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nX-A: 1\r\n\r\nuntil the end")
+        await writer.drain()
+        writer.close()
+
+    server, url = await _raw_replica(handle)
+    run_id = add_service(harness.store, auth=False)
+    add_replica(harness.store, run_id, "r-0", url)
+    gateway, proxy = await harness.gateway()
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{proxy}/proxy/services/main/app/close") as reply:
+                assert reply.headers["Transfer-Encoding"] == "chunked" and reply.headers["X-A"] == "1"
+                assert await reply.text() == "until the end"
+            async with http.get(f"{proxy}/proxy/services/main/app/old") as reply:
+                assert (reply.version, reply.reason, await reply.text()) == ((1, 1), "Fine", "old news")
+                assert "Keep-Alive" not in reply.headers
+            async with http.get(f"{proxy}/proxy/services/main/app/late") as reply:
+                assert reply.status == 200  # the head came before any of the body
+                first_chunk.set()
+                assert await reply.text() == "late"
+    finally:
+        server.close()
+    assert gateway.balancer.in_flight("r-0") == 0
+
+
 async def test_auth_on_the_fast_path_and_a_refusal_handed_to_the_app(harness: Harness) -> None:
     replica = PeerCounting()
     gateway, proxy = await _service(harness, replica.app(), auth=True)
