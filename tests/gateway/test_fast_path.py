@@ -4,6 +4,7 @@ failures said or cut; everything else handed to the aiohttp app on the same conn
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 from collections.abc import AsyncIterator
@@ -102,9 +103,17 @@ async def test_a_large_body_streams_both_ways(harness: Harness, length: int) -> 
     assert app_connections(harness) == 0
 
 
-async def _raw_replica(handle: object) -> tuple[asyncio.Server, str]:
+@contextlib.asynccontextmanager
+async def _through_proxy(harness: Harness, handle: object) -> AsyncIterator[tuple[Gateway, str]]:
+    """A raw replica (`handle` answers each connection) of service main/app, behind the proxy: the gateway
+    and its address; the replica closed at the end."""
     server = await asyncio.start_server(handle, "127.0.0.1", 0)  # type: ignore[arg-type]
-    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    run_id = add_service(harness.store, auth=False)
+    add_replica(harness.store, run_id, "r-0", f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    try:
+        yield await harness.gateway()
+    finally:
+        server.close()
 
 
 async def test_a_replica_closing_mid_answer_or_before_it(harness: Harness) -> None:
@@ -131,24 +140,17 @@ async def test_a_replica_closing_mid_answer_or_before_it(harness: Harness) -> No
             await writer.drain()
         writer.close()
 
-    server, url = await _raw_replica(handle)
-    run_id = add_service(harness.store, auth=False)
-    add_replica(harness.store, run_id, "r-0", url)
-    gateway, proxy = await harness.gateway()
-    try:
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"{proxy}/proxy/services/main/app/cut") as reply:
-                assert reply.status == 200
-                with pytest.raises(aiohttp.ClientPayloadError):
-                    await reply.read()
-            for _ in range(3):  # the second finds its kept connection closed: sent again
-                async with http.get(f"{proxy}/proxy/services/main/app/get") as reply:
-                    assert (reply.status, await reply.text()) == (200, "ok")
-            async with http.post(f"{proxy}/proxy/services/main/app/post", data=b"body") as reply:
-                assert reply.status == 502
-                assert "of main/app failed before answering" in await reply.text()
-    finally:
-        server.close()
+    async with _through_proxy(harness, handle) as (gateway, proxy), aiohttp.ClientSession() as http:
+        async with http.get(f"{proxy}/proxy/services/main/app/cut") as reply:
+            assert reply.status == 200
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await reply.read()
+        for _ in range(3):  # the second finds its kept connection closed: sent again
+            async with http.get(f"{proxy}/proxy/services/main/app/get") as reply:
+                assert (reply.status, await reply.text()) == (200, "ok")
+        async with http.post(f"{proxy}/proxy/services/main/app/post", data=b"body") as reply:
+            assert reply.status == 502
+            assert "of main/app failed before answering" in await reply.text()
     assert gateway.balancer.in_flight("r-0") == 0
 
 
@@ -172,24 +174,17 @@ async def test_answers_the_proxy_reframes_or_sends_in_pieces(harness: Harness) -
         await writer.drain()
         writer.close()
 
-    server, url = await _raw_replica(handle)
-    run_id = add_service(harness.store, auth=False)
-    add_replica(harness.store, run_id, "r-0", url)
-    gateway, proxy = await harness.gateway()
-    try:
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"{proxy}/proxy/services/main/app/close") as reply:
-                assert reply.headers["Transfer-Encoding"] == "chunked" and reply.headers["X-A"] == "1"
-                assert await reply.text() == "until the end"
-            async with http.get(f"{proxy}/proxy/services/main/app/old") as reply:
-                assert (reply.version, reply.reason, await reply.text()) == ((1, 1), "Fine", "old news")
-                assert "Keep-Alive" not in reply.headers
-            async with http.get(f"{proxy}/proxy/services/main/app/late") as reply:
-                assert reply.status == 200  # the head came before any of the body
-                first_chunk.set()
-                assert await reply.text() == "late"
-    finally:
-        server.close()
+    async with _through_proxy(harness, handle) as (gateway, proxy), aiohttp.ClientSession() as http:
+        async with http.get(f"{proxy}/proxy/services/main/app/close") as reply:
+            assert reply.headers["Transfer-Encoding"] == "chunked" and reply.headers["X-A"] == "1"
+            assert await reply.text() == "until the end"
+        async with http.get(f"{proxy}/proxy/services/main/app/old") as reply:
+            assert (reply.version, reply.reason, await reply.text()) == ((1, 1), "Fine", "old news")
+            assert "Keep-Alive" not in reply.headers
+        async with http.get(f"{proxy}/proxy/services/main/app/late") as reply:
+            assert reply.status == 200  # the head came before any of the body
+            first_chunk.set()
+            assert await reply.text() == "late"
     assert gateway.balancer.in_flight("r-0") == 0
 
 
