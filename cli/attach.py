@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import socket
 import subprocess
@@ -222,7 +223,7 @@ def _route(
         identity_file=target.identity_file,
         proxy_jump=jump,
     )
-    job_host = SSHHost(**{**job_host.__dict__, "proxy_jump": fleet_host.alias})
+    job_host = dataclasses.replace(job_host, proxy_jump=fleet_host.alias)
     return [job_host, fleet_host], host_keys
 
 

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 need=()
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)  # tests/fleet: sshd hosts in network namespaces
+command -v sftp >/dev/null 2>&1 || need+=(openssh-client)  # ferry attach, tests/agent/test_ssh_*: ssh, scp, sftp
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v docker-compose >/dev/null || need+=(docker-compose)  # tests/e2e/test_compose.py: `config` only
 if [ ${#need[@]} -gt 0 ]; then

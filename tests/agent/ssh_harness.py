@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 from agent_harness import AgentProcess, start_job, wait_terminated
 
 from activities.agent_client import AgentClient, AgentError
@@ -93,9 +92,9 @@ class Target:
 
 
 def require_openssh() -> None:
+    """scripts/test.sh installs the OpenSSH client: a machine without it fails, never skips."""
     missing = [tool for tool in ("ssh", "scp", "sftp", "ssh-keygen") if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"the OpenSSH client is not installed: {', '.join(missing)}")
+    assert not missing, f"the OpenSSH client is missing: {', '.join(missing)} (scripts/test.sh installs it)"
 
 
 class Jobs:

@@ -10,6 +10,7 @@ the watch was asked about (a watch the run has replaced may answer too: the run 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,14 +43,10 @@ class ServiceDoubles:
         self.pipeline_tasks: list[RecordPipelineTask] = []
         self.client: Client | None = None  # the test server's, for the watch of a run waited for
 
-    runs: dict[str, Any]  # FakeBackend's stored run eventlogs
-
-    # FakeBackend's
-    def _call(self, name: str, job_submission_id: str, arg: Any) -> tuple[int, int, int]:
-        raise NotImplementedError
-
-    async def _block(self, name: str, key: tuple[int, int, int], until: asyncio.Event) -> None:
-        raise NotImplementedError
+    # FakeBackend's (this is its mixin): its stored run eventlogs, its call log and its blocking steps.
+    runs: dict[str, Any]
+    _call: Callable[[str, str, Any], tuple[int, int, int]]
+    _block: Callable[[str, tuple[int, int, int], asyncio.Event], Awaitable[None]]
 
     def service_activities(self) -> list[Any]:
         return [
