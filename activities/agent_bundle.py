@@ -214,7 +214,7 @@ CHECK_THEN_RUN = (
 )
 
 # Makes sure the agent of a bundle runs under a remote dir, under a lock; one JSON line tells the worker:
-# {"status": "running", port, pid, token, reused} | {"status": "need-bundle", "upload": path}
+# {"status": "running", port, pid, token, reused, dir, home} | {"status": "need-bundle", "upload": path}
 # | {"status": "error", "log": tail} | {"status": "stopped"}.
 ENSURE_SCRIPT = r"""
 import fcntl, json, os, secrets, signal, socket, subprocess, sys, tarfile, time
@@ -261,7 +261,8 @@ with open(os.path.join(base, "lock"), "w") as lock:
     current = state and state["bundle"] == args["bundle"] and runs_from(state["pid"], bundle)
     if current and not args["restart"]:
         with open(token_path) as f:
-            reply(status="running", port=state["port"], pid=state["pid"], token=f.read().strip(), reused=True)
+            reply(status="running", port=state["port"], pid=state["pid"], token=f.read().strip(), reused=True,
+                  dir=base, home=os.path.expanduser("~"))
     if not os.path.isdir(bundle):
         archive = bundle + ".tar.gz"
         if not os.path.exists(archive):
@@ -302,5 +303,6 @@ with open(os.path.join(base, "lock"), "w") as lock:
     with open(state_path + ".new", "w") as f:
         json.dump({"bundle": args["bundle"], "port": port, "pid": proc.pid}, f)
     os.replace(state_path + ".new", state_path)
-    reply(status="running", port=port, pid=proc.pid, token=token, reused=False)
+    reply(status="running", port=port, pid=proc.pid, token=token, reused=False, dir=base,
+          home=os.path.expanduser("~"))
 """

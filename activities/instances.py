@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from activities.agent_client import AgentClient
 from core.wire.messages import LOCAL_INSTANCE as LOCAL_INSTANCE  # re-exported: the worker names it here
+from core.wire.volumes import HostDirs
 
 if TYPE_CHECKING:
     from activities.ssh import HostPool
@@ -27,12 +28,28 @@ class UnknownInstance(LookupError):
 class InstanceDirectory:
     def __init__(self, pool: HostPool | None = None) -> None:
         self._clients: dict[str, AgentClient] = {}
+        self._dirs: dict[str, HostDirs] = {}
         self.pool = pool
         self._resolver: Callable[[str], Awaitable[None]] | None = None
         self._resolving: dict[str, asyncio.Lock] = {}
 
     def add(self, name: str, client: AgentClient) -> None:
         self._clients[name] = client
+
+    def set_dirs(self, name: str, dirs: HostDirs) -> None:
+        """Where an instance that is not an SSH host of the pool (the local one) keeps its directories."""
+        self._dirs[name] = dirs
+
+    async def dirs(self, name: str) -> HostDirs:
+        """The instance's home and agent data directory, as its agent's user sees them (docs/volumes.md):
+        the local instance's as set, an SSH host's as its deployment found them."""
+        await self.resolve(name)
+        if name in self._dirs:
+            return self._dirs[name]
+        dirs = self.pool.dirs(name) if self.pool is not None else None
+        if dirs is None:
+            raise UnknownInstance(f"the directories of instance {name!r} are not known to this worker")
+        return dirs
 
     def forget(self, name: str) -> None:
         self._clients.pop(name, None)

@@ -21,7 +21,7 @@ from activities.agent_client import AgentClient, AgentError, AgentUnreachable
 from activities.instances import InstanceDirectory
 from core.status import JobTerminationReason
 from core.wire import activity_names as names
-from core.wire.agent_api import JobStateEvent, PullResponse, TaskStatus, TaskSubmitRequest
+from core.wire.agent_api import JobStateEvent, PullResponse, TaskStatus, TaskSubmitRequest, VolumeMount
 from core.wire.messages import (
     JobOutcome,
     PrepareTask,
@@ -32,6 +32,7 @@ from core.wire.messages import (
     TaskRef,
     WatchJob,
 )
+from core.wire.volumes import host_path
 from store import Store
 
 # The watch long-polls: the agent answers as soon as there is news, or after this many seconds (at most
@@ -39,6 +40,7 @@ from store import Store
 _PULL_WAIT = 5.0
 _POLL_MIN = 0.02
 _RETRY_UNREACHABLE = 0.5
+_PREPARING_POLL = 0.25
 _PULL_LIMIT = 4 * 1024 * 1024
 HTTP_CONFLICT = 409
 HTTP_NOT_FOUND = 404
@@ -107,6 +109,8 @@ class JobActivities:
             env=request.env,
             network=request.network,
             authorized_keys=request.authorized_keys,
+            volumes=await self._mounts(request),
+            container=request.container,
         )
         try:
             async with heartbeating():
@@ -118,6 +122,13 @@ class JobActivities:
                     f"waiting for capacity: {err.message}", type="WaitingForCapacity"
                 ) from err
             raise
+
+    async def _mounts(self, request: PrepareTask) -> list[VolumeMount]:
+        """The job's volumes at their paths on its instance (docs/volumes.md)."""
+        if not request.volumes:
+            return []
+        dirs = await self._instances.dirs(request.instance_name)
+        return [VolumeMount(host_path=host_path(v, dirs), path=v.path) for v in request.volumes]
 
     @activity.defn(name=names.START_JOB)
     async def start_job(self, request: StartJob) -> None:
@@ -140,7 +151,11 @@ class JobActivities:
                 request.job_submission_id, archive, request.code_hash.removeprefix("sha256:")
             )
         if task.started_at is None:
-            await client.run(request.job_submission_id)
+            task = await client.run(request.job_submission_id)
+        # An image pull may outlast one answer of `run`: the job is started once it is not preparing.
+        while task.status == TaskStatus.PREPARING:
+            await asyncio.sleep(_PREPARING_POLL)
+            task = await client.get_task(request.job_submission_id)
 
     @activity.defn(name=names.WATCH_JOB)
     async def watch_job(self, request: WatchJob) -> JobOutcome:
@@ -216,16 +231,28 @@ class JobActivities:
 
     @activity.defn(name=names.SSH_ENDPOINT)
     async def ssh_endpoint(self, request: SSHEndpointRequest) -> SSHEndpoint:
-        """The agent's SSH server on the job's instance (docs/attach.md), as its agent reports it now."""
+        """The agent's SSH server on the job's instance (docs/attach.md), as its agent reports it now, with
+        the SSH connections into the job (`ferry ps`: a dev environment's inactivity)."""
         client = await self._instances.resolve(request.instance_name)
         info = await client.instance_info()
         if info.ssh_port is None:
             return SSHEndpoint(refused=f"the agent on {request.instance_name} has no SSH server")
+        try:
+            task = await client.get_task(request.job_submission_id)
+        except AgentError as err:
+            if err.status_code != HTTP_NOT_FOUND:
+                raise
+            return SSHEndpoint(refused=f"the job is gone from {request.instance_name}")
+        idle_since = None
+        if task.ssh_connections == 0 and task.started_at is not None:  # as the agent's watcher counts
+            idle_since = max(task.ssh_last_activity or task.started_at, task.started_at)
         return SSHEndpoint(
             instance_name=request.instance_name,
             port=info.ssh_port,
             host_key=info.ssh_host_key,
             user=request.job_submission_id,
+            ssh_connections=task.ssh_connections,
+            idle_since=idle_since,
         )
 
     @activity.defn(name=names.STOP_TASK)

@@ -127,17 +127,22 @@ class ServiceActivities:
 
     async def _replica_url(self, request: ProbeReplica) -> str:
         """Where the proxies reach the replica: its task's own address (an isolated network), else its
-        instance's."""
+        instance's; at the host port its container's port is published on (a bridge network), else the
+        service's port."""
         address: str | None = None
+        port = request.service.port
         client = await self._instances.resolve(request.instance_name)
         try:
-            address = (await client.get_task(request.job_submission_id)).address
+            task = await client.get_task(request.job_submission_id)
         except AgentError:
-            address = None
+            task = None
+        if task is not None:
+            address = task.address
+            port = next((p.host_port for p in task.ports if p.container_port == port), port)
         if address is None:
             instance = await asyncio.to_thread(self._store.find_instance, request.instance_name)
             address = instance.address if instance is not None and instance.address else "127.0.0.1"
-        return f"http://{address}:{request.service.port}"
+        return f"http://{address}:{port}"
 
     def _register(self, request: ProbeReplica, url: str) -> ServiceReplicaRecord:
         """The replica's record, registered now unless an earlier attempt did."""

@@ -7,8 +7,9 @@ agent detached, bound to 127.0.0.1 on a free port with a fresh token (mode 600) 
 agent of the same bundle already running there is kept, with its token: redeploying is idempotent.
 
 On a host, `remote_dir` holds `bundles/<bundle>/` (unpacked once per bundle), `data/` (the agent's
-tasks and logs), `token` (0600), `agent.json` (bundle, port and pid of the running agent), `agent.log` and
-a `lock` that serialises deployments from several workers.
+tasks and logs, and the named volumes' directories: docs/volumes.md), `token` (0600), `agent.json`
+(bundle, port and pid of the running agent), `agent.log` and a `lock` that serialises deployments from
+several workers.
 
 The worker reaches each agent through a local port of its own (`client(name)` is an AgentClient on
 `http://127.0.0.1:<port>`): every connection to that port opens a direct-tcpip channel over the host's SSH
@@ -49,6 +50,7 @@ from activities.agent_client import AgentClient
 from activities.ssh_config import DeployedAgent, DeployOptions, SSHEndpoint, SSHTarget, ssh_targets
 from core.settings import Settings
 from core.wire.agent_api import InstanceInfo
+from core.wire.volumes import HostDirs
 
 __all__ = [
     "DeployOptions",
@@ -95,6 +97,7 @@ class SSHAgentHost:
         self._token: str | None = None
         self._open_writers: set[asyncio.StreamWriter] = set()
         self.address = target.internal_ip or target.hostname
+        self.dirs: HostDirs | None = None  # the agent's data directory and its user's home, once deployed
 
     @property
     def client(self) -> AgentClient:
@@ -235,6 +238,7 @@ class SSHAgentHost:
             raise SSHDeployError(f"{self.target.name}: the agent did not start: {reply}")
         await self._serve()
         self._remote_port = int(reply["port"])
+        self.dirs = HostDirs(home=reply["home"], data_dir=f"{reply['dir']}/data")
         changed = reply["token"] != self._token
         if changed:
             if self._client is not None:
@@ -366,6 +370,11 @@ class HostPool:
 
     def names(self) -> list[str]:
         return sorted(self._hosts)
+
+    def dirs(self, name: str) -> HostDirs | None:
+        """The host's agent data directory and its user's home (docs/volumes.md); None until deployed."""
+        host = self._hosts.get(name)
+        return None if host is None else host.dirs
 
     async def host_info(self, name: str) -> InstanceInfo:
         return await self.client(name).instance_info()

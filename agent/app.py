@@ -146,6 +146,7 @@ def create_app(registry: TaskRegistry, token: str, ssh_server: AgentSSHServer | 
             free_gpu_indices=registry.ledger.free_gpu_indices(),
             ssh_port=ssh_server.port if ssh_server is not None else None,
             ssh_host_key=ssh_server.host_key_line if ssh_server is not None else None,
+            container_engine=registry.executors.container.engine_name,
         )
 
     @api.post("/tasks")

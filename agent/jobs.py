@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from agent.code import CodeArchiveError, extract_archive, receive_archive
 from agent.executors import Executor
 from agent.logs import OffsetOutOfRange, log_size, read_log
-from agent.records import TaskPaths, load_job_spec, save_job_spec
+from agent.records import TaskPaths, TaskRecord, load_job_spec, save_job_spec
 from agent.tasks import BadTaskRequest, TaskConflict, TaskRegistry
 from agent.volumes import VolumeError, link_volumes, unlink_paths
 from core.status import JobTerminationReason
-from core.wire.agent_api import JobSpec, PullResponse, TaskInfo, TaskStatus, VolumeMount
+from core.wire.agent_api import JobSpec, PullResponse, TaskInfo, TaskStatus
 
 # A pull that may wait (`wait` > 0) holds the request until the job has news: a new state comes at once
 # (the registry tells), new log bytes within these intervals (the log file's size is looked at, more
@@ -23,6 +25,10 @@ from core.wire.agent_api import JobSpec, PullResponse, TaskInfo, TaskStatus, Vol
 MAX_PULL_WAIT = 30.0
 _WAIT_LOOK_MIN = 0.02
 _WAIT_LOOK_MAX = 1.0
+# `run` answers within this (the agent's clients wait 30 s for an answer); a job still preparing then,
+# pulling its image, is asked after again.
+RUN_ANSWER_WITHIN = 20.0
+_STARTING: set[asyncio.Task[None]] = set()
 
 
 def submit_job(registry: TaskRegistry, task_id: str, spec: JobSpec) -> TaskInfo:
@@ -61,24 +67,29 @@ async def upload_code(
 
 
 def _prepare(
-    executor: Executor, paths: TaskPaths, spec: JobSpec, volumes: list[VolumeMount]
+    executor: Executor, paths: TaskPaths, record: TaskRecord, spec: JobSpec
 ) -> tuple[Path, list[str]]:
-    """Blocking: extract the code, link the volumes, write the script; return the working dir and links."""
+    """Blocking: extract the code, link the volumes, write the script (a container's executor also pulls
+    its image and creates it); return the working dir and the links made."""
     paths.workdir.mkdir(exist_ok=True)
     if paths.code_archive.exists():
         extract_archive(paths.code_archive, paths.workdir)
         paths.code_archive.unlink()
-    links = link_volumes(volumes, paths.workdir)
+    # A container gets its volumes as bind mounts; host processes see them through links.
+    links = link_volumes(record.volumes, paths.workdir) if record.container is None else []
     try:
-        cwd = executor.prepare(paths, spec)
-    except OSError:
+        cwd = executor.prepare(paths, record, spec)
+    except (OSError, ValueError):
         unlink_paths(links)
         raise
     return cwd, links
 
 
 async def run(registry: TaskRegistry, task_id: str) -> TaskInfo:
-    """Start the job once: a second call, or one while it starts, answers the task as it is."""
+    """Start the job once: a second call, or one while it starts, answers the task as it is.
+
+    The answer comes once the job runs or has failed to, or after RUN_ANSWER_WITHIN seconds with the task
+    still PREPARING (an image pull may take minutes): the caller then asks again until it is not."""
     record = registry.get(task_id)
     if record.status != TaskStatus.PENDING:
         return record.to_info()
@@ -86,38 +97,52 @@ async def run(registry: TaskRegistry, task_id: str) -> TaskInfo:
         raise TaskConflict(f"task {task_id!r} has no job spec: submit it before running")
     if task_id in registry.busy:
         raise TaskConflict(f"task {task_id!r} is receiving its code: run it once the upload is done")
-    paths = registry.paths(task_id)
-    spec = load_job_spec(paths)
-    executor = registry.executors.for_task(record)
     record.status = TaskStatus.PREPARING
     registry.save(record)
     registry.busy.add(task_id)
+    starting = asyncio.create_task(_prepare_and_start(registry, record))
+    _STARTING.add(starting)  # the loop keeps only a weak reference to a task
+    starting.add_done_callback(_STARTING.discard)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(starting), RUN_ANSWER_WITHIN)
+    return record.to_info()
+
+
+async def _prepare_and_start(registry: TaskRegistry, record: TaskRecord) -> None:
+    paths = registry.paths(record.id)
+    spec = load_job_spec(paths)
+    executor = registry.executors.for_task(record)
     try:
-        cwd, record.linked_paths = await asyncio.to_thread(_prepare, executor, paths, spec, record.volumes)
+        cwd, record.linked_paths = await asyncio.to_thread(_prepare, executor, paths, record, spec)
     except CodeArchiveError as exc:
         registry.finalize(record, JobTerminationReason.EXECUTOR_ERROR, str(exc), exit_status=None)
-        return record.to_info()
+        return
     except VolumeError as exc:
         registry.finalize(record, JobTerminationReason.VOLUME_ERROR, str(exc), exit_status=None)
-        return record.to_info()
-    except OSError as exc:
+        return
+    except (OSError, ValueError) as exc:
         message = f"could not prepare the job: {exc}"
         registry.finalize(record, JobTerminationReason.EXECUTOR_ERROR, message, exit_status=None)
-        return record.to_info()
+        return
     finally:
-        registry.busy.discard(task_id)
+        registry.busy.discard(record.id)
     if record.stop is not None:  # terminated while it was being prepared
         reason = record.stop.reason
         registry.finalize(record, reason, record.stop.message or reason.message(), exit_status=None)
-        return record.to_info()
+        return
     try:
-        handle = executor.start(paths, record, spec, cwd, host_has_gpus=bool(registry.gpus))
+        if executor.starts_blocking:
+            handle = await asyncio.to_thread(executor.start, paths, record, spec, cwd, bool(registry.gpus))
+        else:
+            handle = executor.start(paths, record, spec, cwd, host_has_gpus=bool(registry.gpus))
     except (OSError, ValueError) as exc:
         message = f"could not start the job: {exc}"
         registry.finalize(record, JobTerminationReason.EXECUTOR_ERROR, message, exit_status=None)
-        return record.to_info()
+        return
     registry.mark_running(record, handle, spec.max_duration, spec.inactivity_duration)
-    return record.to_info()
+    if record.stop is not None:
+        # Stopped while a blocking start ran: signalled now, and killed when its grace is over.
+        executor.signal(record, signal.SIGKILL if record.stop.killed else signal.SIGTERM)
 
 
 def pull(registry: TaskRegistry, task_id: str, offset: int, limit: int, states_offset: int) -> bytes:

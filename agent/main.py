@@ -13,6 +13,7 @@ from pathlib import Path
 import uvicorn
 
 from agent.app import create_app
+from agent.containers.engine import EngineFinder
 from agent.gpus import detect_gpus
 from agent.instance import host_capacity
 from agent.ssh_server import AgentSSHServer
@@ -38,6 +39,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--ssh-host", default="127.0.0.1", help="address the SSH server binds (default: 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--container-engine",
+        default=None,
+        help="the Docker Engine API of the engine that runs jobs with `image`, e.g. "
+        "unix:///run/podman/podman.sock (default: DOCKER_HOST, Docker's or Podman's socket, else a podman "
+        "service the agent starts; docs/containers.md)",
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser.parse_args(argv)
@@ -99,11 +107,16 @@ def main(argv: list[str] | None = None) -> None:
     data_dir = args.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(data_dir, 0o700)  # job specs carry secrets and logs may too
-    registry = TaskRegistry(data_dir, host_capacity(), detect_gpus())
+    engines = EngineFinder(data_dir, args.container_engine)
+    logger.info("container engine: %s", engines.name or "none")
+    registry = TaskRegistry(data_dir, host_capacity(), detect_gpus(), engines)
     registry.load()
     ssh_server = AgentSSHServer(registry, args.ssh_host, args.ssh_port, data_dir)
     app = create_app(registry, token, ssh_server)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    finally:
+        engines.close()
 
 
 if __name__ == "__main__":

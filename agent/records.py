@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, PrivateAttr
 
 from core.status import JobTerminationReason
 from core.wire.agent_api import (
+    ContainerSpec,
     JobSpec,
     JobStateEvent,
     PortMapping,
@@ -71,6 +72,10 @@ class TaskRecord(BaseModel):
     # connection last opened or closed. How many are open now is kept in memory only: none outlives the agent.
     authorized_keys: list[str] = Field(default_factory=list)
     ssh_last_activity: float | None = None
+    # A container job (agent/executors/container.py): its image and settings, and the host ports the
+    # engine published its ports on (bridge network); a port not in it is reached as itself.
+    container: ContainerSpec | None = None
+    host_ports: dict[int, int] = Field(default_factory=dict)
     _ssh_connections: int = PrivateAttr(default=0)
 
     @property
@@ -89,7 +94,10 @@ class TaskRecord(BaseModel):
             status=self.status,
             resources=self.resources,
             gpu_indices=self.gpu_indices,
-            ports=[PortMapping(container_port=port, host_port=port) for port in self.ports],
+            ports=[
+                PortMapping(container_port=port, host_port=self.host_ports.get(port, port))
+                for port in self.ports
+            ],
             volumes=self.volumes,
             network=self.network,
             address=self.address,
@@ -133,6 +141,10 @@ class TaskPaths:
     @property
     def wrapper_pid(self) -> Path:
         return self.root / "wrapper.pid"
+
+    @property
+    def container_id(self) -> Path:
+        return self.root / "container_id"
 
     @property
     def code_archive(self) -> Path:

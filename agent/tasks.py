@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent import network
+from agent.containers.engine import EngineFinder
 from agent.executors import Executors, JobHandle
 from agent.instance import HostCapacity
 from agent.records import StopRequest, TaskPaths, TaskRecord, load_job_spec, load_record, save_record
@@ -29,6 +30,7 @@ from core.wire.agent_api import (
     GpuInfo,
     JobStateEvent,
     TaskInfo,
+    TaskNetwork,
     TaskStatus,
     TaskSubmitRequest,
     TerminateRequest,
@@ -60,11 +62,29 @@ def _as_submitted(record: TaskRecord) -> TaskSubmitRequest:
         env=record.env,
         network=record.requested_network,
         authorized_keys=record.authorized_keys,
+        container=record.container,
     )
 
 
+def _granted_network(request: TaskSubmitRequest, isolation: network.Isolation | None) -> TaskNetwork:
+    if request.container is not None:
+        return "host" if request.network == "host" else "bridge"
+    return "isolated" if isolation is not None else "host"
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop has closed: the agent is exiting
+        loop.call_soon_threadsafe(callback)
+
+
 class TaskRegistry:
-    def __init__(self, data_dir: Path, capacity: HostCapacity, gpus: list[GpuInfo]) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        capacity: HostCapacity,
+        gpus: list[GpuInfo],
+        engines: EngineFinder | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.tasks_dir = data_dir / "tasks"
         self.capacity = capacity
@@ -72,7 +92,7 @@ class TaskRegistry:
         self.ledger = ResourceLedger.for_host(capacity.cpus, capacity.memory_bytes, [g.index for g in gpus])
         self._records: dict[str, TaskRecord] = {}
         self._watched: set[str] = set()  # running tasks
-        self.executors = Executors()
+        self.executors = Executors(data_dir, engines)
         self.busy: set[str] = set()  # tasks with an upload or a preparation in flight
         self._wake: asyncio.Event | None = None  # set by agent.task_watch's loop: woken at a stop
         self._news: dict[str, asyncio.Event] = {}  # per task: set when it gets a job state or goes
@@ -111,6 +131,8 @@ class TaskRegistry:
                 logger.error("skipping task dir %s: unreadable record: %s", task_dir, exc)
                 continue
             self._records[record.id] = record
+            if record.container is not None and record.status != TaskStatus.TERMINATED:
+                self.executors.container.connect()  # its engine, before its container is looked for
             if record.status != TaskStatus.TERMINATED:
                 self.ledger.restore(record.id, record.resources, record.gpu_indices)
             if record.status == TaskStatus.PENDING and record.netns is not None:
@@ -149,6 +171,8 @@ class TaskRegistry:
             check_authorized_keys(request.authorized_keys)
         except BadAuthorizedKey as exc:
             raise BadTaskRequest(str(exc)) from exc
+        # A container's own network is the engine's bridge, which the engine sets up at its start.
+        isolate = request.network != "host" and request.container is None
         if request.network == "host":
             self._check_ports(request)
         try:
@@ -157,7 +181,7 @@ class TaskRegistry:
             raise TaskConflict(f"task {request.id!r} does not fit: {exc}") from exc
         isolation: network.Isolation | None = None
         try:
-            if request.network == "isolated":
+            if isolate:
                 # Blocking, a few `ip` calls: the task's network is known, and final, once it is submitted.
                 isolation = self._isolate(request.id)
                 if isolation is None:
@@ -173,10 +197,11 @@ class TaskRegistry:
                 env=request.env,
                 created_at=time.time(),
                 requested_network=request.network,
-                network="isolated" if isolation is not None else "host",
+                network=_granted_network(request, isolation),
                 netns=isolation.netns if isolation is not None else None,
                 address=isolation.address if isolation is not None else None,
                 authorized_keys=request.authorized_keys,
+                container=request.container,
             )
             self.paths(request.id).root.mkdir(parents=True, mode=0o700, exist_ok=True)
             self.save(record)
@@ -320,6 +345,7 @@ class TaskRegistry:
         record.started_at = now
         record.deadline = now + max_duration if max_duration else None
         record.inactivity_duration = inactivity
+        record.host_ports = handle.host_ports
         record.job_states.append(JobStateEvent(state=JobStatus.RUNNING, timestamp=now))
         self.save(record)
         self._watched.add(record.id)
@@ -351,6 +377,7 @@ class TaskRegistry:
             )
         )
         self.ledger.release(record.id)
+        self.executors.for_task(record).release(record)
         unlink_paths(record.linked_paths)
         if record.netns is not None and record.started_at is None:
             # The job never ran (a failed start, or ended before it): nothing will use the namespace.
@@ -396,3 +423,6 @@ class TaskRegistry:
 
     def wake_on(self, event: asyncio.Event) -> None:
         self._wake = event
+        loop = asyncio.get_running_loop()
+        # A container's output thread wakes the watcher when the container has ended.
+        self.executors.container.ended = lambda: _call_soon(loop, event.set)

@@ -16,6 +16,7 @@ from activities.code import RepoTooLarge, pack_repo
 from cli.errors import FerryError, RunActive, RunNotFound
 from cli.fleet_api import FleetAPI, choose_fleet
 from cli.tasks import task_run
+from cli.volume_api import run_volumes
 from core.configuration import RunConfiguration
 from core.configuration.pipeline import PipelineConfiguration
 from core.eventlog import Event
@@ -92,7 +93,8 @@ class FerryAPI:
             raise FerryError(str(err)) from None
         configuration = configuration.model_copy(update={"env": env})
         dependencies = await asyncio.to_thread(self.resolve_dependencies, name, configuration)
-        fleet = await choose_fleet(self.store, self.project, configuration)
+        on, volume_instances = await asyncio.to_thread(run_volumes, self.store, self.project, configuration)
+        fleet = on or await choose_fleet(self.store, self.project, configuration)
         if fleet == LOCAL_FLEET:
             await self.fleets().ensure_local()
         code_hash = await self._store_code(repo_dir)
@@ -116,6 +118,7 @@ class FerryAPI:
             submitted_at=now,
             fleet=fleet,
             dependencies=dependencies,
+            volume_instances=volume_instances,
             authorized_keys=self.authorized_keys,
         )
         await self._start(RunWorkflow.run, inp, record, run_search_attributes(inp, RunStatus.SUBMITTED))
@@ -140,7 +143,11 @@ class FerryAPI:
             tasks = [t.model_copy(update={"env": t.resolved_env(dict(os.environ))}) for t in pipeline.tasks]
         except ValueError as err:
             raise FerryError(str(err)) from None
-        fleets = [await choose_fleet(self.store, self.project, task) for task in tasks]
+        fleets, volume_instances = [], {}
+        for task in tasks:  # each task where its volumes are (docs/volumes.md), else where it would go
+            on, instances = await asyncio.to_thread(run_volumes, self.store, self.project, task)
+            fleets.append(on or await choose_fleet(self.store, self.project, task))
+            volume_instances.update(instances)
         if LOCAL_FLEET in fleets:
             await self.fleets().ensure_local()
         code_hash = await self._store_code(repo_dir)
@@ -154,6 +161,7 @@ class FerryAPI:
             user=record.user,
             tasks=tasks,
             fleets=fleets,
+            volume_instances=volume_instances,
             code_hash=code_hash,
             submitted_at=now,
             authorized_keys=self.authorized_keys,

@@ -22,6 +22,7 @@ from core.configuration import (
     FleetConfiguration,
     RunConfiguration,
     ServiceConfiguration,
+    VolumeConfiguration,
 )
 from core.configuration.durations import format_duration
 from core.configuration.fields import Name
@@ -56,6 +57,10 @@ def apply(
         from cli.fleet import apply_fleet
 
         return apply_fleet(loaded, yes=yes, detach=detach, name=name)
+    if isinstance(configuration, VolumeConfiguration):
+        from cli.volume import apply_volume
+
+        return apply_volume(loaded, yes=yes, name=name)
     configuration = with_overrides(configuration, name=name, env=env, after=after or [])
     console = render.console(stderr=True)
     console.print(plan_table(ctx, file, configuration))
@@ -123,7 +128,7 @@ async def _deploy_in_place(
 
     name = active.run_name
     old = parse_configuration(active.configuration_data())
-    if isinstance(old, FleetConfiguration):
+    if isinstance(old, FleetConfiguration | VolumeConfiguration):
         return None
     scheduled = is_rescheduling(old, configuration)
     if not scheduled and not (
@@ -198,9 +203,6 @@ def plan_table(ctx: Context, file: str, configuration: RunConfiguration) -> Tabl
         if ctx.embedded
         else f"the workers of {ctx.settings.temporal_address}"
     )
-    table = Table(box=None, show_header=False, pad_edge=False, title="Plan", title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
     rows = [
         ("Project", ctx.project),
         ("User", default_user()),
@@ -215,9 +217,7 @@ def plan_table(ctx: Context, file: str, configuration: RunConfiguration) -> Tabl
         *([("After", _waits_for(configuration))] if configuration.depends_on else []),
         ("Runs on", where),
     ]
-    for key, value in rows:
-        table.add_row(key, value)
-    return table
+    return render.plan_table(rows)
 
 
 def _waits_for(configuration: RunConfiguration) -> str:

@@ -24,12 +24,20 @@ from rich.console import Console
 from activities.ssh_config import SSHTarget, ssh_targets
 from cli import render
 from cli.context import Context, confirm
+from cli.dev_environments import ide_link
 from cli.errors import CommandError
 from cli.follow import LogStream, follow_run
-from cli.ssh_hosts import SSHHost, add_include, include_line, user_config_includes, write_entries
+from cli.ssh_hosts import (
+    SSHHost,
+    add_include,
+    include_line,
+    note_attached,
+    user_config_includes,
+    write_entries,
+)
 from cli.tasks import run_jobs, task_run
 from cli.user_keys import user_key
-from core.configuration import DevEnvironmentConfiguration, FleetConfiguration, parse_configuration
+from core.configuration import FleetConfiguration, parse_configuration
 from core.configuration.fields import PortMapping
 from core.status import JobStatus, RunStatus
 from core.wire.messages import LOCAL_FLEET, SSHEndpoint, job_workflow_id
@@ -131,6 +139,7 @@ async def attach(
     config = await asyncio.to_thread(write_entries, home, alias, hosts, host_keys)
     _offer_include(home, console)
     working_dir = await _login(config, alias)
+    await asyncio.to_thread(note_attached, home, alias, endpoint.user, working_dir)  # `ferry ps`'s link
     attached = Attached(alias=alias, config=config, forwards={}, working_dir=working_dir)
     conf = parse_configuration(record.configuration_data())
     ports: list[PortMapping] = [] if isinstance(conf, FleetConfiguration) else getattr(conf, "ports", [])
@@ -150,14 +159,6 @@ def say_attached(attached: Attached, record: RunRecord, console: Console) -> Non
     link = ide_link(record, attached.alias, attached.working_dir)
     if link is not None:
         console.print(f"open in your IDE: {link}", highlight=False)
-
-
-def ide_link(record: RunRecord, alias: str, working_dir: str) -> str | None:
-    """A dev environment's link for its `ide` (VS Code, Cursor and Windsurf take the same form)."""
-    conf = parse_configuration(record.configuration_data())
-    if not isinstance(conf, DevEnvironmentConfiguration) or conf.ide is None:
-        return None
-    return f"{conf.ide}://vscode-remote/ssh-remote+{alias}{working_dir}"
 
 
 async def _running_job(

@@ -137,25 +137,21 @@ def _deployment_result(described: FleetDescription, console: Console) -> int:
 
 
 def plan_table(ctx: Context, file: str, configuration: FleetConfiguration, name: str | None) -> Table:
-    from rich.table import Table
+    from cli import render
 
     ssh = configuration.ssh_config
     hosts = [h.hostname + (f":{h.port}" if h.port else "") for h in ssh.hosts] if ssh else []
-    table = Table(box=None, show_header=False, pad_edge=False, title="Plan", title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
-    rows = [
-        ("Project", ctx.project),
-        ("Configuration", file),
-        ("Type", "fleet"),
-        ("Name", name or "(none: set `name` or pass -n)"),
-        ("Hosts", ", ".join(hosts) or "-"),
-        ("User", (ssh.user or "-") if ssh else "-"),
-        ("Blocks", str(configuration.blocks)),
-    ]
-    for key, value in rows:
-        table.add_row(key, value)
-    return table
+    return render.plan_table(
+        [
+            ("Project", ctx.project),
+            ("Configuration", file),
+            ("Type", "fleet"),
+            ("Name", name or "(none: set `name` or pass -n)"),
+            ("Hosts", ", ".join(hosts) or "-"),
+            ("User", (ssh.user or "-") if ssh else "-"),
+            ("Blocks", str(configuration.blocks)),
+        ]
+    )
 
 
 def resources_text(resources: dict[str, Any]) -> str:

@@ -37,14 +37,20 @@ class FleetNotFound(FerryError):
 async def choose_fleet(store: Store, project: str, configuration: RunConfiguration) -> str:
     """Where a run goes, decided once at submission: the first of its `fleets` that exists, else the
     project's newest SSH fleet, else this machine (`local`)."""
+    return await first_fleet(store, project, configuration.fleets)
+
+
+async def first_fleet(store: Store, project: str, wanted: list[str] | None) -> str:
+    """The first of the `wanted` fleets that exists (FleetNotFound if none does); without any, the
+    project's newest SSH fleet, else this machine (`local`)."""
     fleets = await asyncio.to_thread(store.list_fleets, project)
     active = {f.name: f for f in fleets if f.status == FleetStatus.ACTIVE}
-    if configuration.fleets:
-        for name in configuration.fleets:
+    if wanted:
+        for name in wanted:
             if name == LOCAL_FLEET or name in active:
                 return name
-        names = ", ".join(configuration.fleets)
-        if len(configuration.fleets) == 1:
+        names = ", ".join(wanted)
+        if len(wanted) == 1:
             raise FleetNotFound(f"no fleet named {names} in project {project!r} (see ferry fleet list)")
         raise FleetNotFound(f"none of the fleets {names} exists in project {project!r}")
     ssh = [f for f in fleets if f.status == FleetStatus.ACTIVE and f.backend == "ssh"]

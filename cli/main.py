@@ -15,6 +15,7 @@ import typer
 from cli.errors import FerryGroup, one_line_errors
 from cli.fleet import fleet_app
 from cli.schedules import schedule_app
+from cli.volume import volume_app
 from core.status import RunStatus
 
 HELP = (
@@ -85,6 +86,7 @@ server_app = typer.Typer(
 app.add_typer(server_app, name="server")
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(schedule_app, name="schedule")
+app.add_typer(volume_app, name="volume")
 
 RUN = typer.Argument(..., metavar="RUN", help="The run's name (or id).", show_default=False)
 REPLICA = typer.Option(None, "--replica", help="Only this replica.", show_default=False)

@@ -11,6 +11,7 @@ from rich.live import Live
 
 from cli import render
 from cli.context import Context
+from cli.dev_environments import DevEnvironments, DevView
 from cli.services import ServiceView, service_views
 from cli.tasks import task_run
 
@@ -18,11 +19,10 @@ if TYPE_CHECKING:
     from store import JobSubmissionRecord, RunRecord, Store
 
 WATCH_INTERVAL = 0.5
+Runs = list[tuple["RunRecord", list["JobSubmissionRecord"]]]
 
 
-def collect(
-    store: Store, project: str, *, all_runs: bool, limit: int
-) -> list[tuple[RunRecord, list[JobSubmissionRecord]]]:
+def collect(store: Store, project: str, *, all_runs: bool, limit: int) -> Runs:
     runs = store.list_runs(project, active_only=not all_runs, limit=limit)
     # A pipeline shows its latest task's jobs (docs/pipelines.md): its own run has none.
     return [(run, store.list_job_submissions(task_run(store, run, None).id)) for run in runs]
@@ -30,12 +30,13 @@ def collect(
 
 def ps(*, all_runs: bool, watch: bool, as_json: bool, limit: int) -> None:
     ctx = Context.from_env()
-    ctx.ensure_stack()  # runs move on only while the stack is up
+    address = ctx.ensure_stack()  # runs move on only while the stack is up
     store = ctx.store()
+    devs = DevEnvironments(ctx.settings.home, address, ctx.settings.temporal_namespace)
 
-    def current() -> tuple[list[tuple[RunRecord, list[JobSubmissionRecord]]], dict[str, ServiceView]]:
+    def current() -> tuple[Runs, dict[str, ServiceView], dict[str, DevView]]:
         runs = collect(store, ctx.project, all_runs=all_runs, limit=limit)
-        return runs, service_views(store, [run for run, _ in runs])
+        return runs, service_views(store, [run for run, _ in runs]), devs.views(runs)
 
     if as_json:
         typer.echo(json.dumps(render.runs_json(*current()), indent=2))
@@ -52,10 +53,10 @@ def ps(*, all_runs: bool, watch: bool, as_json: bool, limit: int) -> None:
                     time.sleep(WATCH_INTERVAL)
         shown = ""
         while True:  # piped: a new table only when a status or message changed, not the ages
-            runs, services = current()
-            key = json.dumps(render.runs_json(runs, services))
+            shown_now = current()
+            key = json.dumps(render.runs_json(*shown_now))
             if key != shown:
-                console.print(render.runs_table(runs, services))
+                console.print(render.runs_table(*shown_now))
                 shown = key
             time.sleep(WATCH_INTERVAL)
     except KeyboardInterrupt:

@@ -14,6 +14,7 @@ from rich.table import Table
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
 if TYPE_CHECKING:
+    from cli.dev_environments import DevView
     from cli.services import ServiceView
     from core.eventlog import Event
     from store import JobSubmissionRecord, RunRecord
@@ -151,9 +152,10 @@ def ago(timestamp: float | None, now: float | None = None) -> str:
 
 def resources_of(run: RunRecord) -> str:
     try:
-        from core.configuration import parse_configuration
+        from core.configuration import VolumeConfiguration, parse_configuration
 
-        return parse_configuration(run.configuration_data()).resources.pretty()
+        configuration = parse_configuration(run.configuration_data())
+        return "" if isinstance(configuration, VolumeConfiguration) else configuration.resources.pretty()
     except ValueError:
         return ""
 
@@ -167,9 +169,12 @@ def console(*, stderr: bool = False) -> Console:
 def runs_table(
     runs: Sequence[tuple[RunRecord, list[JobSubmissionRecord]]],
     services: Mapping[str, ServiceView] | None = None,
+    devs: Mapping[str, DevView] | None = None,
 ) -> Table:
-    """The runs and their latest jobs; a service's row shows its URL, its replicas their probe state."""
+    """The runs and their latest jobs; a service's row shows its URL, its replicas their probe state; a dev
+    environment's its IDE link, its job whether someone is attached or when inactivity stops it."""
     services = services or {}
+    devs = devs or {}
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("NAME", "REPLICA", "JOB", "SUB", "STATUS", "MESSAGE", "RESOURCES", "INSTANCE"):
         table.add_column(column, no_wrap=column == "NAME")
@@ -181,6 +186,9 @@ def runs_table(
         message = run_message(run, jobs, now)
         if service is not None and service.url and RunStatus(run.status).is_active():
             message = f"{message} {service.url}".strip()
+        dev = devs.get(run.id)
+        if dev is not None and dev.link is not None:
+            message = f"{message} {dev.link}".strip()
         table.add_row(
             run.run_name, "", "", "", run.status, message, resources_of(run), "",
             ago(run.submitted_at, now), "",
@@ -190,6 +198,8 @@ def runs_table(
             job_message = job_record_message(job, run, now)
             if service is not None and job.id in service.replicas and job.status == JobStatus.RUNNING:
                 job_message = service.replicas[job.id]  # its state in the proxies: "ready 1/1"
+            if dev is not None and dev.job_id == job.id:
+                job_message = dev.ssh_message(now) or job_message  # "attached", "idle: stops in 4m 10s"
             table.add_row(
                 "", str(job.replica_num), str(job.job_num), str(job.submission_num), job.status,
                 job_message, "", job.instance_name or "", ago(job.submitted_at, now),
@@ -201,9 +211,11 @@ def runs_table(
 def runs_json(
     runs: Sequence[tuple[RunRecord, list[JobSubmissionRecord]]],
     services: Mapping[str, ServiceView] | None = None,
+    devs: Mapping[str, DevView] | None = None,
 ) -> list[dict[str, Any]]:
     now = time.time()
     services = services or {}
+    devs = devs or {}
     return [
         {
             "id": run.id,
@@ -218,6 +230,7 @@ def runs_json(
             "submitted_at": run.submitted_at,
             "finished_at": run.finished_at,
             **({"url": services[run.id].url} if run.id in services else {}),
+            **({"ide_link": devs[run.id].link} if run.id in devs and devs[run.id].link else {}),
             "jobs": [
                 {
                     "id": job.id,
@@ -233,12 +246,19 @@ def runs_json(
                     "submitted_at": job.submitted_at,
                     "finished_at": job.finished_at,
                     **({"serving": services[run.id].replicas.get(job.id)} if run.id in services else {}),
+                    **({"inactivity": devs[run.id].json()} if _asked(devs, run.id, job.id) else {}),
                 }
                 for job in jobs
             ],
         }
         for run, jobs in runs
     ]
+
+
+def _asked(devs: Mapping[str, DevView], run_id: str, job_id: str) -> bool:
+    """Whether the job is a dev environment's whose agent told its SSH connections."""
+    dev = devs.get(run_id)
+    return dev is not None and dev.job_id == job_id and dev.asked
 
 
 def event_line(event: Event, label: str = "") -> str:
@@ -254,3 +274,13 @@ def _value(value: Any) -> str:
     if isinstance(value, str) and value and not any(c.isspace() for c in value):
         return value
     return json.dumps(value, separators=(",", ":"))
+
+
+def plan_table(rows: Sequence[tuple[str, str]]) -> Table:
+    """`ferry apply`'s plan: one bold key and its value per row."""
+    table = Table(box=None, show_header=False, pad_edge=False, title="Plan", title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows:
+        table.add_row(key, value)
+    return table

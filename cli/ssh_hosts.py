@@ -5,9 +5,12 @@ agrees (asked once)."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from worker.processes import private_opener
 CONFIG_FILE = Path("ssh") / "config"
 KNOWN_HOSTS_FILE = Path("ssh") / "known_hosts"
 INCLUDE_ASKED_FILE = Path("ssh") / "include-asked"
+ATTACHED_FILE = Path("ssh") / "attached.json"  # per run: the job its entry logs in to, its working dir
 _MARK = "# ferry: "  # each entry starts with this line, naming the run it is for
 
 
@@ -63,12 +67,7 @@ def write_entries(home: Path, run_alias: str, hosts: list[SSHHost], host_keys: d
     pinned in Ferry's known_hosts; the config's path."""
     config = home / CONFIG_FILE
     known = home / KNOWN_HOSTS_FILE
-    config.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(config.parent, 0o700)
-    with open(
-        config.parent / ".lock", "w", opener=private_opener
-    ) as lock:  # two `ferry attach` at once: both entries kept
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _locked(home):  # two `ferry attach` at once: both entries kept
         kept = _without(config.read_text() if config.exists() else "", run_alias)
         entry = _MARK + run_alias + "\n" + "".join(h.render(known) for h in hosts)
         _write(config, kept + entry)
@@ -78,6 +77,45 @@ def write_entries(home: Path, run_alias: str, hosts: list[SSHHost], host_keys: d
         lines += [f"{alias} {' '.join(key.split()[:2])}" for alias, key in sorted(host_keys.items())]
         _write(known, "\n".join(lines) + "\n")
     return config
+
+
+def note_attached(home: Path, run_alias: str, user: str, working_dir: str) -> None:
+    """Remember that `Host <run>` logs in as `user` (a job's task id) landing in `working_dir`: the IDE link
+    `ferry ps` shows for that job (docs/attach.md)."""
+    with _locked(home):
+        attached = _attached(home)
+        attached[run_alias] = {"user": user, "working_dir": working_dir}
+        _write(home / ATTACHED_FILE, json.dumps(attached, indent=2, sort_keys=True) + "\n")
+
+
+def attached_jobs(home: Path) -> dict[str, tuple[str, str]]:
+    """Per run alias: the task id its entry logs in as, and that job's working directory."""
+    return {
+        alias: (entry["user"], entry["working_dir"])
+        for alias, entry in _attached(home).items()
+        if isinstance(entry, dict)
+        and isinstance(entry.get("user"), str)
+        and isinstance(entry.get("working_dir"), str)
+    }
+
+
+def _attached(home: Path) -> dict[str, object]:
+    try:
+        attached = json.loads((home / ATTACHED_FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return attached if isinstance(attached, dict) else {}
+
+
+@contextlib.contextmanager
+def _locked(home: Path) -> Iterator[None]:
+    """Ferry's SSH directory (made private), locked against other `ferry` commands writing in it."""
+    directory = home / CONFIG_FILE.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    with open(directory / ".lock", "w", opener=private_opener) as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _without(text: str, run_alias: str) -> str:

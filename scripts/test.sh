@@ -10,6 +10,10 @@ python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 command -v sftp >/dev/null 2>&1 || need+=(openssh-client)  # ferry attach, tests/agent/test_ssh_*: ssh, scp, sftp
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v docker-compose >/dev/null || need+=(docker-compose)  # tests/e2e/test_compose.py: `config` only
+command -v podman >/dev/null 2>&1 || need+=(podman)  # tests/containers: the agent's container executor
+[ -x /usr/sbin/runc ] || need+=(runc)  # podman's runtime here (docs/containers.md)
+[ -x /bin/busybox ] || need+=(busybox-static)  # testbed/containers.py: the test images
+command -v tmux >/dev/null 2>&1 || need+=(tmux)  # tests/e2e: ferry attach in a terminal
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

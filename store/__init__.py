@@ -15,6 +15,7 @@ from store.models import (
     ServiceReplicaRecord,
     ServiceRequestsRecord,
     UserRecord,
+    VolumeRecord,
 )
 from store.opening import open_store
 from store.repository import LogGapError, RecordNotFoundError, Store
@@ -35,6 +36,7 @@ __all__ = [
     "ServiceReplicaRecord",
     "ServiceRequestsRecord",
     "UserRecord",
+    "VolumeRecord",
     "Store",
     "for_writes",
     "make_engine",

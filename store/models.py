@@ -1,4 +1,5 @@
-"""The store's tables: runs, job submissions, eventlogs, log chunks, code archives, fleets and instances.
+"""The store's tables: runs, job submissions, eventlogs, log chunks, code archives, fleets, instances and
+volumes (and the services', below).
 
 Every table has a migration in `store/migrations/versions`; a test checks that the two agree.
 There are no foreign keys on purpose: workers write records in whatever order their activities
@@ -166,6 +167,24 @@ class InstanceRecord(SQLModel, table=True):
     def resources_data(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.resources)
         return data
+
+
+class VolumeRecord(SQLModel, table=True):
+    """A named volume (docs/volumes.md): a directory on one instance of a fleet, attached to one job at a
+    time (`attached_to`, set and cleared by the job's attach_volumes and detach_volumes activities)."""
+
+    __tablename__ = "volumes"
+    __table_args__ = (Index("ix_volumes_project", "project"),)
+
+    id: str = Field(primary_key=True)  # <project>/<name>
+    project: str
+    name: str
+    fleet: str
+    instance: str
+    configuration: str = Field(default="{}", sa_type=Text)  # JSON of the VolumeConfiguration
+    attached_to: str | None = Field(default=None, index=True)  # a job submission id
+    attached_at: float | None = None
+    created_at: float = Field(default_factory=time.time)
 
 
 class ServiceReplicaRecord(SQLModel, table=True):

@@ -32,6 +32,7 @@ from store.models import (
 )
 from store.service_repository import ServiceRecords
 from store.sql import insert_ignore, row_of, upsert
+from store.volume_repository import VolumeRecords
 
 _RUNS: Table = RunRecord.__table__  # type: ignore[attr-defined]
 _JOBS: Table = JobSubmissionRecord.__table__  # type: ignore[attr-defined]
@@ -60,9 +61,9 @@ class RecordNotFoundError(LookupError):
     """An update named a record that is not stored."""
 
 
-class Store(FleetRecords, ServiceRecords):
+class Store(FleetRecords, ServiceRecords, VolumeRecords):
     """The store's API over one engine (see store.opening.open_store); fleets and instances: FleetRecords;
-    services, proxies and users: ServiceRecords."""
+    services, proxies and users: ServiceRecords; named volumes: VolumeRecords."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

@@ -14,7 +14,12 @@ from typing import Any
 from activities.ssh_config import DeployOptions
 from cli.api import FerryAPI
 from cli.fleet_api import FleetAPI
-from core.configuration import FleetConfiguration, RunConfiguration, parse_configuration
+from core.configuration import (
+    FleetConfiguration,
+    RunConfiguration,
+    VolumeConfiguration,
+    parse_configuration,
+)
 from core.fleets.messages import FleetDescription
 from core.fleets.status import FleetStatus
 from core.settings import Settings
@@ -33,7 +38,7 @@ POLL = 0.05
 
 def task(commands: list[str], **fields: Any) -> RunConfiguration:
     conf = parse_configuration({"type": "task", "commands": commands, "resources": SMALL, **fields})
-    assert not isinstance(conf, FleetConfiguration)
+    assert not isinstance(conf, FleetConfiguration | VolumeConfiguration)
     return conf
 
 

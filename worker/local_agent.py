@@ -51,6 +51,11 @@ def _token(path: Path) -> str:
     return path.read_text().strip()
 
 
+def agent_data_dir(home: Path) -> Path:
+    """The local agent's --data-dir: its tasks, and the named volumes' directories (docs/volumes.md)."""
+    return (home / "agent" / "data").resolve()
+
+
 def ensure_local_agent(home: Path, *, startup_timeout: float = 30.0) -> LocalAgent:
     """The running local agent, started (detached, so it outlives workers) if none answers."""
     base = home / "agent"
@@ -77,7 +82,7 @@ def ensure_local_agent(home: Path, *, startup_timeout: float = 30.0) -> LocalAge
             "--token-file",
             str(base / "token"),
         ]
-        command += ["--data-dir", str(base / "data"), "--log-level", "warning"]
+        command += ["--data-dir", str(agent_data_dir(home)), "--log-level", "warning"]
         # The child keeps its own copy of the descriptor.
         with open(base / "agent.log", "ab", opener=private_opener) as log:
             proc = subprocess.Popen(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -22,9 +23,11 @@ from activities.schedules import ScheduleActivities
 from activities.services import ServiceActivities
 from activities.ssh import HostPool
 from activities.ssh_config import DeployOptions
+from activities.volumes import VolumeActivities
 from core.settings import TASK_QUEUE, Settings
+from core.wire.volumes import HostDirs
 from store import Store, open_store
-from worker.local_agent import ensure_local_agent
+from worker.local_agent import agent_data_dir, ensure_local_agent
 from worker.temporal import connect_from_settings
 from workflows.cycle import CycleWorkflow
 from workflows.fleet import FleetWorkflow
@@ -46,6 +49,7 @@ def activities_for(
     records = RecordActivities(store)
     fleets = FleetActivities(instances, store)
     services = ServiceActivities(instances, store)
+    volumes = VolumeActivities(store)
     # A host this worker has not deployed (a fleet older than the worker) is found through the store.
     instances.set_resolver(InstanceResolver(instances, store))
     return [
@@ -57,6 +61,8 @@ def activities_for(
         jobs.stop_task,
         jobs.ssh_endpoint,
         jobs.release_task,
+        volumes.attach_volumes,
+        volumes.detach_volumes,
         fleets.local_instance,
         fleets.deploy_instance,
         fleets.watch_fleet_health,
@@ -88,6 +94,9 @@ def local_instances(settings: Settings, ssh: DeployOptions | None = None) -> Ins
     agent = ensure_local_agent(settings.home)
     instances = InstanceDirectory()
     instances.add(LOCAL_INSTANCE, AgentClient(agent.url, agent.token, timeout=AGENT_REQUEST_TIMEOUT))
+    # The local agent runs as this user, started by a worker or the stack with this environment.
+    home = os.path.expanduser("~")
+    instances.set_dirs(LOCAL_INSTANCE, HostDirs(home=home, data_dir=str(agent_data_dir(settings.home))))
     instances.pool = HostPool(ssh or ssh_options(settings), on_client=instances.add)
     return instances
 

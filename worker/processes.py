@@ -135,7 +135,11 @@ def make_private(root: Path, skip: Callable[[Path], bool] = lambda path: False) 
 
 def job_code(path: Path) -> bool:
     """A task's workdir under the agent's data (agent/data/tasks/<id>/workdir): the job's code, whose
-    modes (executables) are the repository's; the 0700 task directory above it keeps others out."""
+    modes (executables) are the repository's; the 0700 task directory above it keeps others out. Likewise
+    the named volumes' directories (agent/data/volumes, docs/volumes.md): the jobs' data, in modes and
+    owners of the jobs' choosing (a container's user may not be this one), behind the 0700 data directory."""
+    if path.name == "volumes" and path.parent.name == "data" and path.parent.parent.name == "agent":
+        return True
     return path.name == "workdir" and path.parent.parent.name == "tasks"
 
 

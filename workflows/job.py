@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from core.jobs.phases import JobControl, PlacementOutcome, grace_seconds
     from core.jobs.state_machine import JobState, apply_job_event
     from core.jobs.transitions import INSTANCE_LOST, NO_END_AFTER_STOP, fatal, last_note, outcome_events
+    from core.jobs.volumes import attach_request, detach_request
     from core.status import JobStatus, JobTerminationReason
     from core.wire import activity_names as names
     from core.wire.messages import (
@@ -58,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
 # Past this the agent is presumed gone even if it answered before: the grace period has long ended.
 _STOP_MARGIN = timedelta(seconds=30)
 _AGENT_STEP_TIMEOUT = timedelta(minutes=10)  # an image pull or a big code archive may take a while
+_STORE_STEP_TIMEOUT = timedelta(seconds=30)  # a volume's attachment: one short transaction
 
 
 @workflow.defn
@@ -138,6 +140,9 @@ class JobWorkflow:
         self._log("alloc", instance=placement.instance_name)
         self._news.publish(soon=True)
         try:
+            attach = attach_request(inp, self._id, placement.instance_name)
+            if attach is not None:  # its named volumes, or VOLUME_ERROR before anything starts
+                await self._agent.step(names.ATTACH_VOLUMES, attach, timeout=_STORE_STEP_TIMEOUT)
             prepare = job.prepare_task(inp, self._id, placement)
             await self._agent.step(names.PREPARE_TASK, prepare, timeout=_AGENT_STEP_TIMEOUT)
             self._log("pull")
@@ -260,6 +265,7 @@ class JobWorkflow:
                     self._log("release", ranks="all", final=True)
                 else:
                     self._log("exception", type="free", severity=1, note=problem)
+            await self._detach_volumes(inp)
             self._log("free")
         # The capacity goes back with the last word below.
         releasing = asyncio.ensure_future(self._release(inp)) if self._control.must_release() else None
@@ -274,6 +280,18 @@ class JobWorkflow:
         return JobOutcome(
             termination_reason=reason, termination_message=last_note(state), exit_status=state.exit_status
         )
+
+    async def _detach_volumes(self, inp: JobInput) -> None:
+        """The job's named volumes freed once its process has ended: retried until it succeeds, the job
+        TERMINATING meanwhile, and its capacity released only after (docs/volumes.md#detach)."""
+        request = detach_request(inp, self._id)
+        if request is not None:
+            await workflow.execute_activity(
+                names.DETACH_VOLUMES,
+                request,
+                start_to_close_timeout=_STORE_STEP_TIMEOUT,
+                retry_policy=retry_policies.DETACH,
+            )
 
     async def _release(self, inp: JobInput) -> None:
         """The capacity back to the fleet, once the task is gone (a fleet deleted meanwhile needs nothing)."""

@@ -127,6 +127,7 @@ class PipelineWorkflow:
             code_hash=inp.code_hash,
             submitted_at=record.submitted_at,
             fleet=inp.fleets[task - 1],
+            volume_instances=inp.volume_instances,
             authorized_keys=inp.authorized_keys,
         )
         child = await workflow.start_child_workflow(

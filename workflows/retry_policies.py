@@ -19,5 +19,9 @@ FEW_TRIES = RetryPolicy(maximum_attempts=3)
 # Removing a finished task from its agent: a few tries, then the job logs that it could not.
 REMOVE = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=5))
 
+# Freeing a job's volumes (docs/volumes.md): until it succeeds, however long, backing off to a try every
+# 10 s; the job stays TERMINATING meanwhile and its capacity is released only after (seed 000 STEP 5).
+DETACH = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_interval=timedelta(seconds=10))
+
 # Deploying the agent to an SSH host: a second try for a flaky connection, then the host is failed.
 DEPLOY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)

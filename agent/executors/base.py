@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.records import TaskPaths, TaskRecord
@@ -23,6 +23,7 @@ class JobHandle:
 
     pid: int | None
     start_time: int | None
+    host_ports: dict[int, int] = field(default_factory=dict)  # a container's published ports
 
 
 class JobLiveness(enum.Enum):
@@ -50,8 +51,10 @@ class JobCheck:
 
 
 class Executor(ABC):
+    starts_blocking = False  # True: `start` waits on something (an engine), so it is called in a thread
+
     @abstractmethod
-    def prepare(self, paths: TaskPaths, spec: JobSpec) -> Path:
+    def prepare(self, paths: TaskPaths, record: TaskRecord, spec: JobSpec) -> Path:
         """Blocking (called in a thread): write what the job runs; return its working directory, created."""
 
     @abstractmethod
@@ -59,6 +62,10 @@ class Executor(ABC):
         self, paths: TaskPaths, record: TaskRecord, spec: JobSpec, cwd: Path, host_has_gpus: bool
     ) -> JobHandle:
         """Start the job; OSError or ValueError when it could not be started."""
+
+    @abstractmethod
+    def release(self, record: TaskRecord) -> None:
+        """The job has ended and the agent has all it needs of it: free what the executor holds for it."""
 
     @abstractmethod
     def find_started(self, paths: TaskPaths) -> JobHandle | None:

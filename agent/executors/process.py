@@ -155,7 +155,9 @@ class ProcessExecutor(Executor):
     def __init__(self) -> None:
         self._children: set[int] = set()  # wrappers this agent started and must reap
 
-    def prepare(self, paths: TaskPaths, spec: JobSpec) -> Path:
+    def prepare(self, paths: TaskPaths, record: TaskRecord, spec: JobSpec) -> Path:
+        if not spec.commands:
+            raise ValueError("nothing to run: the job has no commands and no image")
         write_script(paths, spec)
         cwd = working_directory(paths, spec)
         cwd.mkdir(parents=True, exist_ok=True)
@@ -200,6 +202,9 @@ class ProcessExecutor(Executor):
     def kill_strays(self, record: TaskRecord) -> None:
         if record.pid is not None:
             kill_group(record.pid)
+
+    def release(self, record: TaskRecord) -> None:
+        pass  # the wrapper was reaped when it ended; the task's files stay until the task is removed
 
     def check(self, record: TaskRecord, paths: TaskPaths) -> JobCheck:
         if record.pid is not None and record.pid in self._children:

@@ -1,4 +1,4 @@
-"""Configurations as files write them (dstack's field names): task, service, dev-environment, fleet.
+"""Configurations as files write them (dstack's field names): task, service, dev-environment, fleet, volume.
 
 `parse_configuration(data)` validates a parsed YAML mapping into one of the four models;
 core.configuration.loading adds files, line numbers and readable errors on top.
@@ -24,11 +24,16 @@ from core.configuration.model import ConfigFieldError, ConfigModel
 from core.configuration.service import ProbeSpec, ScalingSpec, ServiceConfiguration
 from core.configuration.specs import ReplicaRange, Schedule
 from core.configuration.task import TaskConfiguration
+from core.configuration.volume import VolumeConfiguration
 
 RunConfiguration = TaskConfiguration | ServiceConfiguration | DevEnvironmentConfiguration
 
 AnyConfiguration = Annotated[
-    TaskConfiguration | ServiceConfiguration | DevEnvironmentConfiguration | FleetConfiguration,
+    TaskConfiguration
+    | ServiceConfiguration
+    | DevEnvironmentConfiguration
+    | FleetConfiguration
+    | VolumeConfiguration,
     Field(discriminator="type"),
 ]
 
@@ -38,6 +43,7 @@ CONFIGURATION_MODELS: dict[str, type[ConfigModel]] = {
     "service": ServiceConfiguration,
     "dev-environment": DevEnvironmentConfiguration,
     "fleet": FleetConfiguration,
+    "volume": VolumeConfiguration,
 }
 CONFIGURATION_TYPES: tuple[str, ...] = tuple(CONFIGURATION_MODELS)
 
@@ -103,6 +109,7 @@ __all__ = [
     "StartupOrder",
     "StopCriteria",
     "TaskConfiguration",
+    "VolumeConfiguration",
     "format_retry",
     "known_field_names",
     "parse_configuration",

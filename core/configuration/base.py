@@ -50,28 +50,27 @@ CLOUD_FIELDS_NOT_ACTED_ON = frozenset(
     }
 )
 
-# Fields of every run that Ferry accepts but does not act on yet (each run type adds its own). `image`,
-# `python` and the other container fields among them: the process executor runs `commands` on the host
-# as they are. `volumes`: nothing mounts them. `startup_order`:
-# the nodes of a task start as they are placed (see asks_for). `resources.shm_size`: no container to size.
-RUN_FIELDS_NOT_ACTED_ON = CLOUD_FIELDS_NOT_ACTED_ON | {
-    "image",
-    "python",
-    "nvcc",
-    "user",
-    "privileged",
-    "entrypoint",
-    "registry_auth",
-    "docker",
-    "repos",
-    "files",
-    "single_branch",
-    "resources.shm_size",
-    "volumes",
-    "creation_policy",
-    "utilization_policy",
-    "startup_order",
-}
+# Fields of every run that Ferry accepts but does not act on yet (each run type adds its own). `python`,
+# `nvcc` and `docker`: Ferry runs the user's `image`, or `commands` on the host, and has no images of its
+# own (docs/containers.md). `startup_order`: the nodes of a task start as they are placed (see asks_for).
+# The container's settings are acted on with an `image` only (see asks_for); `image` and `volumes`
+# always (docs/containers.md, docs/volumes.md).
+CONTAINER_FIELDS = frozenset({"user", "privileged", "entrypoint", "registry_auth", "resources.shm_size"})
+RUN_FIELDS_NOT_ACTED_ON = (
+    CLOUD_FIELDS_NOT_ACTED_ON
+    | CONTAINER_FIELDS
+    | {
+        "python",
+        "nvcc",
+        "docker",
+        "repos",
+        "files",
+        "single_branch",
+        "creation_policy",
+        "utilization_policy",
+        "startup_order",
+    }
+)
 
 
 class ConfigSummary(NamedTuple):
@@ -172,6 +171,8 @@ class BaseRunConfiguration(ConfigModel):
     def asks_for(self, field: str) -> bool:
         if field == "startup_order":
             return self.startup_order != StartupOrder.ANY  # `any` is what Ferry does
+        if field in CONTAINER_FIELDS and self.image is not None:
+            return False  # the container executor acts on it
         return super().asks_for(field)
 
     def _needs_commands(self, commands: list[str]) -> None:

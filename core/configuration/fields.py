@@ -15,6 +15,7 @@ from pydantic import (
     Tag,
 )
 
+from core.configuration.interpolation import interpolate
 from core.configuration.model import ConfigFieldError, ConfigModel, shape_of
 
 # dstack's rule for run, fleet and volume names.
@@ -192,11 +193,25 @@ def _check_mount_path(value: str) -> str:
 def _check_instance_path(value: str) -> str:
     if not value.startswith(("/", "~")):
         raise ValueError(f"the instance path must be absolute, got {value!r}")
+    if value.startswith("~") and value != "~" and not value.startswith("~/"):
+        # `~` is the home of the agent's user on the instance (docs/volumes.md); another user's is not known.
+        raise ValueError(f"only `~` or `~/...` (the agent's user's home) can start the path, got {value!r}")
+    if "\0" in value:
+        raise ValueError("the instance path must not contain a NUL character")
     return value
 
 
+def _check_volume_name(value: str) -> str:
+    """A volume's name, where `${{ dstack.node_rank }}` stands for each node's rank (docs/volumes.md)."""
+    if not _NAME.match(interpolate(value, 0)):
+        _check_name(value)  # its message names the value as written
+    return value
+
+
+VolumeName = Annotated[str, AfterValidator(_check_volume_name)]
+
 _VolumeNames = Annotated[
-    Annotated[Name, Tag("<string>")] | Annotated[list[Name], Tag("<list>")],
+    Annotated[VolumeName, Tag("<string>")] | Annotated[list[VolumeName], Tag("<list>")],
     Discriminator(
         shape_of,
         custom_error_type="names_shape",
@@ -206,7 +221,8 @@ _VolumeNames = Annotated[
 
 
 class NetworkVolume(ConfigModel):
-    """A named volume (`ferry volume`) mounted at `path`; a list of names lets nodes pick one each."""
+    """A named volume (`ferry volume`) mounted at `path`; of a list of names, the first that exists is used
+    (docs/volumes.md)."""
 
     name: _VolumeNames
     path: Annotated[str, AfterValidator(_check_mount_path)]

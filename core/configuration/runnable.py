@@ -18,7 +18,10 @@ from core.configuration import (
     RunConfiguration,
     ServiceConfiguration,
     TaskConfiguration,
+    VolumeConfiguration,
 )
+from core.configuration.fields import NetworkVolume
+from core.configuration.interpolation import is_per_node
 
 
 class Refusal(NamedTuple):
@@ -30,7 +33,12 @@ class Refusal(NamedTuple):
 
 def refusals(configuration: AnyConfiguration) -> list[Refusal]:
     """Every reason Ferry cannot run `configuration`; [] when it can."""
-    found = [] if isinstance(configuration, FleetConfiguration) else _working_dir_refusals(configuration)
+    if isinstance(configuration, VolumeConfiguration):
+        return _volume_refusals(configuration)
+    if isinstance(configuration, FleetConfiguration):
+        found = []
+    else:
+        found = _working_dir_refusals(configuration) + _shared_volume_refusals(configuration)
     if isinstance(configuration, ServiceConfiguration):
         return found + [
             refusal
@@ -63,6 +71,39 @@ def _working_dir_refusals(configuration: RunConfiguration) -> list[Refusal]:
     return []
 
 
+def _volume_refusals(configuration: VolumeConfiguration) -> list[Refusal]:
+    if configuration.volume_id is None:
+        return []
+    return [
+        Refusal(
+            ("volume_id",),
+            "Ferry cannot register a cloud disk: its volumes are directories on an instance of a fleet "
+            "(docs/volumes.md)",
+        )
+    ]
+
+
+def _shared_volume_refusals(configuration: RunConfiguration) -> list[Refusal]:
+    """A named volume is attached to one job at a time: the nodes of a multi-node task each need their own
+    (`${{ dstack.node_rank }}` in its name), or all but one would fail."""
+    if not isinstance(configuration, TaskConfiguration) or configuration.nodes == 1:
+        return []
+    found = []
+    for index, volume in enumerate(configuration.volumes):
+        names = [] if not isinstance(volume, NetworkVolume) else volume.name
+        names = [names] if isinstance(names, str) else names
+        shared = [name for name in names if not is_per_node(name)]
+        if shared:
+            found.append(
+                Refusal(
+                    ("volumes", str(index), "name"),
+                    f"the {configuration.nodes} nodes cannot share volume {shared[0]}: a volume is attached "
+                    f"to one job at a time; name one per node, e.g. {shared[0]}-${{{{ dstack.node_rank }}}}",
+                )
+            )
+    return found
+
+
 def _group_paths(configuration: ServiceConfiguration) -> list[tuple[str, ...]]:
     if not isinstance(configuration.replicas, list):
         return [("commands",)]
@@ -75,13 +116,9 @@ def _commands_refusals(
     if any(command.strip() for command in commands):
         return []
     kind = configuration.type
-    if configuration.image is not None:
-        # dstack runs the image's entrypoint when there are no commands; Ferry runs no image yet.
-        reason = (
-            f"nothing to run: Ferry does not run `image` yet (it runs `commands` on the host), "
-            f"so a {kind} needs `commands`"
-        )
-    elif commands:
+    if configuration.image is not None and not commands:
+        return []  # the image's entrypoint runs, as in dstack (docs/containers.md)
+    if commands:
         reason = "nothing to run: every command is blank"
     else:
         reason = f"nothing to run: a {kind} needs `commands`"

@@ -75,6 +75,9 @@ class NodeRequest(Frozen):
     spec: ResourcesSpec | None = Field(
         default=None, description="checked against `hardware` when both are set"
     )
+    instance: str | None = Field(
+        default=None, description="this instance only: the one its volumes are on (docs/volumes.md)"
+    )
 
 
 class PlacementRequest(Frozen):
@@ -123,6 +126,8 @@ class Room:
 
 def node_cost(slot: InstanceSlot, node: NodeRequest) -> tuple[int, Resources] | list[str]:
     """(blocks, reserved resources) for `node` on `slot` when empty, or why it can never fit there."""
+    if node.instance is not None and node.instance != slot.name:
+        return [f"its volumes are on instance {node.instance}"]
     reasons = []
     if node.spec is not None and slot.hardware is not None:
         reasons += unsatisfied(slot.hardware, node.spec, check_max=False)

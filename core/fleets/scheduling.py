@@ -70,6 +70,7 @@ class NodePlacement(Frozen):
     address: str
     resources: Resources
     blocks: int
+    shared: bool = False  # the instance may run other jobs beside it (seed 003: a container's network)
 
 
 class Grant(Frozen):
@@ -120,6 +121,7 @@ class SchedulerState(Frozen):
                 address=slot.address,
                 resources=a.resources,
                 blocks=a.blocks,
+                shared=slot.blocks is None or a.blocks < slot.blocks,
             )
             for slot in self._slots()
             for job, a in slot.allocations.items()

@@ -57,14 +57,20 @@ def replica_enqueue(
     submissions: list[int],
     job_workflow_ids: list[str],
     priority: int,
+    instances: list[str | None] | None = None,
 ) -> Enqueue:
-    """A replica's placement request: one node per job (node j at submission `submissions[j]`)."""
+    """A replica's placement request: one node per job (node j at submission `submissions[j]`, on
+    `instances[j]` when that is set: the instance of its volumes)."""
     resources = configurator_for(configuration).resources()
     job_ids = [job_submission_id(run_id, replica_num, job, s) for job, s in enumerate(submissions)]
+    only = instances or [None] * len(job_ids)
     request = PlacementRequest(
         request_id=placement_request_id(run_id, replica_num, submissions[0]),
         priority=priority,
-        nodes=[NodeRequest(job_id=job, resources=resources, spec=configuration.resources) for job in job_ids],
+        nodes=[
+            NodeRequest(job_id=job, resources=resources, spec=configuration.resources, instance=instance)
+            for job, instance in zip(job_ids, only, strict=True)
+        ],
     )
     return Enqueue(request=request, notify=dict(zip(job_ids, job_workflow_ids, strict=True)))
 
@@ -339,7 +345,9 @@ def schedule(book: FleetBook) -> Step:
                     kind=NoticeKind.PLACED,
                     job_id=placement.job_id,
                     workflow_id=book.notify[placement.job_id],
-                    placement=Placement(instance_name=placement.instance, cluster=cluster),
+                    placement=Placement(
+                        instance_name=placement.instance, cluster=cluster, shared=placement.shared
+                    ),
                 )
             )
     granted = {grant.request_id for grant in grants}

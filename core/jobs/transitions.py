@@ -117,6 +117,8 @@ def prepare_task(inp: JobInput, job_id: str, placement: Placement) -> PrepareTas
         ports=[] if inp.service is None else [inp.service.port],
         network=replica_network(inp, placement),
         authorized_keys=inp.authorized_keys,
+        volumes=inp.volumes,
+        container=inp.container,
     )
 
 
@@ -124,7 +126,15 @@ def replica_network(inp: JobInput, placement: Placement) -> TaskNetwork:
     """A service replica on this machine gets its own network namespace, so that replicas listening on one
     port share the instance and the proxy reaches each at its namespace's address. On an SSH host that
     address is the host's own, out of the proxy's reach: there a replica uses the host's network, and a
-    second one with the same port waits for the first (docs/services.md)."""
+    second one with the same port waits for the first (docs/services.md).
+
+    A container (seed 003, docs/containers.md#networks) gets the host's network when its instance is
+    not shared or its job is one of several nodes, and the engine's bridge, its ports published on
+    ephemeral ports of the host's loopback, on a shared instance: this machine, which runs many jobs at
+    once, or an instance split into blocks."""
+    if inp.container is not None:
+        shared = placement.instance_name == LOCAL_INSTANCE or placement.shared
+        return "bridge" if shared and inp.nodes_num == 1 else "host"
     if inp.service is not None and placement.instance_name == LOCAL_INSTANCE:
         return "isolated"
     return "host"

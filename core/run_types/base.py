@@ -7,12 +7,13 @@ fields a type decides (probes, image, volumes, SSH) belong here too.
 
 from __future__ import annotations
 
+import shlex
 from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
 from core.configuration import BaseRunConfiguration
 from core.configuration.resources import allocation
-from core.wire.agent_api import JobSpec, Resources
+from core.wire.agent_api import BYTES_PER_GB, ContainerSpec, JobSpec, RegistryCredentials, Resources
 from core.wire.services import ServiceJob
 
 # `stop_duration: off` means no limit on a graceful stop; the agent still needs a number of seconds.
@@ -64,10 +65,29 @@ class RunConfigurator(ABC, Generic[ConfigurationT]):
             commands=self.commands(),
             env=self.env(),
             working_dir=configuration.working_dir,
-            shell=configuration.shell or "bash",
+            # dstack's default: bash on its own images, sh in a container of the user's image.
+            shell=configuration.shell or ("sh" if configuration.image is not None else "bash"),
             max_duration=configuration.max_duration,
             stop_duration=_agent_grace(configuration.stop_duration),
             inactivity_duration=self.inactivity_duration(),
+        )
+
+    def container_spec(self) -> ContainerSpec | None:
+        """The container each job runs in, when the configuration names an `image` (docs/containers.md)."""
+        configuration = self.configuration
+        if configuration.image is None:
+            return None
+        auth = configuration.registry_auth
+        shm_size = configuration.resources.shm_size
+        return ContainerSpec(
+            image=configuration.image,
+            entrypoint=shlex.split(configuration.entrypoint) if configuration.entrypoint else None,
+            user=configuration.user,
+            privileged=configuration.privileged,
+            shm_size=round(shm_size * BYTES_PER_GB) if shm_size else None,
+            registry_auth=RegistryCredentials(username=auth.username, password=auth.password)
+            if auth
+            else None,
         )
 
     def inactivity_duration(self) -> int | None:

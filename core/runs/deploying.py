@@ -26,8 +26,9 @@ from core.runs.scaling import (
 from core.runs.state_machine import RunState
 from core.services.replicas import ReplicaState
 
-# A run's identity and placement: changing them is another run (stop it, then submit the new one).
-NOT_IN_PLACE = ("type", "name", "fleets", "nodes")
+# A run's identity and placement: changing them is another run (stop it, then submit the new one). Its
+# volumes decide its fleet and instances at submission (docs/volumes.md).
+NOT_IN_PLACE = ("type", "name", "fleets", "nodes", "volumes")
 
 
 class Deploy(BaseModel):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from core.fleets.state_machine import replica_enqueue
 from core.run_types import configurator_for
+from core.run_types.volumes import job_volumes, volumes_instance
 from core.runs.state_machine import RunState
 from core.status import JobStatus
 from core.wire.messages import (
@@ -34,6 +35,7 @@ def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int
     siblings = [state.job(replica, n) for n in range(nodes)]
     assert all(s is not None for s in siblings)
     submissions = [s.submission_num for s in siblings if s is not None]
+    volumes = [job_volumes(conf, inp.project, node, inp.volume_instances) for node in range(nodes)]
     enqueue = None
     if job == 0:
         enqueue = replica_enqueue(
@@ -45,6 +47,7 @@ def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int
                 job_workflow_id(run_workflow_id, replica, n, s) for n, s in enumerate(submissions)
             ],
             priority=run_priority(inp, state),
+            instances=[volumes_instance(node_volumes, inp.volume_instances) for node_volumes in volumes],
         )
     service = run_type.service_job()
     if service is not None:
@@ -58,6 +61,7 @@ def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int
         submission_num=current.submission_num,
         nodes_num=nodes,
         spec=run_type.job_spec(run_name=inp.run_name, replica_num=replica, job_num=job),
+        container=run_type.container_spec(),
         resources=run_type.resources(),
         code_hash=inp.code_hash,
         stop_duration=conf.stop_duration,
@@ -68,6 +72,7 @@ def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int
         enqueue=enqueue,
         service=service,
         authorized_keys=inp.authorized_keys,
+        volumes=volumes[job],
     )
 
 

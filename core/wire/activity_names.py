@@ -11,6 +11,8 @@ WATCH_JOB = "watch_job"
 STOP_TASK = "stop_task"
 RELEASE_TASK = "release_task"
 SSH_ENDPOINT = "ssh_endpoint"  # `ferry attach`: the way into a running job (docs/attach.md)
+ATTACH_VOLUMES = "attach_volumes"  # a job's named volumes, taken once it is placed (docs/volumes.md)
+DETACH_VOLUMES = "detach_volumes"  # and freed once its process has ended
 
 # The fleet scheduler's effects (workflows/fleet.py).
 LOCAL_INSTANCE = "local_instance"

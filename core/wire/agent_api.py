@@ -104,6 +104,9 @@ class InstanceInfo(_Model):
         default=None, description="the agent's SSH server into its jobs, on loopback; None: it has none"
     )
     ssh_host_key: str | None = Field(default=None, description="its host key, an OpenSSH public key line")
+    container_engine: str | None = Field(
+        default=None, description="the container engine the agent found, e.g. `podman 4.3.1`; None: none"
+    )
 
 
 class VolumeMount(_Model):
@@ -113,7 +116,28 @@ class VolumeMount(_Model):
     )
 
 
-TaskNetwork = Literal["host", "isolated"]
+# host: the host's network. isolated: the task's own network (a namespace for a process job, the
+# engine's bridge for a container, its ports published on ephemeral host ports: docs/containers.md).
+# bridge: the name seed 003 gives a shared instance's container network; the agent takes it as isolated.
+TaskNetwork = Literal["host", "isolated", "bridge"]
+
+
+class RegistryCredentials(_Model):
+    username: str
+    password: str
+
+
+class ContainerSpec(_Model):
+    """A job run as a container of `image` rather than as host processes (docs/containers.md)."""
+
+    image: str = Field(min_length=1)
+    entrypoint: list[str] | None = Field(
+        default=None, description="replaces the image's entrypoint; None: the image's own"
+    )
+    user: str | None = Field(default=None, description="user[:group] in the container; None: the image's")
+    privileged: bool = False
+    shm_size: int | None = Field(default=None, gt=0, description="bytes of /dev/shm; None: the engine's")
+    registry_auth: RegistryCredentials | None = None
 
 
 class PortMapping(_Model):
@@ -137,6 +161,9 @@ class TaskSubmitRequest(_Model):
         default_factory=list,
         description="OpenSSH public key lines that open the agent's SSH server into this task's job, "
         "as the user named by the task's id (docs/attach.md); none: nobody gets in",
+    )
+    container: ContainerSpec | None = Field(
+        default=None, description="run the job in a container of this image; None: as host processes"
     )
 
 
@@ -196,7 +223,9 @@ class JobSpec(_Model):
     run_name: str
     replica_num: int = Field(default=0, ge=0, le=MAX_COUNT)
     job_num: int = Field(default=0, ge=0, le=MAX_COUNT)
-    commands: list[str] = Field(min_length=1)
+    commands: list[str] = Field(
+        default_factory=list, description="none: a container runs its image's entrypoint"
+    )
     env: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, str] = Field(default_factory=dict)
     working_dir: ConfinedPath | None = Field(

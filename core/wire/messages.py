@@ -14,8 +14,9 @@ from core.runs.machine import RunMachine
 from core.runs.state_machine import RunState
 from core.runs.watching import DependencyTarget, RunNews
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
-from core.wire.agent_api import ClusterInfo, JobSpec, Resources, TaskNetwork
+from core.wire.agent_api import ClusterInfo, ContainerSpec, JobSpec, Resources, TaskNetwork
 from core.wire.services import ServiceJob
+from core.wire.volumes import JobVolume
 
 
 class _Message(BaseModel):
@@ -72,6 +73,7 @@ class RunInput(_Message):
     fleet: str = LOCAL_FLEET  # where its jobs are placed, decided once at submission
     carry: RunCarry | None = None
     dependencies: list[DependencyTarget] = Field(default_factory=list)  # resolved at submission
+    volume_instances: dict[str, str] = Field(default_factory=dict)  # named volume -> its instance, likewise
     # The user's SSH public keys: they open the agents' SSH servers into its jobs (docs/attach.md).
     authorized_keys: list[str] = Field(default_factory=list)
     # For tests: continue as new after every step, to show that nothing of the run is lost across it.
@@ -87,6 +89,7 @@ class PipelineInput(_Message):
     user: str
     tasks: list[TaskConfiguration]
     fleets: list[str]  # each task's fleet, decided at submission
+    volume_instances: dict[str, str] = Field(default_factory=dict)  # the tasks' (RunInput.volume_instances)
     code_hash: str | None = None
     submitted_at: float
     authorized_keys: list[str] = Field(default_factory=list)  # each task's (RunInput.authorized_keys)
@@ -236,6 +239,8 @@ class JobInput(_Message):
     enqueue: Enqueue | None = None  # node 0 sends its replica's request; the other nodes wait for theirs
     service: ServiceJob | None = None  # a service replica: registered in the proxies once its probes pass
     authorized_keys: list[str] = Field(default_factory=list)  # who may SSH into the job (docs/attach.md)
+    container: ContainerSpec | None = None  # its image, when it runs as a container (docs/containers.md)
+    volumes: list[JobVolume] = Field(default_factory=list)  # docs/volumes.md
 
 
 class TerminateJob(_Message):
@@ -321,6 +326,7 @@ class Placement(_Message):
 
     instance_name: str
     cluster: ClusterInfo
+    shared: bool = False  # the instance may run other jobs beside this one (docs/containers.md#networks)
 
 
 class PlacementRefused(_Message):
@@ -349,6 +355,8 @@ class PrepareTask(_Message):
     env: dict[str, str] = Field(default_factory=dict)
     network: TaskNetwork = "host"
     authorized_keys: list[str] = Field(default_factory=list)
+    container: ContainerSpec | None = None
+    volumes: list[JobVolume] = Field(default_factory=list)
 
 
 class StartJob(_Message):
@@ -386,6 +394,9 @@ class SSHEndpoint(_Message):
     host_key: str | None = None  # the agent's host key, an OpenSSH public key line
     user: str = ""  # the SSH user that names the job on its agent (its task id)
     refused: str | None = None  # why there is no way in (the job is not running, its agent has no SSH)
+    # What `ferry ps` shows of a dev environment's inactivity, as the agent counts it (TaskInfo):
+    ssh_connections: int = 0  # SSH connections into the job open now
+    idle_since: float | None = None  # since when none has been open (the job's start); None: one is
 
 
 class StopTask(_Message):

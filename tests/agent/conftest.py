@@ -10,6 +10,7 @@ from agent_harness import AgentProcess, start_agent, stop_agent
 from ssh_harness import Jobs, UserKey, jobs_on, make_key, require_openssh
 
 from activities.agent_client import AgentClient
+from testbed.containers import PodmanService, podman_service
 
 
 @pytest.fixture(scope="session")
@@ -41,3 +42,22 @@ def key(tmp_path: Path) -> UserKey:
 async def jobs(client: AgentClient, shared_agent: AgentProcess, key: UserKey) -> AsyncIterator[Jobs]:
     async with jobs_on(client, shared_agent, key) as started:
         yield started
+
+
+# Container jobs (tests/agent/test_container_*.py): one podman service and test images for the session,
+# and an agent that uses it.
+@pytest.fixture(scope="session")
+def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanService]:
+    with podman_service(tmp_path_factory.mktemp("podman")) as service:
+        yield service
+
+
+@pytest.fixture(scope="session")
+def container_agent(
+    tmp_path_factory: pytest.TempPathFactory, podman: PodmanService
+) -> Iterator[AgentProcess]:
+    agent = start_agent(
+        tmp_path_factory.mktemp("container-agent"), extra_args=("--container-engine", podman.url)
+    )
+    yield agent
+    stop_agent(agent)

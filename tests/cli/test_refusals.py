@@ -18,11 +18,8 @@ from core.configuration.loading import ConfigurationError
 
 runner = CliRunner()
 
-IMAGE_ONLY = "type: task\nname: bad\nimage: python:3.11\n"
-NOTHING_TO_RUN = (
-    "commands: nothing to run: Ferry does not run `image` yet (it runs `commands` on the host), "
-    "so a task needs `commands`"
-)
+BLANK_COMMANDS = "type: task\nname: bad\ncommands: ['  ']\n"  # blank commands: nothing to run
+NOTHING_TO_RUN = "commands: nothing to run: every command is blank"
 
 
 @pytest.fixture
@@ -37,12 +34,12 @@ def no_stack(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(Context, "api", forbidden)
 
 
-def test_validate_refuses_an_image_without_commands(tmp_path: Path) -> None:
+def test_validate_refuses_blank_commands(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yml"
-    bad.write_text(IMAGE_ONLY)
+    bad.write_text(BLANK_COMMANDS)
     result = runner.invoke(app, ["validate", str(bad)])
     assert result.exit_code == 1
-    assert result.stderr.splitlines() == [f"{bad}:1: {NOTHING_TO_RUN}"]
+    assert result.stderr.splitlines() == [f"{bad}:3: {NOTHING_TO_RUN}"]
     assert result.stdout == ""
 
 
@@ -80,10 +77,10 @@ def test_validate_names_the_service_fields_not_acted_on(tmp_path: Path, extra: s
 @pytest.mark.usefixtures("no_stack")
 def test_apply_refuses_before_the_plan(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yml"
-    bad.write_text(IMAGE_ONLY)
+    bad.write_text(BLANK_COMMANDS)
     result = runner.invoke(app, ["apply", "-y", "-f", str(bad)])
     assert result.exit_code == 1
-    assert result.output.splitlines() == [f"ferry apply: {bad}:1: {NOTHING_TO_RUN}"]
+    assert result.output.splitlines() == [f"ferry apply: {bad}:3: {NOTHING_TO_RUN}"]
 
 
 @pytest.mark.usefixtures("no_stack")
@@ -99,7 +96,7 @@ def test_apply_refuses_a_fleet_of_nodes(tmp_path: Path) -> None:
 def test_the_api_refuses_before_touching_the_store(tmp_path: Path) -> None:
     # No client and no store: the refusal must come before either is used.
     api = FerryAPI(cast(Any, None), cast(Any, None))
-    configuration = parse_configuration({"type": "task", "image": "python:3.11"})
+    configuration = parse_configuration({"type": "task", "commands": ["  "]})
     with pytest.raises(ConfigurationError) as caught:
         asyncio.run(api.submit(cast(Any, configuration), repo_dir=tmp_path, run_name="bad"))
     assert str(caught.value) == f"run bad: {NOTHING_TO_RUN}"

@@ -393,8 +393,8 @@ def test_known_field_names_include_nested_models() -> None:
 
 
 def test_unsupported_fields_in_declaration_order() -> None:
-    config = task("spot_policy: auto\nrepos: [.]\nprivileged: false\nimage: ubuntu\ntags: {}\n")
-    assert config.unsupported_fields() == ["image", "repos", "spot_policy"]
+    config = task("spot_policy: auto\nrepos: [.]\nprivileged: true\npython: '3.11'\ntags: {}\n")
+    assert config.unsupported_fields() == ["python", "privileged", "repos", "spot_policy"]
     loaded = load_configuration_text("type: task\ncommands: [x]\nspot_policy: auto\nrepos: [.]\n", "x.yml")
     assert loaded.warning() == "x.yml: warning: Ferry does not act on yet: repos, spot_policy"
 

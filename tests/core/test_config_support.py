@@ -13,6 +13,7 @@ from core.configuration import (
     ServiceConfiguration,
     SSHConfig,
     TaskConfiguration,
+    VolumeConfiguration,
 )
 from core.configuration.base import CLOUD_FIELDS_NOT_ACTED_ON
 from core.configuration.loading import (
@@ -24,7 +25,7 @@ from core.configuration.loading import (
 from core.configuration.model import ConfigModel
 from core.configuration.replica_groups import GROUP_FIELDS_NOT_ACTED_ON, ReplicaGroupSpec
 from core.configuration.resources import ResourcesSpec
-from core.configuration.runnable import Refusal, refusals
+from core.configuration.runnable import refusals
 
 RUN_TYPES = {
     "task": "type: task\ncommands: [x]\n",
@@ -44,11 +45,11 @@ def warned(text: str) -> list[str]:
 # --- the audit: every field is acted on or named ------------------------------------------------------
 
 # The fields Ferry acts on, and where: core.run_types (commands, init, env, working_dir, shell, nodes,
-# replicas' minimum, max_duration, stop_duration, resources), core.runs.submissions and workflows.run
+# replicas' minimum, max_duration, stop_duration, resources, volumes), core.runs.submissions and workflows.run
 # (priority, retry, stop_criteria), cli.fleet_api.choose_fleet (fleets), activities.ssh_config (ssh_config,
 # blocks). Every other field must be in the model's NOT_ACTED_ON: a new field has to be put on one side.
 _RUN_ACTED_ON = {
-    "name", "working_dir", "shell", "env", "resources", "fleets",
+    "name", "image", "working_dir", "shell", "env", "resources", "volumes", "fleets",
     "priority", "retry", "max_duration", "stop_duration", "stop_criteria", "schedule", "depends_on",
 }  # fmt: skip
 ACTED_ON: dict[type[ConfigModel], set[str]] = {
@@ -59,6 +60,8 @@ ACTED_ON: dict[type[ConfigModel], set[str]] = {
     # `nodes` is refused (no cloud backend); an SSH fleet's `resources` is warned about in
     # FleetConfiguration.unsupported_fields.
     FleetConfiguration: {"type", "name", "ssh_config", "nodes", "resources", "blocks"},
+    # cli.volume_api: a directory on an instance of a fleet (docs/volumes.md); dstack's disk fields named.
+    VolumeConfiguration: {"type", "name", "fleet", "instance"},
 }
 
 
@@ -82,7 +85,9 @@ def test_nested_names_are_fields_of_the_nested_models() -> None:
     assert set(ReplicaGroupSpec.model_fields) - set(GROUP_FIELDS_NOT_ACTED_ON) == acted
 
 
-@pytest.mark.parametrize("model", list(ACTED_ON), ids=lambda model: model.__name__)
+@pytest.mark.parametrize(
+    "model", [m for m in ACTED_ON if m is not VolumeConfiguration], ids=lambda model: model.__name__
+)
 def test_cloud_fields_are_one_list_shared_by_runs_and_fleets(model: type[ConfigModel]) -> None:
     assert CLOUD_FIELDS_NOT_ACTED_ON <= model.NOT_ACTED_ON
     assert {"spot_policy", "max_price", "backends", "regions"} <= CLOUD_FIELDS_NOT_ACTED_ON
@@ -92,11 +97,11 @@ def test_cloud_fields_are_one_list_shared_by_runs_and_fleets(model: type[ConfigM
 
 
 @pytest.mark.parametrize("kind", list(RUN_TYPES))
-def test_every_run_type_names_volumes_but_not_schedule(kind: str) -> None:
+def test_every_run_type_names_cloud_fields_but_not_volumes_or_schedule(kind: str) -> None:
     base = RUN_TYPES[kind]
     assert warned(base) == {"task": [], "service": [], "dev-environment": []}[kind]
     fields = warned(base + "volumes: [data:/data]\nschedule: {cron: '0 2 * * *'}\nspot_policy: auto\n")
-    assert {"volumes", "spot_policy"} <= set(fields) and "schedule" not in fields  # docs/schedules.md
+    assert fields == ["spot_policy"]  # volumes: docs/volumes.md; schedule: docs/schedules.md
 
 
 def test_the_proxy_acts_on_port_auth_probes_and_scaling() -> None:
@@ -140,30 +145,22 @@ def test_nested_fields_are_named_with_their_path() -> None:
 
 # --- refused: what Ferry cannot run -------------------------------------------------------------------
 
-NO_IMAGE_RUN = (
-    "nothing to run: Ferry does not run `image` yet (it runs `commands` on the host), "
-    "so a {} needs `commands`"
-)
-
 
 @pytest.mark.parametrize(
-    ("text", "line"),
-    [
-        ("type: task\nimage: python:3.11\n", 1),
-        ("type: task\nname: t1\nimage: python:3.11\ncommands: []\n", 4),
-        ("type: service\nport: 80\nimage: nginx\n", 1),
-    ],
+    "text",
+    ["type: task\nimage: python:3.11\n", "type: task\nname: t1\nimage: python:3.11\ncommands: []\n"],
 )
-def test_an_image_without_commands_is_refused(text: str, line: int) -> None:
-    config = loaded(text, "bad.yml")
-    kind = config.configuration.type
-    assert refusals(config.configuration) == [Refusal(("commands",), NO_IMAGE_RUN.format(kind))]
-    assert [str(issue) for issue in config.refusals()] == [
-        f"bad.yml:{line}: commands: {NO_IMAGE_RUN.format(kind)}"
-    ]
-    with pytest.raises(ConfigurationError) as caught:
-        config.ensure_runnable()
-    assert str(caught.value) == str(config.refusals()[0])
+def test_an_image_without_commands_runs_its_entrypoint(text: str) -> None:
+    # As in dstack: the container executor runs the image's own entrypoint (docs/containers.md).
+    config = loaded(text, "ok.yml")
+    assert refusals(config.configuration) == []
+    assert config.warning() is None
+
+
+def test_container_settings_are_acted_on_only_with_an_image() -> None:
+    settings = "user: app\nprivileged: true\nentrypoint: /start\nresources: {shm_size: 1GB}\n"
+    assert warned(RUN_TYPES["task"] + settings) == ["user", "privileged", "entrypoint", "resources.shm_size"]
+    assert warned(RUN_TYPES["task"] + "image: busybox\n" + settings) == []
 
 
 def test_blank_commands_are_refused() -> None:
@@ -216,3 +213,30 @@ def test_a_working_dir_that_goes_up_is_refused(kind: str) -> None:
     ]
     for fine in ("src/app", "/opt/app", "./src"):
         assert loaded(f"type: {kind}\n{commands}working_dir: {fine}\n").refusals() == []
+
+
+# --- volumes (docs/volumes.md) ------------------------------------------------------------------------
+
+
+def test_a_volumes_cloud_disk_fields_are_named_and_registering_one_is_refused() -> None:
+    volume = loaded("type: volume\nname: data\nfleet: lab\nbackend: aws\nregion: eu\nsize: 100GB\n")
+    assert volume.warning() == "x.yml: warning: Ferry does not act on yet: backend, region, size"
+    assert volume.refusals() == []
+    assert warned("type: volume\nname: data\ninstance: lab-1\n") == []
+    registered = loaded("type: volume\nname: data\nvolume_id: vol-123\n")
+    [refusal] = registered.refusals()
+    assert (refusal.line, refusal.field_path) == (3, "volume_id")
+    assert refusal.message.startswith("Ferry cannot register a cloud disk")
+
+
+def test_the_nodes_of_a_multi_node_task_cannot_share_a_volume() -> None:
+    shared = loaded("type: task\nnodes: 2\ncommands: [x]\nvolumes:\n  - /cache:/cache\n  - data:/data\n")
+    [refusal] = shared.refusals()
+    assert (refusal.line, refusal.field_path) == (6, "volumes.1.name")
+    assert refusal.message == (
+        "the 2 nodes cannot share volume data: a volume is attached to one job at a time; "
+        "name one per node, e.g. data-${{ dstack.node_rank }}"
+    )
+    per_node = "type: task\nnodes: 2\ncommands: [x]\nvolumes: ['data-${{ dstack.node_rank }}:/data']\n"
+    assert loaded(per_node).refusals() == []
+    assert loaded("type: task\ncommands: [x]\nvolumes: [data:/data]\n").refusals() == []

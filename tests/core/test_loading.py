@@ -411,15 +411,16 @@ def test_fleet_nodes_range_order() -> None:
 
 def test_unknown_type() -> None:
     line = only_issue("type: job\ncommands: [x]\n")
-    assert (
-        line == "bad.yml:1: type: unknown type 'job': expected one of task, service, dev-environment, fleet"
+    assert line == (
+        "bad.yml:1: type: unknown type 'job': expected one of task, service, dev-environment, fleet, volume"
     )
 
 
 def test_missing_type() -> None:
     line = only_issue("name: x1\ncommands: [x]\n")
     assert line == (
-        "bad.yml:1: type: required field is missing: expected one of task, service, dev-environment, fleet"
+        "bad.yml:1: type: required field is missing: "
+        "expected one of task, service, dev-environment, fleet, volume"
     )
 
 

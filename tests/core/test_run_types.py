@@ -6,7 +6,12 @@ from typing import Any
 
 import pytest
 
-from core.configuration import FleetConfiguration, RunConfiguration, parse_configuration
+from core.configuration import (
+    FleetConfiguration,
+    RunConfiguration,
+    VolumeConfiguration,
+    parse_configuration,
+)
 from core.run_types import (
     UNLIMITED_GRACE,
     DevEnvironmentConfigurator,
@@ -19,7 +24,7 @@ from core.wire.agent_api import JobSpec, Resources
 
 def conf(**fields: Any) -> RunConfiguration:
     configuration = parse_configuration(fields)
-    assert not isinstance(configuration, FleetConfiguration)
+    assert not isinstance(configuration, FleetConfiguration | VolumeConfiguration)
     return configuration
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -62,7 +63,13 @@ def ferry_env(home: Path) -> dict[str, str]:
 def ferry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ferry]:
     """One FERRY_HOME (and so one embedded stack) per module; the stack is stopped at the end."""
     home = tmp_path_factory.mktemp("ferry-home")
-    runner = Ferry(home, ferry_env(home))
+    with stack_of(Ferry(home, ferry_env(home))) as runner:
+        yield runner
+
+
+@contextlib.contextmanager
+def stack_of(runner: Ferry) -> Iterator[Ferry]:
+    """`runner`, and at the end its runs aborted and its embedded stack stopped."""
     try:
         yield runner
     finally:

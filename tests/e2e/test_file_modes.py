@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import Ferry, ferry_env, task
-from worker.processes import NotPrivate, make_private
+from worker.processes import NotPrivate, job_code, make_private
 
 APPLIES = 64  # each a subprocess that opens a Temporal client (~45 s on 2 cores); ~1% aborted before
 
@@ -115,3 +115,22 @@ def test_a_directory_removed_while_it_is_walked_is_no_error(tmp_path: Path) -> N
 
     [change] = make_private(tmp_path, skip=remove_once_listed)
     assert change.startswith(f"{tmp_path / 'tasks'} was mode 0755") and not gone.exists()
+
+
+def test_the_jobs_code_and_the_named_volumes_are_left_as_the_jobs_made_them(tmp_path: Path) -> None:
+    """docs/volumes.md: a volume holds a job's files, in modes (and owners) of the job's choosing."""
+    data = tmp_path / "agent" / "data"
+    kept = [data / "tasks" / "t-1" / "workdir" / "run.sh", data / "volumes" / "main" / "shared" / "out.txt"]
+    for path in kept:
+        path.parent.mkdir(parents=True)
+        path.write_text("x")
+        path.chmod(0o755)
+    narrowed = data / "tasks" / "t-1" / "spec.json"
+    narrowed.write_text("{}")
+    narrowed.chmod(0o644)
+    changes = make_private(tmp_path, skip=job_code)
+    assert any(change.startswith(f"{narrowed} was mode 0644") for change in changes)
+    assert [path.stat().st_mode & 0o777 for path in kept] == [0o755, 0o755]
+    changed = [Path(change.split(" was mode ")[0]) for change in changes]
+    skipped = (data / "volumes", data / "tasks" / "t-1" / "workdir")
+    assert not [path for path in changed if any(path.is_relative_to(top) for top in skipped)]

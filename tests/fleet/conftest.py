@@ -11,6 +11,7 @@ import pytest_asyncio
 
 from activities.agent_bundle import AgentBundle, build_bundle
 from activities.ssh import HostPool
+from testbed.fleets import Cluster, cluster_on
 from testbed.helpers import deploy_options, leftover_processes, target
 from testbed.netns import HostNetwork
 
@@ -46,6 +47,22 @@ async def pool(network: HostNetwork, workdir: Path, bundle_cache: Path) -> Async
     await asyncio.gather(*(hosts.deploy(target(network, k)) for k in (1, 2, 3)))
     yield hosts
     await hosts.aclose()
+
+
+@pytest.fixture
+async def cluster(
+    network: HostNetwork,
+    temporal_address: str,
+    ferry_home: Path,
+    workdir: Path,
+    bundle_cache: Path,
+    tmp_path: Path,
+) -> AsyncIterator[Cluster]:
+    """An SSH fleet of the module's hosts, with a worker of its own (testbed/fleets.py); deleted after."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    async with cluster_on(network, temporal_address, ferry_home, workdir, bundle_cache, repo) as made:
+        yield made
 
 
 # A real dev server and store for the runs on these hosts: the lifecycle tests' session fixtures.

@@ -26,6 +26,9 @@ def test_the_bundle_holds_the_agent_and_its_imports_and_nothing_of_the_worker(bu
         "websockets",
         "asyncssh",  # the agent's SSH server into its jobs (docs/attach.md)
         "cryptography",
+        "docker",  # the container executor's Docker Engine API client (docs/containers.md)
+        "requests",
+        "urllib3",
     } <= tops
     assert {"h11", "httptools"} & tops  # uvicorn's HTTP parser: httptools where installed, else h11
     assert any(name.startswith("pydantic_core/") and name.endswith(bundle.ext_suffix) for name in names)

@@ -7,7 +7,6 @@ so it comes last."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,25 +19,9 @@ from core.fleets.placement import InstanceStatus
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire.agent_api import AGENT_SERVICE_NAME
 from store import RunRecord
-from testbed.fleets import WAIT, Cluster, cluster_on, fleet_configuration, task, until
-from testbed.netns import HostNetwork
+from testbed.fleets import WAIT, Cluster, fleet_configuration, task, until
 
 RETRY_ON_INTERRUPTION = {"on_events": ["interruption"], "duration": "1h"}
-
-
-@pytest.fixture
-async def cluster(
-    network: HostNetwork,
-    temporal_address: str,
-    ferry_home: Path,
-    workdir: Path,
-    bundle_cache: Path,
-    tmp_path: Path,
-) -> AsyncIterator[Cluster]:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    async with cluster_on(network, temporal_address, ferry_home, workdir, bundle_cache, repo) as made:
-        yield made
 
 
 def waiter(tmp_path: Path, name: str) -> list[str]:

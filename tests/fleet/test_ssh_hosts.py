@@ -33,6 +33,17 @@ async def test_each_host_runs_its_agent_reached_through_its_own_tunnel(
     assert len(urls) == 3 and all(url.startswith("http://127.0.0.1:") for url in urls)
 
 
+async def test_a_hosts_directories_are_its_agents_as_its_user_sees_them(
+    pool: HostPool, network: HostNetwork, workdir: Path
+) -> None:
+    """Where named volumes live and what `~` is on the host (docs/volumes.md), as its deployment found."""
+    dirs = pool.dirs("fleet-1")
+    assert dirs is not None and pool.dirs("fleet-9") is None
+    assert dirs.data_dir == str(workdir / "hosts" / network.host(1).address / "data")
+    log, _ = await run_job(pool.client("fleet-1"), ["echo $HOME"])
+    assert log.strip() == dirs.home and dirs.home.startswith("/")
+
+
 async def test_the_agent_listens_on_the_hosts_loopback_only(pool: HostPool, network: HostNetwork) -> None:
     deployed = await pool.deploy(target(network, 1))
     unreachable = AgentClient(f"http://{network.host(1).address}:{deployed.remote_port}", "x", timeout=2)

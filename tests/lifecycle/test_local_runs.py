@@ -5,7 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from cli.api import FerryAPI
-from core.configuration import FleetConfiguration, RunConfiguration, parse_configuration
+from core.configuration import (
+    FleetConfiguration,
+    RunConfiguration,
+    VolumeConfiguration,
+    parse_configuration,
+)
 from core.jobs.state_machine import replay_job
 from core.runs.state_machine import replay_run
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
@@ -16,7 +21,7 @@ SMALL = {"cpu": "0..", "memory": "0GB..", "disk": "0GB.."}
 
 def task(commands: list[str], **fields: object) -> RunConfiguration:
     conf = parse_configuration({"type": "task", "commands": commands, "resources": SMALL, **fields})
-    assert not isinstance(conf, FleetConfiguration)
+    assert not isinstance(conf, FleetConfiguration | VolumeConfiguration)
     return conf
 
 

@@ -29,6 +29,7 @@ TABLES = {
     "replica_drains",
     "service_requests",
     "users",
+    "volumes",
 }
 
 
@@ -93,7 +94,7 @@ def test_migrate_twice_is_a_no_op(store: Store, db_url: str) -> None:
     revision = _revision(db_url)
     migrate(db_url)
     migrate(store.engine)
-    assert _revision(db_url) == revision == ("0004",)
+    assert _revision(db_url) == revision == ("0005",)
     assert store.get_code(code_hash) == b"kept"
 
 

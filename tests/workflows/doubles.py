@@ -48,6 +48,7 @@ from core.wire.messages import (
     TaskRef,
     WatchJob,
 )
+from core.wire.volumes import AttachVolumes, DetachVolumes
 from tests.workflows.service_doubles import ServiceDoubles
 
 Key = tuple[int, int, int]  # (replica, job, submission)
@@ -117,6 +118,8 @@ class FakeBackend(ServiceDoubles):
         # Scripts, by job submission key; a missing key: the job starts and exits 0.
         self.prepare_script: dict[Key, str | float] = {}  # BLOCK, or the seconds the step takes
         self.start_script: dict[Key, Callable[[], ApplicationError]] = {}
+        self.attach_script: dict[Key, Callable[[], ApplicationError]] = {}
+        self.detach_broken: set[Key] = set()  # detach_volumes fails (and is retried) while a key is here
         self.watch_script: dict[Key, JobOutcome | str] = {}
         # The same, for one run's jobs only (several runs, e.g. a pipeline's tasks, share their keys).
         self.run_watch_script: dict[str, dict[Key, JobOutcome | str]] = {}
@@ -148,6 +151,8 @@ class FakeBackend(ServiceDoubles):
             self.stop_task,
             self.release_task,
             self.ssh_endpoint,
+            self.attach_volumes,
+            self.detach_volumes,
             *self.service_activities(),
         ]
 
@@ -283,6 +288,18 @@ class FakeBackend(ServiceDoubles):
     @activity.defn(name=names.RELEASE_TASK)
     async def release_task(self, ref: TaskRef) -> None:
         self._call(names.RELEASE_TASK, ref.job_submission_id, ref)
+
+    @activity.defn(name=names.ATTACH_VOLUMES)
+    async def attach_volumes(self, request: AttachVolumes) -> None:
+        key = self._call(names.ATTACH_VOLUMES, request.job_submission_id, request)
+        if key in self.attach_script:
+            raise self.attach_script[key]()
+
+    @activity.defn(name=names.DETACH_VOLUMES)
+    async def detach_volumes(self, request: DetachVolumes) -> None:
+        key = self._call(names.DETACH_VOLUMES, request.job_submission_id, request)
+        if key in self.detach_broken:
+            raise ApplicationError("the store is unreachable", type="StoreUnreachable")  # retried
 
     async def _block(self, name: str, key: Key, until: asyncio.Event) -> None:
         """Heartbeat until `until` is set; a cancellation is recorded, then re-raised."""

@@ -1,0 +1,153 @@
+"""`ferry volume create|list|delete` and `ferry apply -f volume.yml` (apply_volume), docs/volumes.md.
+
+Thin commands over cli.volume_api; they read and write the store only (no Temporal needed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from cli.errors import FerryGroup, one_line_errors
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from cli.context import Context
+    from core.configuration import VolumeConfiguration
+    from core.configuration.loading import LoadedConfiguration
+    from store import VolumeRecord
+
+volume_app = typer.Typer(
+    cls=FerryGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    help="Named volumes: a directory on one instance of a fleet, kept across runs and attached to one job "
+    "at a time. Create one here or with `ferry apply -f volume.yml` (type: volume).",
+)  # fmt: skip
+
+
+@volume_app.command("create")
+@one_line_errors
+def volume_create(
+    name: str = typer.Argument(..., metavar="NAME", help="The volume's name.", show_default=False),
+    fleet: str | None = typer.Option(
+        None, "--fleet", help="Its fleet (default: where a run without `fleets` goes).", show_default=False
+    ),
+    instance: str | None = typer.Option(
+        None, "--instance", help="Its instance (default: the fleet's first).", show_default=False
+    ),
+) -> None:
+    """Create a volume: its directory is made on its instance when a job first mounts it."""
+    from pydantic import ValidationError
+
+    from cli.context import Context
+    from core.configuration import VolumeConfiguration
+
+    try:
+        configuration = VolumeConfiguration(name=name, fleet=fleet, instance=instance)
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise typer.BadParameter(str(first["msg"]).removeprefix("Value error, ")) from None
+    typer.echo(_create(Context.from_env(), configuration), err=True)
+
+
+def _create(ctx: Context, configuration: VolumeConfiguration, name: str | None = None) -> str:
+    from cli.volume_api import create_volume
+
+    record, created = asyncio.run(create_volume(ctx.store(), ctx.project, configuration, name))
+    word = "created" if created else "unchanged"
+    return f"volume {record.name} {word} (fleet {record.fleet}, instance {record.instance})"
+
+
+@volume_app.command("list")
+@one_line_errors
+def volume_list(as_json: bool = typer.Option(False, "--json", help="JSON, for scripts.")) -> None:
+    """Volumes: their fleet and instance, and the job each is attached to."""
+    from cli import render
+    from cli.context import Context
+    from cli.volume_api import list_volumes
+
+    ctx = Context.from_env()
+    volumes = list_volumes(ctx.store(), ctx.project)
+    if as_json:
+        typer.echo(json.dumps([volume_json(v) for v in volumes], indent=2))
+        return
+    render.console().print(volumes_table(volumes))
+
+
+@volume_app.command("delete")
+@one_line_errors
+def volume_delete(
+    name: str = typer.Argument(..., metavar="NAME", help="The volume's name.", show_default=False),
+    yes: bool = typer.Option(False, "-y", "--yes", help="Do not ask for confirmation."),
+) -> None:
+    """Delete a volume that no job holds. Its directory stays on its instance, with its files."""
+    from cli.context import Context, confirm
+    from cli.volume_api import delete_volume
+
+    ctx = Context.from_env()
+    if not confirm(f"Delete volume {name}?", yes=yes):
+        raise typer.Exit(1)
+    record = delete_volume(ctx.store(), ctx.project, name)
+    typer.echo(f"volume {name} deleted (its directory stays on instance {record.instance})", err=True)
+
+
+def apply_volume(loaded: LoadedConfiguration, *, yes: bool, name: str | None = None) -> int:
+    """`ferry apply -f volume.yml`: the volume created (or found unchanged)."""
+    from cli import render
+    from cli.context import Context, confirm
+    from core.configuration import VolumeConfiguration
+
+    configuration = loaded.configuration
+    assert isinstance(configuration, VolumeConfiguration)
+    ctx = Context.from_env()
+    console = render.console(stderr=True)
+    console.print(plan_table(ctx, loaded.file, configuration, name or configuration.name))
+    if not confirm("Create the volume?", yes=yes):
+        return 1
+    console.print(_create(ctx, configuration, name), highlight=False)
+    return 0
+
+
+# --- what is shown ---------------------------------------------------------------------------------------
+
+
+def plan_table(ctx: Context, file: str, configuration: VolumeConfiguration, name: str | None) -> Table:
+    from cli import render
+
+    return render.plan_table(
+        [
+            ("Project", ctx.project),
+            ("Configuration", file),
+            ("Type", "volume"),
+            ("Name", name or "(none: set `name` or pass -n)"),
+            ("Fleet", configuration.fleet or "(where a run without `fleets` goes)"),
+            ("Instance", configuration.instance or "(the fleet's first)"),
+        ]
+    )
+
+
+def volumes_table(volumes: list[VolumeRecord]) -> Table:
+    from rich.table import Table
+
+    from cli.render import ago
+
+    table = Table(box=None, pad_edge=False)
+    for column in ("NAME", "FLEET", "INSTANCE", "ATTACHED TO", "CREATED"):
+        table.add_column(column, no_wrap=True)
+    for volume in volumes:
+        attached = volume.attached_to or "-"
+        table.add_row(volume.name, volume.fleet, volume.instance, attached, ago(volume.created_at))
+    return table
+
+
+def volume_json(volume: VolumeRecord) -> dict[str, Any]:
+    return {
+        "name": volume.name,
+        "fleet": volume.fleet,
+        "instance": volume.instance,
+        "attached_to": volume.attached_to,
+        "created_at": volume.created_at,
+    }
