@@ -156,7 +156,8 @@ def _write_tarball(contents: dict[str, tuple[bytes | Path, int]], target: Path) 
     tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with (
         open(tmp, "wb") as raw,
-        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz,
+        # No name in the gzip header: it would be the temporary file's, which names the pid and thread.
+        gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz,
         tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
         for arc, (source, mode) in contents.items():
