@@ -52,8 +52,8 @@ async def pool(network: HostNetwork, workdir: Path, bundle_cache: Path) -> Async
 @pytest.fixture
 async def cluster(
     network: HostNetwork,
-    temporal_address: str,
-    ferry_home: Path,
+    temporal_address: str,  # noqa: F811 (the fixtures imported below, by name)
+    ferry_home: Path,  # noqa: F811
     workdir: Path,
     bundle_cache: Path,
     tmp_path: Path,
