@@ -36,8 +36,8 @@ _ENDED = re.compile(r"^\[exited (\d+)\]$", re.MULTILINE)
 
 
 class Terminal:
-    """A tmux server of its own (its own socket and no user config) with one window running a command;
-    the window stays once the command has exited, so its screen can be read."""
+    """A tmux server of its own (its own socket and no user config), each command in a window of its own;
+    a window stays once its command has exited, so its screen can be read."""
 
     def __init__(self, directory: Path, env: dict[str, str]) -> None:
         tmux = shutil.which("tmux")
