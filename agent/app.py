@@ -92,6 +92,8 @@ def create_app(registry: TaskRegistry, token: str, ssh_server: AgentSSHServer | 
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
+        # Here, not after uvicorn returns: uvicorn raises a caught SIGTERM again once it has shut down.
+        registry.executors.container.close()
 
     errors: dict[int | str, dict[str, object]] = {
         code: {"model": ErrorResponse} for code in (400, 401, 404, 409)

@@ -113,10 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     registry.load()
     ssh_server = AgentSSHServer(registry, args.ssh_host, args.ssh_port, data_dir)
     app = create_app(registry, token, ssh_server)
-    try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
-    finally:
-        engines.close()
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
 
 
 if __name__ == "__main__":

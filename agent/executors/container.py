@@ -56,7 +56,12 @@ def cdi_names_nvidia_gpus() -> bool:
 
 def _engine_error(action: str, exc: Exception) -> EngineError:
     explanation = getattr(exc, "explanation", None) or str(exc)
-    return EngineError(f"{action}: {explanation}")
+    return EngineError(f"{action}: {one_line(str(explanation))}")
+
+
+def one_line(text: str) -> str:
+    """An engine's message, which may span lines, as the one line a job's termination message is."""
+    return " ".join(text.split())
 
 
 class ContainerExecutor(Executor):
@@ -82,6 +87,11 @@ class ContainerExecutor(Executor):
         return self._engines.name if self._engines is not None else None
 
     # --- the job's start ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The agent is stopping: the podman service it started stops too (its containers go on)."""
+        if self._engines is not None:
+            self._engines.close()
 
     def connect(self) -> None:
         """Blocking: find the engine now (an agent restarting with container jobs to follow)."""
@@ -144,7 +154,7 @@ class ContainerExecutor(Executor):
                 repository, tag=tag or "latest", stream=True, decode=True, auth_config=credentials
             ):
                 if "error" in progress:
-                    raise EngineError(f"could not pull {image}: {progress['error']}")
+                    raise EngineError(f"could not pull {image}: {one_line(str(progress['error']))}")
         except _ENGINE_ERRORS as exc:
             raise _engine_error(f"could not pull {image}", exc) from exc
 
