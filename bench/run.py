@@ -21,13 +21,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import services_bench
+from bench import containers_bench, services_bench
 from bench.common import Clock, Report
 from bench.ferry_side import REPO_ROOT, BurstResult, FerrySide
 from bench.profile import profiled
 from bench.slurm_side import SlurmError, SlurmSide
 
-SECTIONS = ("latency", "throughput", "slots", "skeleton", "logs", "scale", "recovery", "services", "slurm")
+SECTIONS = (
+    "latency",
+    "containers",
+    "throughput",
+    "slots",
+    "skeleton",
+    "logs",
+    "scale",
+    "recovery",
+    "services",
+    "slurm",
+)
 DEFAULT_PEERS = REPO_ROOT.parent / "shared" / "peers"
 
 
@@ -35,6 +46,7 @@ DEFAULT_PEERS = REPO_ROOT.parent / "shared" / "peers"
 class Plan:
     sections: set[str]
     latency_runs: int
+    containers_runs: int
     burst: int
     slots_burst: int
     scale: int
@@ -58,6 +70,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
     return Plan(
         sections=sections,
         latency_runs=args.latency_runs or (10 if quick else 20),
+        containers_runs=args.containers_runs or (5 if quick else 20),
         burst=args.burst or (100 if quick else 500),
         slots_burst=args.slots_burst or (50 if quick else 200),
         scale=args.scale or (100 if quick else 1000),
@@ -107,6 +120,7 @@ class Bench:
         self.work = work
         self.ferry = FerrySide(work / "ferry-home", report)
         self.slurm: SlurmSide | None = None
+        self.exits = contextlib.ExitStack()  # what a section started before the stack: closed after its stop
 
     def wants(self, section: str) -> bool:
         return section in self.plan.sections
@@ -152,6 +166,12 @@ class Bench:
         if comparing and self.start_slurm("tuned"):
             assert self.slurm is not None
             r.put("slurm_version", self.slurm.version())
+        if self.wants("containers"):  # its engine before the stack: the agent is started with DOCKER_HOST
+            engine = containers_bench.engine(self.work / "podman", self.ferry)
+            why = await asyncio.to_thread(self.exits.enter_context, engine)
+            if why is not None:
+                r.put("containers", f"skipped ({why})")
+                self.plan.sections.discard("containers")
         status = await asyncio.to_thread(self.ferry.start)
         await self.ferry.connect()
         r.put("ferry_stack", f"temporal {status.address}, home {self.ferry.home}")
@@ -160,6 +180,9 @@ class Bench:
             await self.ferry.latency_sample(-1 - i)
         if self.wants("latency"):
             await self.section("latency", self.latency())
+        if self.wants("containers"):
+            runs = self.plan.containers_runs
+            await self.section("containers", containers_bench.measure(self.ferry, r, runs))
         if self.wants("throughput"):
             await self.section("throughput", self.throughput())
         if self.wants("skeleton"):
@@ -319,6 +342,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", help=f"comma-separated sections, of: {','.join(SECTIONS)}")
     parser.add_argument("--no-slurm", action="store_true", help="Ferry alone")
     parser.add_argument("--latency-runs", type=int, help="sequential runs (20; quick 10)")
+    parser.add_argument("--containers-runs", type=int, help="process and container runs each (20; quick 5)")
     parser.add_argument("--burst", type=int, help="runs submitted at once (500; quick 100)")
     parser.add_argument("--slots-burst", type=int, help="runs of the slots section's bursts (200; quick 50)")
     parser.add_argument("--scale", type=int, help="concurrent long runs (1000; quick 100), e.g. 10000")
@@ -339,6 +363,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         bench.stop_slurm()
         bench.ferry.stop()
+        bench.exits.close()  # the containers section's podman service, once the agent is gone
         report.put("bench_wall_s", clock.elapsed(), 1)
         if args.keep:
             report.note(f"kept {work}")
