@@ -9,8 +9,11 @@ DIR (so DIR/gateway, e.g. a copy of the package before a change, is the one impo
 replica's URL in FERRY_BENCH_REPLICA_URL), measured in the same rounds: an A/B comparison under the same
 noise. `--floor` runs a third beside them, FLOOR_RELAY: a relay that passes bytes both ways on the same
 event loop and does nothing else, the CPU any Python proxy on uvloop spends on the kernel's reads and
-writes. `--profile FILE` runs the first proxy under cProfile and writes its stats there (the profiler
-inflates the CPU figures). Takes seconds.
+writes. `--workers N` gives the proxy N processes (gateway.workers), `--compare-workers N` runs another
+proxy beside them with N processes (its CPU: the supervisor's and its workers'). Beside each target's
+figures, the client's (this process) and the replica's CPU µs per request. `--profile FILE` runs the first
+proxy under cProfile and writes its stats there (the profiler inflates the CPU figures; with `--workers 1`
+only). Takes seconds.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from bench.services_parts import (
     _ms,
     closed_load,
     free_port,
+    process_tree,
 )
 from store.models import RunRecord, ServiceReplicaRecord
 from store.opening import open_store
@@ -156,9 +160,15 @@ async def _measure(args: argparse.Namespace, work: Path, report: Report) -> None
     )
     plain = [sys.executable, "-m", "gateway"]
     profiled = [sys.executable, "-m", "bench.proxy_micro", "--serve-profiled", str(args.profile), "--"]
-    commands = {"ferry": profiled if args.profile else plain, "other": plain}
+    commands = {
+        "ferry": [*(profiled if args.profile else plain), "--workers", str(args.workers)],
+        "other": plain,
+        "workers": [*plain, "--workers", str(args.compare_workers)],
+    }
     # `-m gateway` imports the package found first from its working directory.
     dirs = {"ferry": REPO_ROOT, **({"other": Path(args.compare)} if args.compare else {})}
+    if args.compare_workers:
+        dirs["workers"] = REPO_ROOT
     ports = {name: free_port() for name in dirs}
     env = {**os.environ, "FERRY_BENCH_REPLICA_URL": f"http://127.0.0.1:{replica_port}"}
     gateways = {
@@ -188,12 +198,18 @@ async def _measure(args: argparse.Namespace, work: Path, report: Report) -> None
         loaded = {t: LoadResult() for t in targets}
         alone = {t: LoadResult() for t in targets}
         cpu = dict.fromkeys(targets, 0.0)
+        # The load's other two parties: this process (the client) and the replica.
+        others = {t: {"client": 0.0, "replica": 0.0} for t in targets}
+        sides = {"client": os.getpid(), "replica": replica.pid}
         for i in range(args.rounds):
             for target in list(targets) if i % 2 == 0 else reversed(targets):
-                pid = gateways[target].pid if target in gateways else None
-                before = cpu_seconds(pid) or 0.0
+                pids = process_tree(gateways[target].pid) if target in gateways else []
+                before = sum(cpu_seconds(pid) or 0.0 for pid in pids)
+                side_before = {side: cpu_seconds(pid) or 0.0 for side, pid in sides.items()}
                 done = await closed_load(targets[target], args.requests // args.rounds, args.concurrency)
-                cpu[target] += (cpu_seconds(pid) or 0.0) - before
+                cpu[target] += sum(cpu_seconds(pid) or 0.0 for pid in pids) - before
+                for side, pid in sides.items():
+                    others[target][side] += (cpu_seconds(pid) or 0.0) - side_before[side]
                 loaded[target].add(done)
                 alone[target].add(await closed_load(targets[target], args.sequential // args.rounds, 1))
         for target in targets:
@@ -202,6 +218,8 @@ async def _measure(args: argparse.Namespace, work: Path, report: Report) -> None
             report.put(f"{target}_p50_ms", _ms(done.latencies, 0.5), 2)
             report.put(f"{target}_p99_ms", _ms(done.latencies, 0.99), 2)
             report.put(f"{target}_sequential_p50_ms", _ms(alone[target].latencies, 0.5), 3)
+            for side, used in others[target].items():
+                report.put(f"{target}_{side}_cpu_us_per_request", used / done.sent * 1e6, 1)
             if done.failed or alone[target].failed:
                 report.note(f"{target}: failures {dict(done.failures + alone[target].failures)}")
         f = report.figures
@@ -230,6 +248,10 @@ def main() -> None:
     parser.add_argument("--profile", default=None, help="cProfile the proxies into this file")
     parser.add_argument("--compare", default=None, help="a directory with another gateway/ package")
     parser.add_argument("--floor", action="store_true", help="a bare relay beside: the CPU floor")
+    parser.add_argument("--workers", type=int, default=1, help="the proxy's processes (gateway --workers)")
+    parser.add_argument(
+        "--compare-workers", type=int, default=0, help="a second proxy beside, with this many processes"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ferry-proxy-micro-"))
     os.environ.setdefault("FERRY_HOME", str(work))

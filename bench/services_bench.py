@@ -54,6 +54,7 @@ from bench.services_parts import (
     _session,
     closed_load,
     ensure_nginx,
+    process_tree,
 )
 from cli.api import FerryAPI
 from core.configuration import ServiceConfiguration, parse_configuration
@@ -254,8 +255,9 @@ class ServicesBench:
 
         loaded = {t: LoadResult() for t in targets}
         sequential = {t: LoadResult() for t in targets}
-        # The CPU time each proxy's processes used under the load (Ferry's: one process; nginx: one worker).
-        pids = {"ferry": [self.proxy_pid] if self.proxy_pid else [], "nginx": nginx.pids() if nginx else []}
+        # The CPU time each proxy's processes used under the load (Ferry's: its process, with its workers if
+        # it has any, gateway.workers; nginx: one worker).
+        pids = {"ferry": process_tree(self.proxy_pid), "nginx": nginx.pids() if nginx else []}
         cpu = dict.fromkeys(targets, 0.0)
         order = list(targets)
         for url in targets.values():  # warm-up: connections, caches

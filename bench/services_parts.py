@@ -285,6 +285,17 @@ def ensure_nginx(report: Report) -> tuple[str | None, str | None]:
     return None, f"apt-get install nginx-light failed: {last[0][:200]}"
 
 
+def process_tree(pid: int | None) -> list[int]:
+    """The process and its children (a proxy's workers, gateway.workers); [] for None."""
+    if pid is None:
+        return []
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return [pid, *(int(child) for child in children)]
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))

@@ -90,10 +90,13 @@ class Gateway:
         *,
         backlog: int = 128,
         reuse_address: bool | None = None,
+        reuse_port: bool | None = None,
     ) -> FrontSite:
         """The site to serve the app (`make_runner`'s) on: the fast path in front, unless it is off."""
         door = self.front_door if self.options.fast_path else None
-        return FrontSite(runner, door, host, port, backlog=backlog, reuse_address=reuse_address)
+        return FrontSite(
+            runner, door, host, port, backlog=backlog, reuse_address=reuse_address, reuse_port=reuse_port
+        )
 
     async def _running(self, _app: web.Application) -> AsyncIterator[None]:
         await self.start()

@@ -102,7 +102,7 @@ class FrontDoor:
 class FrontSite(web.BaseSite):
     """A TCP site whose connections start on the fast path (without a door: the app's alone)."""
 
-    __slots__ = ("_door", "_host", "_port", "_bound_port", "_reuse_address")
+    __slots__ = ("_door", "_host", "_port", "_bound_port", "_reuse_address", "_reuse_port")
 
     def __init__(
         self,
@@ -113,6 +113,7 @@ class FrontSite(web.BaseSite):
         *,
         backlog: int = 128,
         reuse_address: bool | None = None,
+        reuse_port: bool | None = None,
     ) -> None:
         super().__init__(runner, backlog=backlog)
         self._door = door
@@ -120,6 +121,7 @@ class FrontSite(web.BaseSite):
         self._port = port
         self._bound_port: int | None = None
         self._reuse_address = reuse_address
+        self._reuse_port = reuse_port
 
     @property
     def name(self) -> str:
@@ -135,7 +137,12 @@ class FrontSite(web.BaseSite):
         assert server is not None
         factory = server if self._door is None else self._door.protocol_factory(server)
         self._server = await asyncio.get_running_loop().create_server(
-            factory, self._host, self._port, backlog=self._backlog, reuse_address=self._reuse_address
+            factory,
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
         )
         self._bound_port = self._server.sockets[0].getsockname()[1]
 

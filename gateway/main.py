@@ -1,16 +1,18 @@
 """`python -m gateway`: the services proxy as a process.
 
     python -m gateway [--host 127.0.0.1] [--port 8300] [--database-url URL] [--public-url URL]
-                      [--hold-timeout SECONDS] [--no-fast-path] [--ready-file PATH]
+                      [--hold-timeout SECONDS] [--no-fast-path] [--workers N] [--ready-file PATH]
 
 Defaults come from the environment: FERRY_GATEWAY_HOST (127.0.0.1), FERRY_GATEWAY_PORT (8300),
 FERRY_GATEWAY_PUBLIC_URL (http://<host>:<port>: where users reach it, what `gateway_seen` records),
 FERRY_GATEWAY_HOLD_TIMEOUT (120 s, how long a request waits for a service's first ready replica),
-FERRY_GATEWAY_FAST_PATH (1; 0 leaves every request to the aiohttp app, gateway.front_door) and
-FERRY_DATABASE_URL (core.settings). The ready file gets the process's pid once it listens: the embedded
+FERRY_GATEWAY_FAST_PATH (1; 0 leaves every request to the aiohttp app, gateway.front_door),
+FERRY_GATEWAY_WORKERS (DEFAULT_WORKERS: proxy processes sharing the port, gateway.workers; 1 serves in
+this process itself, no supervisor) and FERRY_DATABASE_URL (core.settings). The ready file gets the
+process's pid once it listens (with workers: the supervisor's, once every worker listens): the embedded
 stack spawns the proxy and waits for that file. SIGTERM or SIGINT shut it down gracefully: it stops
 accepting, answers held requests 503, gives those in flight a few seconds, then leaves the store's list
-of proxies.
+of proxies (with workers: each of them does).
 """
 
 from __future__ import annotations
@@ -20,18 +22,22 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import uvloop
 
 from core.settings import Settings
 from gateway.app import Gateway, make_runner
 from gateway.options import DEFAULT_HOLD_TIMEOUT, GatewayOptions
+from gateway.workers import check_port_free, supervise
 from store.opening import open_store
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8300
+DEFAULT_WORKERS = 1
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +71,17 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
         default=env.get("FERRY_GATEWAY_FAST_PATH", "1") not in ("0", "false", "no"),
         help="plain requests on the fast path (default; FERRY_GATEWAY_FAST_PATH=0: all by the aiohttp app)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=int(env.get("FERRY_GATEWAY_WORKERS") or DEFAULT_WORKERS),
+        help=f"proxy processes sharing the port (SO_REUSEPORT), under a supervisor (default "
+        f"{DEFAULT_WORKERS}; 1: this process serves, no supervisor)",
+    )
     parser.add_argument("--ready-file", type=Path, default=None, help="gets the pid once the proxy listens")
     args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     if args.database_url is None:
         args.database_url = Settings.from_env(dict(env)).database_url
     if args.public_url is None:
@@ -84,18 +99,25 @@ async def serve(
     options: GatewayOptions | None = None,
     ready_file: Path | None = None,
     stop: asyncio.Event | None = None,
+    gateway_id: str | None = None,
+    reuse_port: bool = False,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
-    """Serves until `stop` is set (by default: until SIGTERM or SIGINT), then shuts down gracefully."""
+    """Serves until `stop` is set (by default: until SIGTERM or SIGINT), then shuts down gracefully.
+    A worker of gateway.workers: its `gateway_id`, the port shared (`reuse_port`), `on_ready` once it
+    listens."""
     store = await asyncio.to_thread(open_store, database_url)
-    gateway = Gateway(store, public_url=public_url, options=options)
+    gateway = Gateway(store, public_url=public_url, options=options, gateway_id=gateway_id)
     runner = make_runner(gateway)
     await runner.setup()
     try:
-        site = gateway.site(runner, host, port, backlog=1024, reuse_address=True)
+        site = gateway.site(runner, host, port, backlog=1024, reuse_address=True, reuse_port=reuse_port)
         await site.start()
-        log.info("proxy %s listening on %s:%s (%s)", gateway.id, host, port, public_url)
+        log.info("proxy %s (pid %d) listening on %s:%s (%s)", gateway.id, os.getpid(), host, port, public_url)
         if ready_file is not None:
             _write_atomically(ready_file, str(os.getpid()))
+        if on_ready is not None:
+            on_ready()
         if stop is None:
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
@@ -118,16 +140,39 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     options = GatewayOptions(hold_timeout=args.hold_timeout, fast_path=args.fast_path)
+    if args.workers == 1:
+        _run(args, options, ready_file=args.ready_file)
+        return
+    try:
+        port = check_port_free(args.host, args.port)
+    except OSError as err:
+        log.error("proxy: cannot listen on %s:%s: %s", args.host, args.port, err.strerror or err)
+        sys.exit(1)
+
+    def serve_worker(gateway_id: str, ready: Callable[[], None]) -> None:
+        _run(args, options, port=port, gateway_id=gateway_id, reuse_port=True, on_ready=ready)
+
+    status = supervise(
+        args.workers,
+        serve_worker,
+        ready_file=args.ready_file,
+        shutdown_timeout=options.shutdown_timeout,
+        write_ready=_write_atomically,
+    )
+    sys.exit(status)
+
+
+def _run(args: argparse.Namespace, options: GatewayOptions, **how: Any) -> None:
     # uvloop's event loop (libuv, in C) costs less CPU per request than asyncio's own: 117 against 136 µs
     # in bench.run's services section (--quick), where the proxy's CPU bounds its requests/s.
+    how.setdefault("port", args.port)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(
             serve(
                 host=args.host,
-                port=args.port,
                 database_url=args.database_url,
                 public_url=args.public_url,
                 options=options,
-                ready_file=args.ready_file,
+                **how,
             )
         )
