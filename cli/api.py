@@ -88,10 +88,10 @@ class FerryAPI:
         ensure_runnable(configuration, f"run {name}")  # refused before anything is stored or started
         await self._ensure_name_free(name)
         try:
-            env = configuration.resolved_env(dict(os.environ))
+            # `env` as applied, and each `${{ env.NAME }}` filled in (core.configuration.interpolation)
+            configuration = configuration.with_environment(dict(os.environ))
         except ValueError as err:
             raise FerryError(str(err)) from None
-        configuration = configuration.model_copy(update={"env": env})
         dependencies = await asyncio.to_thread(self.resolve_dependencies, name, configuration)
         on, volume_instances = await asyncio.to_thread(run_volumes, self.store, self.project, configuration)
         fleet = on or await choose_fleet(self.store, self.project, configuration)
@@ -140,7 +140,7 @@ class FerryAPI:
             ensure_runnable(task, f"run {name} task {index}")
         await self._ensure_name_free(name)
         try:
-            tasks = [t.model_copy(update={"env": t.resolved_env(dict(os.environ))}) for t in pipeline.tasks]
+            tasks = [task.with_environment(dict(os.environ)) for task in pipeline.tasks]
         except ValueError as err:
             raise FerryError(str(err)) from None
         fleets, volume_instances = [], {}

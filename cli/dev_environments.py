@@ -34,10 +34,12 @@ Runs = Sequence[tuple["RunRecord", Sequence["JobSubmissionRecord"]]]
 
 
 def ide_link(record: RunRecord, alias: str, working_dir: str) -> str | None:
-    """A dev environment's link for its `ide` (VS Code, Cursor and Windsurf take the same form)."""
+    """A dev environment's link for its `ide` (VS Code, Cursor and Windsurf take one form, Zed its own)."""
     conf = _dev_configuration(record)
     if conf is None or conf.ide is None:
         return None
+    if conf.ide == "zed":
+        return f"zed://ssh/{alias}{working_dir}"
     return f"{conf.ide}://vscode-remote/ssh-remote+{alias}{working_dir}"
 
 

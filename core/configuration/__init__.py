@@ -67,18 +67,19 @@ def known_field_names() -> frozenset[str]:
         seen.add(model)
         for name, info in model.model_fields.items():
             names.add(name)
-            pending.extend(_models_in(info.annotation))
+            pending.extend(models_in(info.annotation))
     return frozenset(names)
 
 
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
+def models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The models a field's annotation holds (through unions, lists, Annotated), outermost first."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     found: list[type[BaseModel]] = []
     for arg in getattr(annotation, "__args__", ()) + getattr(annotation, "__metadata__", ()):
-        found.extend(_models_in(arg))
+        found.extend(models_in(arg))
     if hasattr(annotation, "__origin__") and annotation.__origin__ is not None:
-        found.extend(_models_in(annotation.__origin__))
+        found.extend(models_in(annotation.__origin__))
     return found
 
 
@@ -112,5 +113,6 @@ __all__ = [
     "VolumeConfiguration",
     "format_retry",
     "known_field_names",
+    "models_in",
     "parse_configuration",
 ]

@@ -2,26 +2,38 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import ClassVar, NamedTuple
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, NamedTuple, Self
 
 from pydantic import Field, model_validator
 
 from core.configuration.durations import OptionalDuration, format_duration
 from core.configuration.fields import (
+    Commands,
     CreationPolicy,
     Env,
     Name,
+    Reference,
     SpotPolicy,
     StartupOrder,
     StopCriteria,
     VolumeMount,
+)
+from core.configuration.interpolation import (
+    CREDENTIALS,
+    ENV_VALUE,
+    RUN_ARGS,
+    Context,
+    check_references,
+    env_names,
+    substitute,
 )
 from core.configuration.model import ConfigFieldError, ConfigModel
 from core.configuration.resources import ResourcesSpec
 from core.configuration.retry import RetryPolicy
 from core.configuration.specs import (
     Dependency,
+    InstanceSelector,
     LooseItem,
     PythonVersion,
     RegistryAuth,
@@ -47,20 +59,20 @@ CLOUD_FIELDS_NOT_ACTED_ON = frozenset(
         "max_price",
         "idle_duration",
         "tags",
+        "backend_options",
     }
 )
 
-# Fields of every run that Ferry accepts but does not act on yet (each run type adds its own). `python`,
-# `nvcc` and `docker`: Ferry runs the user's `image`, or `commands` on the host, and has no images of its
-# own (docs/containers.md). `startup_order`: the nodes of a task start as they are placed (see asks_for).
-# The container's settings are acted on with an `image` only (see asks_for); `image` and `volumes`
-# always (docs/containers.md, docs/volumes.md).
+# Fields of every run that Ferry accepts but does not act on yet (each run type adds its own). `nvcc` and
+# `docker`: Ferry runs the user's `image` (or the official one of `python`), or `commands` on the host, and
+# has no images of its own (docs/containers.md). `startup_order`: the nodes of a task start as they are
+# placed (see asks_for). The container's settings are acted on in a container only, with `image` or
+# `python` (see asks_for); `image`, `python` and `volumes` always (docs/containers.md, docs/volumes.md).
 CONTAINER_FIELDS = frozenset({"user", "privileged", "entrypoint", "registry_auth", "resources.shm_size"})
 RUN_FIELDS_NOT_ACTED_ON = (
     CLOUD_FIELDS_NOT_ACTED_ON
     | CONTAINER_FIELDS
     | {
-        "python",
         "nvcc",
         "docker",
         "repos",
@@ -69,6 +81,15 @@ RUN_FIELDS_NOT_ACTED_ON = (
         "creation_policy",
         "utilization_policy",
         "startup_order",
+        # A run goes to a fleet, whose scheduler picks the instance (docs/fleets.md).
+        "instances",
+        # No dstack server to reach from a job.
+        "dstack",
+        # Deprecated in dstack, with no effect there either (but a dev environment's `setup`).
+        "home_dir",
+        "setup",
+        # The matching of an instance's GPUs knows no compute capability (core.fleets.matching).
+        "resources.gpu.compute_capability",
     }
 )
 
@@ -110,11 +131,15 @@ class BaseRunConfiguration(ConfigModel):
     repos: list[LooseItem] = Field(default_factory=list)
     files: list[LooseItem] = Field(default_factory=list)
     single_branch: bool | None = None
+    dstack: bool = False
+    home_dir: str | None = None
+    setup: Commands = Field(default_factory=list)
 
     # Where it runs
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     volumes: list[VolumeMount] = Field(default_factory=list)
-    fleets: list[Name] | None = None
+    fleets: list[Reference] | None = None
+    instances: list[InstanceSelector] | None = Field(default=None, min_length=1)
     backends: list[str] | None = None
     regions: list[str] | None = None
     availability_zones: list[str] | None = None
@@ -126,6 +151,7 @@ class BaseRunConfiguration(ConfigModel):
     idle_duration: OptionalDuration = None
     utilization_policy: UtilizationPolicy | None = None
     tags: dict[str, str] | None = None
+    backend_options: list[dict[str, Any]] | None = None
 
     # Its life
     priority: int = Field(default=0, ge=0, le=MAX_PRIORITY)
@@ -157,6 +183,53 @@ class BaseRunConfiguration(ConfigModel):
             raise ConfigFieldError(["depends_on"], "cannot be used with `schedule`")
         return self
 
+    @model_validator(mode="after")
+    def _check_references(self) -> Self:
+        """Every `${{ ... }}` is one its field takes (core.configuration.interpolation); `${{ env.NAME }}`
+        names a variable of `env`; `${{ run.args }}` is what `ferry apply` passes: nothing."""
+        for path, template, context in self.templates():
+            try:
+                check_references(template, context)
+            except ValueError as exc:
+                raise ConfigFieldError(path, str(exc)) from None
+            for name in env_names(template):
+                if name not in self.env:
+                    raise ConfigFieldError(path, f"${{{{ env.{name} }}}}: `env` does not set {name}")
+        for commands in self._command_lists():
+            commands[:] = [substitute(command, {RUN_ARGS: ""}) for command in commands]
+        return self
+
+    def templates(self) -> Iterator[tuple[list[str | int], str, Context]]:
+        """Each text that may hold `${{ ... }}`: its path, the text, and what it may refer to."""
+        for key, value in self.env.items():
+            if value is not None:
+                yield ["env", key], value, ENV_VALUE
+        if self.registry_auth is not None:
+            yield ["registry_auth", "username"], self.registry_auth.username, CREDENTIALS
+            yield ["registry_auth", "password"], self.registry_auth.password, CREDENTIALS
+
+    def _command_lists(self) -> list[list[str]]:
+        """The lists of commands `${{ run.args }}` is resolved in (a task's and a service's)."""
+        return []
+
+    def with_environment(self, environ: Mapping[str, str]) -> Self:
+        """This configuration as it is applied: `env` resolved (resolved_env) and each `${{ env.NAME }}`
+        replaced by its value; ValueError naming the variables `environ` lacks."""
+        env = self.resolved_env(environ)
+        values = {f"env.{key}": value for key, value in env.items()}
+        return self.model_copy(update={"env": env, **self._env_references(values)})
+
+    def _env_references(self, values: Mapping[str, str]) -> dict[str, Any]:
+        """The fields holding `${{ env.NAME }}`, with it replaced (for model_copy)."""
+        if self.registry_auth is None:
+            return {}
+        auth = self.registry_auth
+        update = {
+            "username": substitute(auth.username, values),
+            "password": substitute(auth.password, values),
+        }
+        return {"registry_auth": auth.model_copy(update=update)}
+
     def unresolved_env(self) -> list[str]:
         """Variables written as a bare `NAME`: their values come from the environment at apply time."""
         return [key for key, value in self.env.items() if value is None]
@@ -171,7 +244,7 @@ class BaseRunConfiguration(ConfigModel):
     def asks_for(self, field: str) -> bool:
         if field == "startup_order":
             return self.startup_order != StartupOrder.ANY  # `any` is what Ferry does
-        if field in CONTAINER_FIELDS and self.image is not None:
+        if field in CONTAINER_FIELDS and (self.image is not None or self.python is not None):
             return False  # the container executor acts on it
         return super().asks_for(field)
 

@@ -35,6 +35,26 @@ def _check_name(value: str) -> str:
 Name = Annotated[str, AfterValidator(_check_name)]
 
 
+def _reference(value: Any) -> Any:
+    """dstack's `project/name` (or {project, name}) for what another project has: kept as `project/name`."""
+    if isinstance(value, dict) and set(value) <= {"project", "name"} and "name" in value:
+        project = value.get("project")
+        return f"{project}/{value['name']}" if project else value["name"]
+    return value
+
+
+def _check_reference(value: str) -> str:
+    project, sep, name = value.rpartition("/")
+    if sep and (not project or "/" in project):
+        raise ValueError(f"invalid reference {value!r}: expected NAME or PROJECT/NAME")
+    _check_name(name)
+    return value
+
+
+# A fleet's name, or `project/name` for another project's (cli.fleet_api looks it up by this string).
+Reference = Annotated[str, BeforeValidator(_reference), AfterValidator(_check_reference)]
+
+
 class StopCriteria(StrEnum):
     """When a multi-node task is done: when every node is (`all-done`) or when the master is."""
 

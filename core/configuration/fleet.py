@@ -113,6 +113,8 @@ class FleetNodes(ConfigModel):
 def _nodes(value: Any) -> Any:
     parsed = parse_int_range(value, "nodes")
     if parsed is None:
+        if isinstance(value, dict) and "min" not in value:
+            value = {**value, "min": 0}  # dstack: a fleet of `max` nodes starts empty
         if isinstance(value, dict) and "target" not in value and isinstance(value.get("min"), int):
             return {**value, "target": value["min"]}
         if isinstance(value, dict | FleetNodes):
@@ -136,6 +138,7 @@ class FleetConfiguration(ConfigModel):
         "retry",
         "termination_policy",
         "termination_idle_time",
+        "resources.gpu.compute_capability",
     }
 
     type: Literal["fleet"] = "fleet"
@@ -156,6 +159,7 @@ class FleetConfiguration(ConfigModel):
     max_price: float | None = Field(default=None, gt=0)
     idle_duration: OptionalDuration = None
     tags: dict[str, str] | None = None
+    backend_options: list[dict[str, Any]] | None = None
     termination_policy: Literal["dont-destroy", "destroy-after-idle"] | None = None
     termination_idle_time: OptionalDuration = None
 

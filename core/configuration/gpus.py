@@ -17,10 +17,14 @@ NVIDIA = "nvidia"
 AMD = "amd"
 INTEL = "intel"
 GOOGLE = "google"
+TENSTORRENT = "tenstorrent"
 
-VENDORS = (NVIDIA, AMD, INTEL, GOOGLE)
-# dstack spells TPUs' vendor `tpu` in some places; both mean Google.
-_VENDOR_ALIASES = {NVIDIA: NVIDIA, AMD: AMD, INTEL: INTEL, GOOGLE: GOOGLE, "tpu": GOOGLE}
+VENDORS = (NVIDIA, AMD, INTEL, GOOGLE, TENSTORRENT)
+# dstack spells TPUs' vendor `tpu` and Tenstorrent's `tt` in some places.
+_VENDOR_ALIASES = {
+    NVIDIA: NVIDIA, AMD: AMD, INTEL: INTEL, GOOGLE: GOOGLE, TENSTORRENT: TENSTORRENT,
+    "tpu": GOOGLE, "tt": TENSTORRENT,
+}  # fmt: skip
 
 # Model names, as Ferry spells them, with the memory sizes (GB) each is sold with: drivers report a little
 # less (an H100 80GB shows 81559 MiB), and `H100:80GB` must still match it.
@@ -45,9 +49,15 @@ _MARKETED = {name.lower(): sizes for models in _MODELS.values() for name, sizes 
 _CANONICAL = {name.lower(): name for names in _KNOWN.values() for name in names}
 _VENDOR_OF = {name.lower(): vendor for vendor, names in _KNOWN.items() for name in names}
 # Families outside the table: future parts of a known line still get their vendor.
-_PREFIXES = ((re.compile(r"^tpu-"), GOOGLE), (re.compile(r"^mi\d"), AMD), (re.compile(r"^[rg]tx"), NVIDIA))
+_PREFIXES = (
+    (re.compile(r"^tpu-"), GOOGLE),
+    (re.compile(r"^mi\d"), AMD),
+    (re.compile(r"^[rg]tx"), NVIDIA),
+    (re.compile(r"^(tt-|n150|n300|p150)"), TENSTORRENT),
+)
 
-# A model name starts with a letter; a digit (or being in the table) keeps typos like `x` out.
+# A model name starts with a letter; a digit or a dash (`tt-galaxy-wh`), or being in the table, keeps typos
+# like `x` out.
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9._+-]*$")
 
 
@@ -65,11 +75,12 @@ def is_vendor(word: str) -> bool:
 
 def is_gpu_name(word: str) -> bool:
     """Whether `word` can be a GPU model name: a known one, or a letter, then letters, digits, `.-_+`,
-    with at least one digit (`A100`, `RTX4090`, `tpu-v5e-8`, `MI300X`)."""
+    with at least one digit or dash (`A100`, `RTX4090`, `tpu-v5e-8`, `MI300X`, `tt-galaxy-wh`)."""
     lowered = word.lower()
     if lowered in _CANONICAL:
         return True
-    return bool(_NAME.match(word)) and any(ch.isdigit() for ch in word) and not is_vendor(word)
+    marked = any(ch.isdigit() or ch == "-" for ch in word)
+    return bool(_NAME.match(word)) and marked and not is_vendor(word)
 
 
 def canonical_gpu_name(name: str) -> str:

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from core.configuration import (
     CONFIGURATION_MODELS,
     CONFIGURATION_TYPES,
     AnyConfiguration,
     ConfigFieldError,
-    known_field_names,
+    models_in,
     parse_configuration,
 )
 from core.configuration.runnable import refusals
@@ -319,6 +319,9 @@ def _message(detail: Any, path: tuple[str, ...], config_type: str | None) -> str
     cause = (detail.get("ctx") or {}).get("error")
     if kind in {"value_error", "assertion_error"} and cause is not None:
         return str(cause)
+    if kind in {"model_type", "model_attributes_type", "dict_type"}:
+        # pydantic's wording names our classes (`instance of ResourcesSpec`): say what the file should hold.
+        return f"should be a mapping of fields, got {_shape(detail.get('input'))}"
     message = str(detail["msg"])
     if message.startswith("Input should"):
         message = "should" + message[len("Input should") :]
@@ -338,17 +341,49 @@ def _quote(value: str | int | float) -> str:
     return shown if len(shown) <= 80 else f"{shown[:76]}..."
 
 
+def _shape(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, list):
+        return "a list"
+    return f"{type(value).__name__} {_quote(value)}" if isinstance(value, str | int | float) else "a value"
+
+
 def _unknown_field_message(path: tuple[str, ...], config_type: str | None) -> str:
+    """Whose field it is, or the close name among the fields of the model it was written in (never
+    another model's: a suggestion must be a field that would be accepted there)."""
     name = path[-1] if path else ""
-    if len(path) == 1 and config_type is not None:
-        owners = [kind for kind, model in CONFIGURATION_MODELS.items() if name in model.model_fields]
+    model = _model_at(path[:-1], config_type)
+    if model is None:
+        return "unknown field"
+    if len(path) == 1:
+        owners = [kind for kind, other in CONFIGURATION_MODELS.items() if name in other.model_fields]
         if owners:
             takes = "takes" if len(owners) == 1 else "take"
             return f"not a field of a {config_type}: only {' and '.join(owners)} {takes} it"
-    if name in known_field_names():
-        return "unknown field here"
-    close = difflib.get_close_matches(name, sorted(known_field_names()), n=1, cutoff=0.75)
+        parents = [field for field, info in model.model_fields.items() if _holds(info.annotation, name)]
+        if parents:
+            return f"not a field of a {config_type}: it goes under `{parents[0]}`"
+    close = difflib.get_close_matches(name, sorted(model.model_fields), n=1, cutoff=0.75)
     return f"unknown field (did you mean {close[0]!r}?)" if close else "unknown field"
+
+
+def _model_at(path: tuple[str, ...], config_type: str | None) -> type[BaseModel] | None:
+    """The model whose fields are written at `path` of a configuration of `config_type`; None if unknown."""
+    model: type[BaseModel] | None = CONFIGURATION_MODELS.get(config_type or "")
+    for part in path:
+        if model is None:
+            return None
+        if part.isdigit():
+            continue  # an item of a list: the same model as the list's field
+        info = model.model_fields.get(part)
+        nested = models_in(info.annotation) if info is not None else []
+        model = nested[0] if nested else None
+    return model
+
+
+def _holds(annotation: Any, name: str) -> bool:
+    return any(name in nested.model_fields for nested in models_in(annotation))
 
 
 def _too_large(file: str) -> ConfigurationError:

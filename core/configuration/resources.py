@@ -139,6 +139,7 @@ class GPUSpec(BaseModel):
     memory: Range[float] | None = None  # per GPU, GB
     total_memory: Range[float] | None = None  # over the GPUs counted, GB
     count: Range[int] = _ONE
+    compute_capability: tuple[int, int] | None = None  # the least (major, minor), e.g. 7.5
 
     @model_validator(mode="before")
     @classmethod
@@ -179,6 +180,17 @@ class GPUSpec(BaseModel):
     @classmethod
     def _count(cls, value: Any) -> Any:
         return parse_count_range(value, "GPU count")
+
+    @field_validator("compute_capability", mode="before")
+    @classmethod
+    def _compute_capability(cls, value: Any) -> Any:
+        """`7.5`, `"7.5"` or `[7, 5]`."""
+        if value is None:
+            return None
+        parts = str(value).strip().split(".") if isinstance(value, float | str) else value
+        if not isinstance(parts, list | tuple) or len(parts) != 2 or not all(str(p).isdigit() for p in parts):
+            raise ValueError(f"expected a compute capability such as 7.5, got {value!r}")
+        return int(parts[0]), int(parts[1])
 
     @model_validator(mode="after")
     def _check(self) -> Self:

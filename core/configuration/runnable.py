@@ -21,7 +21,7 @@ from core.configuration import (
     VolumeConfiguration,
 )
 from core.configuration.fields import NetworkVolume
-from core.configuration.interpolation import is_per_node
+from core.configuration.interpolation import group_addresses, is_per_node, secrets_in
 
 
 class Refusal(NamedTuple):
@@ -38,13 +38,25 @@ def refusals(configuration: AnyConfiguration) -> list[Refusal]:
     if isinstance(configuration, FleetConfiguration):
         found = []
     else:
-        found = _working_dir_refusals(configuration) + _shared_volume_refusals(configuration)
+        # A task of node groups is refused as a whole: its groups' addresses need no reason of their own.
+        grouped = isinstance(configuration, TaskConfiguration) and configuration.groups is not None
+        found = (
+            _working_dir_refusals(configuration)
+            + _shared_volume_refusals(configuration)
+            + _reference_refusals(configuration, addresses=not grouped)
+        )
     if isinstance(configuration, ServiceConfiguration):
         return found + [
             refusal
             for group, at in zip(configuration.groups, _group_paths(configuration), strict=True)
             for refusal in _commands_refusals(configuration, group.commands, at)
         ]
+    if isinstance(configuration, TaskConfiguration) and configuration.groups is not None:
+        reason = (
+            "node groups are not run yet: Ferry runs a task's nodes alike, from its `nodes`, `commands` "
+            "and `resources`"
+        )
+        return [Refusal(("groups",), reason), *found]
     if isinstance(configuration, TaskConfiguration):
         return found + _commands_refusals(configuration, configuration.commands, ("commands",))
     if isinstance(configuration, FleetConfiguration) and configuration.ssh_config is None:
@@ -72,15 +84,35 @@ def _working_dir_refusals(configuration: RunConfiguration) -> list[Refusal]:
 
 
 def _volume_refusals(configuration: VolumeConfiguration) -> list[Refusal]:
-    if configuration.volume_id is None:
-        return []
     return [
         Refusal(
-            ("volume_id",),
-            "Ferry cannot register a cloud disk: its volumes are directories on an instance of a fleet "
+            (field,),
+            f"Ferry cannot register {what}: its volumes are directories on an instance of a fleet "
             "(docs/volumes.md)",
         )
+        for field, what in (("volume_id", "a cloud disk"), ("claim_name", "a Kubernetes volume claim"))
+        if getattr(configuration, field) is not None
     ]
+
+
+def _reference_refusals(configuration: RunConfiguration, *, addresses: bool) -> list[Refusal]:
+    """`${{ secrets.NAME }}`: dstack's server fills it from the project's secrets; Ferry has none yet. With
+    `addresses`, `${{ groups[i].<nodes|replicas>[j].IP_ADDRESS }}` too: no job knows another's address yet."""
+    found = []
+    for path, template, _ in configuration.templates():
+        reasons = [
+            f"Ferry has no secrets yet, so ${{{{ {name} }}}} cannot be filled in: write the value in `env`, "
+            "or the variable's name alone to take it from your environment at apply"
+            for name in secrets_in(template)
+        ]
+        if addresses:
+            reasons += [
+                f"${{{{ groups[{group}].{member}[{index}].IP_ADDRESS }}}} is not filled in yet: "
+                "a job does not know the other groups' addresses"
+                for group, member, index in group_addresses(template)[:1]
+            ]
+        found += [Refusal(tuple(str(part) for part in path), reason) for reason in reasons]
+    return found
 
 
 def _shared_volume_refusals(configuration: RunConfiguration) -> list[Refusal]:

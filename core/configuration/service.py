@@ -8,13 +8,15 @@ validate` names them in its warning line.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Discriminator, Field, Tag, model_validator
 
 from core.configuration.base import RUN_FIELDS_NOT_ACTED_ON, BaseRunConfiguration, ConfigSummary
 from core.configuration.durations import Duration
 from core.configuration.fields import Commands, Port
+from core.configuration.interpolation import PROBE, Context, commands_context, substitute
 from core.configuration.model import ConfigFieldError, ConfigModel, shape_of
 from core.configuration.replica_groups import (
     GROUP_FIELDS_NOT_ACTED_ON,
@@ -29,9 +31,12 @@ from core.configuration.specs import ReplicaRange, Replicas
 # Ferry's proxy is in its server: no separate gateway, so no HTTPS of its own, and no rate limits yet.
 SERVICE_FIELDS_NOT_ACTED_ON = (
     RUN_FIELDS_NOT_ACTED_ON
-    | {"gateway", "https", "rate_limits"}
+    | {"gateway", "https", "rate_limits", "probes.until_ready"}
     | {f"replicas.{field}" for field in GROUP_FIELDS_NOT_ACTED_ON}
 )
+
+
+_COMMANDS = commands_context("replicas")
 
 
 class HTTPHeader(ConfigModel):
@@ -56,6 +61,7 @@ class ProbeSpec(ConfigModel):
     timeout: Duration = 10
     interval: Duration = 15
     ready_after: int = Field(default=1, ge=1)
+    until_ready: bool | None = None  # stop probing once ready (not acted on: probes go on)
 
 
 class ModelSpec(ConfigModel):
@@ -113,9 +119,23 @@ class ServiceConfiguration(BaseRunConfiguration):
     strip_prefix: bool = True
     auth: bool = True
     gateway: _Gateway | None = None
-    https: bool = True
+    https: bool | Literal["auto"] = True
     model: _Model | None = None
     rate_limits: list[RateLimit] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _groups_are_replicas(cls, data: Any) -> Any:
+        """dstack's newer `groups:` is the list of replica groups `replicas:` also takes."""
+        if not isinstance(data, dict) or "groups" not in data:
+            return data
+        data = dict(data)
+        groups = data.pop("groups")
+        if groups is None:
+            return data
+        if data.get("replicas") is not None:
+            raise ConfigFieldError(["groups"], "cannot be used with `replicas`: give the groups once")
+        return {**data, "replicas": groups}
 
     @model_validator(mode="after")
     def _check_service(self) -> ServiceConfiguration:
@@ -159,7 +179,37 @@ class ServiceConfiguration(BaseRunConfiguration):
                 return group
         raise KeyError(name)
 
+    def templates(self) -> Iterator[tuple[list[str | int], str, Context]]:
+        yield from super().templates()
+        for at, command in enumerate(self.commands):
+            yield ["commands", at], command, _COMMANDS
+        for index, group in enumerate(self.replicas if isinstance(self.replicas, list) else []):
+            for at, command in enumerate(group.commands):
+                yield ["replicas", index, "commands", at], command, _COMMANDS
+        for index, probe in enumerate(self.probes):
+            texts = [("url", probe.url), ("body", probe.body)]
+            texts += [(f"headers.{at}.value", header.value) for at, header in enumerate(probe.headers)]
+            for where, text in texts:
+                if text is not None:
+                    yield ["probes", index, *where.split(".")], text, PROBE
+
+    def _command_lists(self) -> list[list[str]]:
+        groups = self.replicas if isinstance(self.replicas, list) else []
+        return [self.commands, *(group.commands for group in groups)]
+
+    def _env_references(self, values: Mapping[str, str]) -> dict[str, Any]:
+        def resolved(probe: ProbeSpec) -> ProbeSpec:
+            headers = [h.model_copy(update={"value": substitute(h.value, values)}) for h in probe.headers]
+            body = None if probe.body is None else substitute(probe.body, values)
+            return probe.model_copy(
+                update={"url": substitute(probe.url, values), "body": body, "headers": headers}
+            )
+
+        return {**super()._env_references(values), "probes": [resolved(probe) for probe in self.probes]}
+
     def asks_for(self, field: str) -> bool:
+        if field == "probes.until_ready":
+            return any(probe.until_ready for probe in self.probes)
         if field.startswith("replicas.") and isinstance(self.replicas, list):
             name = field.removeprefix("replicas.")
             return any(
@@ -168,7 +218,7 @@ class ServiceConfiguration(BaseRunConfiguration):
             )
         if field == "https":
             # On by default (dstack's), but it is about a gateway's domain: asked for only with one.
-            return self.https and self.gateway not in (None, False)
+            return self.https is not False and self.gateway not in (None, False)
         return super().asks_for(field)
 
     def summary(self) -> ConfigSummary:

@@ -15,10 +15,11 @@ from pydantic import (
     Tag,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from core.configuration.durations import Duration
-from core.configuration.fields import Name
+from core.configuration.fields import Name, Reference
 from core.configuration.model import ConfigFieldError, ConfigModel, shape_of
 from core.configuration.retry import RetryPolicy
 
@@ -227,3 +228,30 @@ LooseItem = Annotated[
         shape_of, custom_error_type="item_shape", custom_error_message="expected a string or a map"
     ),
 ]
+
+
+# --- instances ---------------------------------------------------------------------------------------
+
+
+def _instance_selector(value: Any) -> Any:
+    return {"name": value} if isinstance(value, str) else value
+
+
+class InstanceSpec(ConfigModel):
+    """One of dstack's `instances` (not acted on yet): an instance by `name`, by `hostname`, or a fleet's
+    instance by its number (`fleet` and `instance`)."""
+
+    name: str | None = Field(default=None, min_length=1)
+    hostname: str | None = Field(default=None, min_length=1)
+    fleet: Reference | None = None
+    instance: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_way(self) -> InstanceSpec:
+        given = {name for name in type(self).model_fields if getattr(self, name) is not None}
+        if given not in ({"name"}, {"hostname"}, {"fleet", "instance"}):
+            raise ValueError("expected a name, {name}, {hostname}, or {fleet, instance}")
+        return self
+
+
+InstanceSelector = Annotated[InstanceSpec, BeforeValidator(_instance_selector)]

@@ -1,9 +1,9 @@
 """`type: volume`: a named volume (docs/volumes.md), a directory on one instance of a fleet.
 
 dstack's volumes are cloud network disks (`backend`, `region`, `size`, `volume_id`...); Ferry creates no
-cloud resource, so those fields are accepted and named in the warning line, and `volume_id` (registering
-an existing cloud disk) is refused (core.configuration.runnable). Ferry's own fields say where the
-directory lives: `fleet` and, in a fleet of several instances, `instance`.
+cloud resource, so those fields are accepted and named in the warning line, and `volume_id` and a
+Kubernetes `claim_name` (registering an existing disk) are refused (core.configuration.runnable). Ferry's
+own fields say where the directory lives: `fleet` and, in a fleet of several instances, `instance`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from core.configuration.durations import OptionalDuration
 from core.configuration.fields import Name
 from core.configuration.model import ConfigModel
 
-# dstack's fields about the cloud disk behind a volume.
+# dstack's fields about the cloud disk behind a volume (a Kubernetes one's too).
 VOLUME_FIELDS_NOT_ACTED_ON = frozenset(
     {"backend", "region", "availability_zone", "size", "volume_id", "auto_cleanup_duration", "tags"}
+    | {"claim_name", "storage_class_name", "access_modes", "read_only"}
 )
 
 
@@ -37,6 +38,10 @@ class VolumeConfiguration(ConfigModel):
     volume_id: str | None = None
     auto_cleanup_duration: OptionalDuration = None
     tags: dict[str, str] | None = None
+    claim_name: str | None = None
+    storage_class_name: str | None = None
+    access_modes: list[str] | None = None
+    read_only: bool = False
 
     def summary(self) -> ConfigSummary:
         where = self.fleet or "-"

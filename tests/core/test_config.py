@@ -393,8 +393,10 @@ def test_known_field_names_include_nested_models() -> None:
 
 
 def test_unsupported_fields_in_declaration_order() -> None:
-    config = task("spot_policy: auto\nrepos: [.]\nprivileged: true\npython: '3.11'\ntags: {}\n")
-    assert config.unsupported_fields() == ["python", "privileged", "repos", "spot_policy"]
+    config = task("spot_policy: auto\nrepos: [.]\nprivileged: true\nnvcc: true\ntags: {}\n")
+    assert config.unsupported_fields() == ["nvcc", "privileged", "repos", "spot_policy"]
+    # `python` runs the job in a container, where `privileged` is acted on (docs/containers.md#python).
+    assert task("privileged: true\npython: '3.11'\n").unsupported_fields() == []
     loaded = load_configuration_text("type: task\ncommands: [x]\nspot_policy: auto\nrepos: [.]\n", "x.yml")
     assert loaded.warning() == "x.yml: warning: Ferry does not act on yet: repos, spot_policy"
 
@@ -409,7 +411,7 @@ def test_service_and_dev_environment_unsupported_fields() -> None:
     assert service("auth: true\nhttps: false\nmodel: m\n").unsupported_fields() == []
     assert service("gateway: gw\n").unsupported_fields() == ["gateway", "https"]
     dev = load("type: dev-environment\nide: vscode\nversion: '1.90'\npython: '3.11'\n")
-    assert dev.unsupported_fields() == ["python", "version"]  # `ide`: ferry attach prints its link
+    assert dev.unsupported_fields() == ["version"]  # `ide`: ferry attach prints its link; `python`: an image
 
 
 def test_ssh_fleet_resources_are_reported() -> None:

@@ -24,8 +24,9 @@ from core.configuration.loading import (
 )
 from core.configuration.model import ConfigModel
 from core.configuration.replica_groups import GROUP_FIELDS_NOT_ACTED_ON, ReplicaGroupSpec
-from core.configuration.resources import ResourcesSpec
+from core.configuration.resources import GPUSpec, ResourcesSpec
 from core.configuration.runnable import refusals
+from core.configuration.service import ProbeSpec
 
 RUN_TYPES = {
     "task": "type: task\ncommands: [x]\n",
@@ -49,14 +50,17 @@ def warned(text: str) -> list[str]:
 # (priority, retry, stop_criteria), cli.fleet_api.choose_fleet (fleets), activities.ssh_config (ssh_config,
 # blocks). Every other field must be in the model's NOT_ACTED_ON: a new field has to be put on one side.
 _RUN_ACTED_ON = {
-    "name", "image", "working_dir", "shell", "env", "resources", "volumes", "fleets",
+    "name", "image", "python", "working_dir", "shell", "env", "resources", "volumes", "fleets",
     "priority", "retry", "max_duration", "stop_duration", "stop_criteria", "schedule", "depends_on",
 }  # fmt: skip
+# A task's node groups (`groups`) are refused, with the reason (core.configuration.runnable); a dev
+# environment's `setup` runs before its `init`.
 ACTED_ON: dict[type[ConfigModel], set[str]] = {
-    TaskConfiguration: _RUN_ACTED_ON | {"type", "commands", "nodes", "ports"},
+    TaskConfiguration: _RUN_ACTED_ON | {"type", "commands", "nodes", "ports", "groups"},
     ServiceConfiguration: _RUN_ACTED_ON
     | {"type", "commands", "port", "replicas", "scaling", "probes", "strip_prefix", "auth", "model"},
-    DevEnvironmentConfiguration: _RUN_ACTED_ON | {"type", "init", "ide", "ports", "inactivity_duration"},
+    DevEnvironmentConfiguration: _RUN_ACTED_ON
+    | {"type", "init", "ide", "ports", "inactivity_duration", "setup"},
     # `nodes` is refused (no cloud backend); an SSH fleet's `resources` is warned about in
     # FleetConfiguration.unsupported_fields.
     FleetConfiguration: {"type", "name", "ssh_config", "nodes", "resources", "blocks"},
@@ -79,7 +83,15 @@ def test_nested_names_are_fields_of_the_nested_models() -> None:
     dotted = {entry for model in ACTED_ON for entry in model.NOT_ACTED_ON if "." in entry}
     groups = {f"replicas.{name}" for name in GROUP_FIELDS_NOT_ACTED_ON}
     assert set(GROUP_FIELDS_NOT_ACTED_ON) <= set(ReplicaGroupSpec.model_fields)
-    assert dotted == {"resources.shm_size", "ssh_config.network"} | groups
+    assert "until_ready" in ProbeSpec.model_fields
+    assert "compute_capability" in GPUSpec.model_fields
+    nested = {
+        "resources.shm_size",
+        "ssh_config.network",
+        "resources.gpu.compute_capability",
+        "probes.until_ready",
+    }
+    assert dotted == nested | groups
     # The rest of a group's fields are acted on (`router` is refused, core.configuration.replica_groups).
     acted = {"name", "count", "scaling", "commands", "resources", "router"}
     assert set(ReplicaGroupSpec.model_fields) - set(GROUP_FIELDS_NOT_ACTED_ON) == acted

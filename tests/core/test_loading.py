@@ -99,7 +99,7 @@ def test_dev_environment_ide_is_optional() -> None:
 
 def test_dev_environment_ide_must_be_known() -> None:
     line = only_issue("type: dev-environment\nide: emacs\n")
-    assert line.startswith("bad.yml:2: ide: should be 'vscode', 'cursor' or 'windsurf', got 'emacs'")
+    assert line.startswith("bad.yml:2: ide: should be 'vscode', 'cursor', 'windsurf' or 'zed', got 'emacs'")
 
 
 @pytest.mark.parametrize("nodes", ["0", "-1"])
