@@ -13,6 +13,7 @@ import base64
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -54,13 +55,25 @@ def _reason_error(reason: JobTerminationReason, message: str, *, retry: bool = F
     return ApplicationError(message, type=reason.name, non_retryable=not retry)
 
 
+@dataclass
+class Progress:
+    """What a step says in its heartbeats: `ferry ps` shows it for a pulling job (cli/pulls.py)."""
+
+    line: str | None = None
+
+
 @contextlib.asynccontextmanager
-async def heartbeating() -> AsyncIterator[None]:
-    """Heartbeat while the body runs: the server then knows the attempt lives, and can cancel it."""
+async def heartbeating(progress: Progress | None = None) -> AsyncIterator[None]:
+    """Heartbeat while the body runs: the server then knows the attempt lives, and can cancel it. The
+    heartbeats carry `progress` when it has a line (the SDK sends the latest at most every 0.8 x the
+    step's heartbeat timeout)."""
 
     async def beat() -> None:
         while True:
-            activity.heartbeat()
+            if progress is not None and progress.line is not None:
+                activity.heartbeat(progress.line)
+            else:
+                activity.heartbeat()
             await asyncio.sleep(_HEARTBEAT_EVERY)
 
     beating = asyncio.create_task(beat())
@@ -133,10 +146,11 @@ class JobActivities:
     @activity.defn(name=names.START_JOB)
     async def start_job(self, request: StartJob) -> None:
         """Hand the runner its job spec and code, then start it; skips what an earlier attempt did."""
-        async with heartbeating():
-            await self._start_job(request)
+        progress = Progress()
+        async with heartbeating(progress):
+            await self._start_job(request, progress)
 
-    async def _start_job(self, request: StartJob) -> None:
+    async def _start_job(self, request: StartJob, progress: Progress) -> None:
         client = await self._instances.resolve(request.instance_name)
         task = await client.get_task(request.job_submission_id)
         if not task.job_submitted:
@@ -154,6 +168,7 @@ class JobActivities:
             task = await client.run(request.job_submission_id)
         # An image pull may outlast one answer of `run`: the job is started once it is not preparing.
         while task.status == TaskStatus.PREPARING:
+            progress.line = task.progress
             await asyncio.sleep(_PREPARING_POLL)
             task = await client.get_task(request.job_submission_id)
 

@@ -18,6 +18,7 @@ from agent.gpus import detect_gpus
 from agent.instance import host_capacity
 from agent.ssh_server import AgentSSHServer
 from agent.tasks import TaskRegistry
+from core.wire.agent_api import PYTHON_IMAGE
 
 logger = logging.getLogger("agent")
 
@@ -46,6 +47,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the Docker Engine API of the engine that runs jobs with `image`, e.g. "
         "unix:///run/podman/podman.sock (default: DOCKER_HOST, Docker's or Podman's socket, else a podman "
         "service the agent starts; docs/containers.md)",
+    )
+    parser.add_argument(
+        "--python-image",
+        default=os.environ.get("FERRY_PYTHON_IMAGE", PYTHON_IMAGE),
+        help='the image of a job\'s `python: "3.x"`, `{version}` replaced (default: FERRY_PYTHON_IMAGE, '
+        f"else {PYTHON_IMAGE}; docs/containers.md#python)",
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser.parse_args(argv)
@@ -107,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     data_dir = args.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(data_dir, 0o700)  # job specs carry secrets and logs may too
-    engines = EngineFinder(data_dir, args.container_engine)
+    engines = EngineFinder(data_dir, args.container_engine, args.python_image)
     logger.info("container engine: %s", engines.name or "none")
     registry = TaskRegistry(data_dir, host_capacity(), detect_gpus(), engines)
     registry.load()

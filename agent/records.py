@@ -76,6 +76,7 @@ class TaskRecord(BaseModel):
     # engine published its ports on (bridge network); a port not in it is reached as itself.
     container: ContainerSpec | None = None
     host_ports: dict[int, int] = Field(default_factory=dict)
+    progress: str | None = Field(default=None, description="while PREPARING: e.g. its image pull's")
     _ssh_connections: int = PrivateAttr(default=0)
 
     @property
@@ -111,6 +112,7 @@ class TaskRecord(BaseModel):
             finished_at=self.finished_at,
             ssh_connections=self._ssh_connections,
             ssh_last_activity=self.ssh_last_activity,
+            progress=self.progress,
         )
 
 

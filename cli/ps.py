@@ -12,6 +12,7 @@ from rich.live import Live
 from cli import render
 from cli.context import Context
 from cli.dev_environments import DevEnvironments, DevView
+from cli.pulls import Pulls
 from cli.services import ServiceView, service_views
 from cli.tasks import task_run
 
@@ -33,10 +34,11 @@ def ps(*, all_runs: bool, watch: bool, as_json: bool, limit: int) -> None:
     address = ctx.ensure_stack()  # runs move on only while the stack is up
     store = ctx.store()
     devs = DevEnvironments(ctx.settings.home, address, ctx.settings.temporal_namespace)
+    pulls = Pulls(address, ctx.settings.temporal_namespace)
 
-    def current() -> tuple[Runs, dict[str, ServiceView], dict[str, DevView]]:
+    def current() -> tuple[Runs, dict[str, ServiceView], dict[str, DevView], dict[str, str]]:
         runs = collect(store, ctx.project, all_runs=all_runs, limit=limit)
-        return runs, service_views(store, [run for run, _ in runs]), devs.views(runs)
+        return runs, service_views(store, [run for run, _ in runs]), devs.views(runs), pulls.lines(runs)
 
     if as_json:
         typer.echo(json.dumps(render.runs_json(*current()), indent=2))

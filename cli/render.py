@@ -170,11 +170,14 @@ def runs_table(
     runs: Sequence[tuple[RunRecord, list[JobSubmissionRecord]]],
     services: Mapping[str, ServiceView] | None = None,
     devs: Mapping[str, DevView] | None = None,
+    pulls: Mapping[str, str] | None = None,
 ) -> Table:
     """The runs and their latest jobs; a service's row shows its URL, its replicas their probe state; a dev
-    environment's its IDE link, its job whether someone is attached or when inactivity stops it."""
+    environment's its IDE link, its job whether someone is attached or when inactivity stops it; a pulling
+    job how far its image pull is (`pulls`, by job id: cli/pulls.py)."""
     services = services or {}
     devs = devs or {}
+    pulls = pulls or {}
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("NAME", "REPLICA", "JOB", "SUB", "STATUS", "MESSAGE", "RESOURCES", "INSTANCE"):
         table.add_column(column, no_wrap=column == "NAME")
@@ -200,6 +203,7 @@ def runs_table(
                 job_message = service.replicas[job.id]  # its state in the proxies: "ready 1/1"
             if dev is not None and dev.job_id == job.id:
                 job_message = dev.ssh_message(now) or job_message  # "attached", "idle: stops in 4m 10s"
+            job_message = pulls.get(job.id, job_message)  # "pulling IMAGE: 2/5 layers, 12.3/27.0 MB"
             table.add_row(
                 "", str(job.replica_num), str(job.job_num), str(job.submission_num), job.status,
                 job_message, "", job.instance_name or "", ago(job.submitted_at, now),
@@ -212,10 +216,12 @@ def runs_json(
     runs: Sequence[tuple[RunRecord, list[JobSubmissionRecord]]],
     services: Mapping[str, ServiceView] | None = None,
     devs: Mapping[str, DevView] | None = None,
+    pulls: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     now = time.time()
     services = services or {}
     devs = devs or {}
+    pulls = pulls or {}
     return [
         {
             "id": run.id,
@@ -247,6 +253,7 @@ def runs_json(
                     "finished_at": job.finished_at,
                     **({"serving": services[run.id].replicas.get(job.id)} if run.id in services else {}),
                     **({"inactivity": devs[run.id].json()} if _asked(devs, run.id, job.id) else {}),
+                    **({"pull": pulls[job.id]} if job.id in pulls else {}),
                 }
                 for job in jobs
             ],

@@ -14,6 +14,7 @@ command -v podman >/dev/null 2>&1 || need+=(podman)  # tests/containers: the age
 [ -x /usr/sbin/runc ] || need+=(runc)  # podman's runtime here (docs/containers.md)
 [ -x /bin/busybox ] || need+=(busybox-static)  # testbed/containers.py: the test images
 command -v tmux >/dev/null 2>&1 || need+=(tmux)  # tests/e2e: ferry attach in a terminal
+command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)  # testbed/registry.py: real image pulls
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

@@ -100,8 +100,9 @@ def create_request(
     traits: EngineTraits,
     key: str,
     ulimits: list[Ulimit],
+    image: str,
 ) -> dict[str, Any]:
-    """The body of `POST /containers/create` for the task's job."""
+    """The body of `POST /containers/create` for the task's job, which runs in `image`."""
     container = record.container
     assert container is not None
     binds = [f"{paths.workdir}:{WORKFLOW_DIR}:rw"]
@@ -135,7 +136,7 @@ def create_request(
         entrypoint, command = container.entrypoint, None  # None: the image's own
     config = ContainerConfig(
         API_VERSION,
-        container.image,
+        image,
         command,
         environment=env,
         working_dir=container_dir(spec),

@@ -23,6 +23,8 @@ import docker
 from docker.errors import DockerException
 from requests.exceptions import RequestException
 
+from core.wire.agent_api import PYTHON_IMAGE
+
 logger = logging.getLogger(__name__)
 
 API_VERSION = "1.41"  # Docker 20.10 and Podman 4 both serve it
@@ -135,11 +137,12 @@ def _serve_podman(data_dir: Path) -> Engine | None:
 class EngineFinder:
     """The engine the agent's container jobs use. A served socket is found at the agent's start; a podman
     service of the agent's own is started only for its first container job, so that an agent that never
-    runs one never starts it."""
+    runs one never starts it. `python_image` is the image template of a job's `python` on this host."""
 
-    def __init__(self, data_dir: Path, explicit: str | None = None) -> None:
+    def __init__(self, data_dir: Path, explicit: str | None = None, python_image: str = PYTHON_IMAGE) -> None:
         self._data_dir = data_dir
         self._explicit = explicit
+        self.python_image = python_image
         self._lock = threading.Lock()
         self._looked = False
         self.engine: Engine | None = None

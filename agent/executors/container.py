@@ -33,10 +33,11 @@ from agent.containers.config import (
 )
 from agent.containers.engine import Engine, EngineError, EngineFinder
 from agent.containers.output import ContainerOutput
+from agent.containers.pulls import PullProgress
 from agent.executors.base import Executor, JobCheck, JobContext, JobHandle, JobLiveness
 from agent.executors.environment import job_environment
 from agent.records import TaskPaths, TaskRecord, write_atomically
-from core.wire.agent_api import JobSpec, RegistryCredentials
+from core.wire.agent_api import ContainerSpec, JobSpec, python_image
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +114,8 @@ class ContainerExecutor(Executor):
             # One stream, in order: the engine keeps stdout and stderr apart, and gives them back apart.
             paths.script.write_text("exec 2>&1\n" + "\n".join(spec.commands) + "\n")
         paths.workdir.mkdir(exist_ok=True)
-        self._pull(engine, container.image, container.registry_auth)
+        image = self._image(container)
+        self._pull(engine, image, record)
         env = self._environment(record, spec)
         traits = EngineTraits(kind=engine.kind, cdi_gpus=cdi_names_nvidia_gpus())
         try:
@@ -125,6 +127,7 @@ class ContainerExecutor(Executor):
                 traits=traits,
                 key=self._key,
                 ulimits=host_ulimits(),
+                image=image,
             )
         except ContainerConfigError as exc:
             raise EngineError(str(exc)) from exc
@@ -136,27 +139,41 @@ class ContainerExecutor(Executor):
         try:
             created = engine.api.create_container_from_config(body, name=name)
         except _ENGINE_ERRORS as exc:
-            raise _engine_error(f"could not create the container of {container.image}", exc) from exc
+            raise _engine_error(f"could not create the container of {image}", exc) from exc
         write_atomically(paths.container_id, created["Id"].encode())
         return paths.workdir
 
-    def _pull(self, engine: Engine, image: str, auth: RegistryCredentials | None) -> None:
-        """Pull `image` unless the host has it (one built or imported locally is used as it is)."""
+    def _image(self, container: ContainerSpec) -> str:
+        """The job's image: a `python` job's is this host's (`--python-image`, docs/containers.md#python)."""
+        if container.python is None or self._engines is None:
+            return container.image
+        return python_image(container.python, self._engines.python_image)
+
+    def _pull(self, engine: Engine, image: str, record: TaskRecord) -> None:
+        """Pull `image` unless the host has it (one built or imported locally is used as it is); the
+        task's `progress` says how far the pull is (docs/containers.md#pulls)."""
         with contextlib.suppress(ImageNotFound):
             engine.api.inspect_image(image)
             return
+        auth = record.container.registry_auth if record.container is not None else None
         credentials = None
         if auth is not None:
             credentials = {"username": auth.username, "password": auth.password}
         repository, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "")
+        progress = PullProgress(image)
+        record.progress = progress.line()
         try:
-            for progress in engine.api.pull(
+            for event in engine.api.pull(
                 repository, tag=tag or "latest", stream=True, decode=True, auth_config=credentials
             ):
-                if "error" in progress:
-                    raise EngineError(f"could not pull {image}: {one_line(str(progress['error']))}")
+                if "error" in event:
+                    raise EngineError(f"could not pull {image}: {one_line(str(event['error']))}")
+                progress.feed(event)
+                record.progress = progress.line()
         except _ENGINE_ERRORS as exc:
             raise _engine_error(f"could not pull {image}", exc) from exc
+        finally:
+            record.progress = None
 
     def _environment(self, record: TaskRecord, spec: JobSpec) -> dict[str, str]:
         # The image's own environment (PATH...) stays: the engine adds these to it. The host's does not.

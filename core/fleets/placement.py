@@ -49,6 +49,7 @@ class InstanceSlot(Frozen):
     blocks: int | None = Field(default=1, ge=1, description="None: shared by exact needs")
     fleet: str = ""
     hardware: InstanceResources | None = Field(default=None, description="for GPU names, CPU arch")
+    container_engine: str | None = Field(default=None, description="as its agent reports it; None: none")
     status: InstanceStatus = InstanceStatus.READY
     allocations: dict[str, Allocation] = Field(default_factory=dict, description="by job id")
 
@@ -77,6 +78,9 @@ class NodeRequest(Frozen):
     )
     instance: str | None = Field(
         default=None, description="this instance only: the one its volumes are on (docs/volumes.md)"
+    )
+    container: bool = Field(
+        default=False, description="runs in a container: only on an instance with an engine"
     )
 
 
@@ -129,6 +133,8 @@ def node_cost(slot: InstanceSlot, node: NodeRequest) -> tuple[int, Resources] | 
     if node.instance is not None and node.instance != slot.name:
         return [f"its volumes are on instance {node.instance}"]
     reasons = []
+    if node.container and slot.container_engine is None:
+        reasons.append("needs a container engine (image or python), instance has none")
     if node.spec is not None and slot.hardware is not None:
         reasons += unsatisfied(slot.hardware, node.spec, check_max=False)
     need, total = node.resources, slot.total
@@ -247,4 +253,5 @@ def slot_from_info(
         blocks=resolved,
         fleet=fleet,
         hardware=hardware_from_info(info),
+        container_engine=info.container_engine,
     )

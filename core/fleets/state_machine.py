@@ -61,14 +61,22 @@ def replica_enqueue(
 ) -> Enqueue:
     """A replica's placement request: one node per job (node j at submission `submissions[j]`, on
     `instances[j]` when that is set: the instance of its volumes)."""
-    resources = configurator_for(configuration).resources()
+    configurator = configurator_for(configuration)
+    resources = configurator.resources()
+    container = configurator.container_spec() is not None
     job_ids = [job_submission_id(run_id, replica_num, job, s) for job, s in enumerate(submissions)]
     only = instances or [None] * len(job_ids)
     request = PlacementRequest(
         request_id=placement_request_id(run_id, replica_num, submissions[0]),
         priority=priority,
         nodes=[
-            NodeRequest(job_id=job, resources=resources, spec=configuration.resources, instance=instance)
+            NodeRequest(
+                job_id=job,
+                resources=resources,
+                spec=configuration.resources,
+                instance=instance,
+                container=container,
+            )
             for job, instance in zip(job_ids, only, strict=True)
         ],
     )

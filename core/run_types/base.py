@@ -13,7 +13,14 @@ from typing import Generic, TypeVar
 
 from core.configuration import BaseRunConfiguration
 from core.configuration.resources import allocation
-from core.wire.agent_api import BYTES_PER_GB, ContainerSpec, JobSpec, RegistryCredentials, Resources
+from core.wire.agent_api import (
+    BYTES_PER_GB,
+    ContainerSpec,
+    JobSpec,
+    RegistryCredentials,
+    Resources,
+    python_image,
+)
 from core.wire.services import ServiceJob
 
 # `stop_duration: off` means no limit on a graceful stop; the agent still needs a number of seconds.
@@ -65,22 +72,32 @@ class RunConfigurator(ABC, Generic[ConfigurationT]):
             commands=self.commands(),
             env=self.env(),
             working_dir=configuration.working_dir,
-            # dstack's default: bash on its own images, sh in a container of the user's image.
-            shell=configuration.shell or ("sh" if configuration.image is not None else "bash"),
+            # dstack's default: bash on the host, sh in a container (every image has one).
+            shell=configuration.shell or ("sh" if self.image() is not None else "bash"),
             max_duration=configuration.max_duration,
             stop_duration=_agent_grace(configuration.stop_duration),
             inactivity_duration=self.inactivity_duration(),
         )
 
-    def container_spec(self) -> ContainerSpec | None:
-        """The container each job runs in, when the configuration names an `image` (docs/containers.md)."""
+    def image(self) -> str | None:
+        """The image each job runs in: `image`, or the one of `python`; None: on the host."""
         configuration = self.configuration
-        if configuration.image is None:
+        if configuration.python is not None:
+            return python_image(configuration.python)
+        return configuration.image
+
+    def container_spec(self) -> ContainerSpec | None:
+        """The container each job runs in, when the configuration names an `image` or a `python`
+        (docs/containers.md)."""
+        configuration = self.configuration
+        image = self.image()
+        if image is None:
             return None
         auth = configuration.registry_auth
         shm_size = configuration.resources.shm_size
         return ContainerSpec(
-            image=configuration.image,
+            image=image,
+            python=configuration.python,
             entrypoint=shlex.split(configuration.entrypoint) if configuration.entrypoint else None,
             user=configuration.user,
             privileged=configuration.privileged,

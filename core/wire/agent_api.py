@@ -127,10 +127,24 @@ class RegistryCredentials(_Model):
     password: str
 
 
+# `python: "3.x"` without `image`: the official Python image of that version (docs/containers.md#python).
+# Fully qualified, so Podman needs no short-name resolution. An agent may be given another template
+# (`--python-image`, e.g. a mirror of the registry), and an image of that name already on the host is used
+# without a pull.
+PYTHON_IMAGE = "docker.io/library/python:{version}-slim"
+
+
+def python_image(version: str, template: str = PYTHON_IMAGE) -> str:
+    return template.format(version=version)
+
+
 class ContainerSpec(_Model):
     """A job run as a container of `image` rather than as host processes (docs/containers.md)."""
 
     image: str = Field(min_length=1)
+    python: str | None = Field(
+        default=None, description="the `python` version `image` was chosen for; None: the user's image"
+    )
     entrypoint: list[str] | None = Field(
         default=None, description="replaces the image's entrypoint; None: the image's own"
     )
@@ -190,6 +204,9 @@ class TaskInfo(_Model):
     ssh_connections: int = Field(default=0, description="SSH connections into the job open now")
     ssh_last_activity: float | None = Field(
         default=None, description="when an SSH connection into the job last opened or closed (wall clock)"
+    )
+    progress: str | None = Field(
+        default=None, description="while PREPARING: how far it is, e.g. `pulling IMAGE: 2/5 layers`"
     )
 
 

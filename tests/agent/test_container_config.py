@@ -44,8 +44,16 @@ def request(
 ) -> dict[str, Any]:
     spec = spec or JobSpec(run_name="r", commands=["echo hi"], shell="sh")
     paths = TaskPaths(Path("/data/tasks/t-1"))
+    assert task.container is not None
     return create_request(
-        record=task, spec=spec, paths=paths, env={"A": "1"}, traits=traits, key="k", ulimits=[]
+        record=task,
+        spec=spec,
+        paths=paths,
+        env={"A": "1"},
+        traits=traits,
+        key="k",
+        ulimits=[],
+        image=task.container.image,
     )
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -20,9 +22,11 @@ from agent_harness import (
     wait_terminated,
 )
 
+from activities.agent_client import AgentClient, AgentError
 from core.status import JobStatus, JobTerminationReason
 from core.wire.agent_api import ContainerSpec, VolumeMount
 from testbed.containers import ENTRYPOINT_IMAGE, ENTRYPOINT_WORDS, IMAGE, PodmanService
+from testbed.registry import local_registry, push_fresh_image
 
 
 def container(image: str = IMAGE, **fields: Any) -> dict[str, Any]:
@@ -203,3 +207,35 @@ async def test_a_restarted_agent_follows_its_running_container(tmp_path: Path, p
     record = json.loads((data_dir / "tasks" / task_id / "task.json").read_text())
     assert record["status"] == "terminated"
     assert (data_dir / "tasks" / task_id / "container_id").read_text() == container_id
+
+
+async def test_an_image_the_host_lacks_is_pulled_and_its_progress_shown(
+    container_agent: AgentProcess, podman: PodmanService, tmp_path: Path
+) -> None:
+    # A real pull from a registry on loopback (testbed/registry.py), slowed to last a few seconds.
+    with local_registry(tmp_path / "registry", podman) as registry:
+        image = push_fresh_image(podman, registry, tmp_path, megabytes=6)
+        registry.relay.rate = 2_000_000
+        seen: set[str] = set()
+        async with container_agent.client() as client:
+            task_id = new_id()
+            watching = asyncio.create_task(_watch_progress(client, task_id, seen))
+            await start_job(
+                client, ["ls -l /noise.bin"], task_id=task_id, task_fields=container(image), shell="sh"
+            )
+            log, states = await pull_all(client, task_id)
+            watching.cancel()
+            task = await client.get_task(task_id)
+    assert task.exit_status == 0 and "noise.bin" in log.decode(), task.termination_message
+    assert task.progress is None  # said while the pull lasted only
+    # Podman says the layer's bytes as they arrive: `pulling IMAGE: 0/1 layers, 4.8/7.1 MB`.
+    assert any(line.startswith(f"pulling {image}: 0/1 layers, ") and "MB" in line for line in seen), seen
+
+
+async def _watch_progress(client: AgentClient, task_id: str, seen: set[str]) -> None:
+    while True:
+        with contextlib.suppress(AgentError):
+            progress = (await client.get_task(task_id)).progress
+            if progress is not None:
+                seen.add(progress)
+        await asyncio.sleep(0.05)

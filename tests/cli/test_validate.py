@@ -88,12 +88,10 @@ def test_one_bad_file_among_good_ones(tmp_path: Path) -> None:
 
 def test_warning_line_for_fields_not_acted_on(tmp_path: Path) -> None:
     config = tmp_path / "x.yml"
-    config.write_text("type: task\ncommands: [x]\npython: '3.12'\nspot_policy: auto\n")
+    config.write_text("type: task\ncommands: [x]\nnvcc: true\nspot_policy: auto\n")
     result = runner.invoke(app, ["validate", str(config)])
     assert result.exit_code == 0
-    assert result.stderr.splitlines() == [
-        f"{config}: warning: Ferry does not act on yet: python, spot_policy"
-    ]
+    assert result.stderr.splitlines() == [f"{config}: warning: Ferry does not act on yet: nvcc, spot_policy"]
     assert str(config) in result.stdout
 
 

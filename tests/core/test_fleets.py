@@ -184,3 +184,10 @@ def test_a_replicas_request_from_a_run_configuration() -> None:
     assert enqueue.request.request_id == "r-1-r0-s1" and enqueue.request.priority == 7
     assert [n.job_id for n in enqueue.request.nodes] == jobs
     assert enqueue.notify == dict(zip(jobs, ["w0", "w1"], strict=True))
+    assert not any(node.container for node in enqueue.request.nodes)
+    # `python` runs in a container: it is placed only where an engine is (docs/containers.md#python).
+    snake = cast(RunConfiguration, parse_configuration({"type": "task", "python": "3.11", "commands": ["x"]}))
+    boxed = replica_enqueue(
+        snake, run_id="s-1", replica_num=0, submissions=[0], job_workflow_ids=["w"], priority=0
+    )
+    assert boxed.request.nodes[0].container

@@ -69,7 +69,7 @@ type: task
 commands: [echo one]
 ---
 type: task
-python: "3.12"
+nvcc: true
 commands: [echo two]
 """
 
@@ -80,7 +80,7 @@ def test_a_file_of_several_documents_is_a_pipeline(tmp_path: Path) -> None:
     loaded = load_run_file(path)
     assert isinstance(loaded, LoadedPipeline)
     assert loaded.pipeline.name == "nightly" and len(loaded.pipeline.tasks) == 2
-    assert loaded.warning() == f"{path}: warning: Ferry does not act on yet: task 2: python"
+    assert loaded.warning() == f"{path}: warning: Ferry does not act on yet: task 2: nvcc"
     path.write_text("type: task\ncommands: [x]\n")
     assert isinstance(load_run_file(path), LoadedConfiguration)
 

@@ -112,6 +112,22 @@ def test_job_spec_defaults_bash_and_unlimited_grace_for_stop_duration_off() -> N
     assert default.stop_duration == 300
 
 
+def test_python_runs_in_the_official_image_of_that_version_with_sh() -> None:
+    # docs/containers.md#python: `python` without `image` is a container of that Python's image.
+    snake = configurator_for(conf(type="task", python="3.12", commands=["python3 x.py"], privileged=True))
+    container = snake.container_spec()
+    assert container is not None
+    assert (container.image, container.python, container.privileged) == (
+        "docker.io/library/python:3.12-slim",
+        "3.12",
+        True,
+    )
+    assert snake.job_spec(run_name="s", replica_num=0, job_num=0).shell == "sh"
+    boxed = configurator_for(conf(type="task", image="alpine:3", commands=["x"])).container_spec()
+    assert boxed is not None and (boxed.image, boxed.python) == ("alpine:3", None)
+    assert configurator_for(conf(type="task", commands=["x"])).container_spec() is None
+
+
 def test_resources_are_the_lower_bounds() -> None:
     configuration = conf(
         type="dev-environment", ide="vscode", resources={"cpu": "2..8", "memory": "8GB..", "gpu": "A100:2"}

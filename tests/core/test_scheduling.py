@@ -133,6 +133,16 @@ def test_an_instance_from_its_agent_info_carries_hardware_for_gpu_names() -> Non
     assert state.never_fits(h100) is None
 
 
+def test_a_container_job_is_placed_only_where_an_engine_is_and_told_why_otherwise() -> None:
+    # docs/containers.md#python: a job with `image` or `python` on a fleet without an engine is refused.
+    boxed = PlacementRequest(request_id="r", nodes=[NodeRequest(job_id="j", container=True)])
+    assert fleet(slot("h1")).never_fits(boxed) == (
+        "node 0 fits no instance (h1: needs a container engine (image or python), instance has none)"
+    )
+    _, grants = run(fleet(slot("h1"), slot("h2", container_engine="podman 4.3.1")), boxed)
+    assert [placement.instance for placement in grants["r"].placements] == ["h2"]
+
+
 # --- gangs ----------------------------------------------------------------------------------------------
 
 

@@ -1,8 +1,11 @@
-"""`image:` through the whole of Ferry: `ferry apply` of a container task and of a container service on
-the embedded stack, whose agent reaches a real Podman through DOCKER_HOST (testbed/containers.py)."""
+"""`image:` through the whole of Ferry: `ferry apply` of a container task, of a `python:` task and of a
+container service on the embedded stack, whose agent reaches a real Podman through DOCKER_HOST
+(testbed/containers.py; its Python images, FERRY_PYTHON_IMAGE, are made of the host's own Python)."""
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +13,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from testbed.containers import ENTRYPOINT_IMAGE, ENTRYPOINT_WORDS, IMAGE, PodmanService, podman_service
+from testbed.containers import (
+    ENTRYPOINT_IMAGE,
+    ENTRYPOINT_WORDS,
+    IMAGE,
+    PYTHON_IMAGES,
+    PodmanService,
+    build_python_image,
+    host_python_version,
+    podman_service,
+    require_podman,
+)
+from testbed.registry import local_registry, push_fresh_image
 from tests.e2e.conftest import SMALL, Ferry, ferry_env, last_line, stack_of
 
 
@@ -23,7 +37,8 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanService]:
 @pytest.fixture(scope="module")
 def ferry(tmp_path_factory: pytest.TempPathFactory, podman: PodmanService) -> Iterator[Ferry]:
     home = tmp_path_factory.mktemp("ferry-home")
-    with stack_of(Ferry(home, {**ferry_env(home), **podman.env, "DOCKER_HOST": podman.url})) as runner:
+    env = {**ferry_env(home), **podman.env, "DOCKER_HOST": podman.url, "FERRY_PYTHON_IMAGE": PYTHON_IMAGES}
+    with stack_of(Ferry(home, env)) as runner:
         yield runner
 
 
@@ -52,6 +67,53 @@ def test_without_commands_the_image_entrypoint_runs(ferry: Ferry, tmp_path: Path
     result = ferry("apply", "-y", "-f", conf, timeout=180)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ENTRYPOINT_WORDS
+
+
+def test_python_runs_the_job_in_an_image_of_that_python(
+    ferry: Ferry, podman: PodmanService, tmp_path: Path
+) -> None:
+    # The agent's Python images are made here of the host's Python (no registry): the job runs in one.
+    version = host_python_version()
+    build_python_image(require_podman(), tmp_path, {**os.environ, **podman.env})
+    conf = write(
+        tmp_path,
+        "snake",
+        f'type: task\nname: snake\npython: "{version}"\n'
+        "commands:\n  - python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2], sys.executable)'\n"
+        "  - ls /etc/debian_version || echo no debian here\n",
+    )
+    result = ferry("apply", "-y", "-f", conf, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Its own Python, in a container: the host's /etc/debian_version is not there.
+    assert result.stdout.splitlines()[0] == f"{version} /usr/bin/python3"
+    assert "no debian here" in result.stdout
+    assert "warning" not in result.stderr  # `python` is acted on
+
+
+def test_ferry_ps_shows_how_far_a_pull_is(ferry: Ferry, podman: PodmanService, tmp_path: Path) -> None:
+    # A real pull from a registry on loopback (testbed/registry.py), slowed to last about 16 s: the job's
+    # START_JOB step heartbeats the agent's progress line every 8 s or so, and ps reads it (cli/pulls.py).
+    with local_registry(tmp_path / "registry", podman) as registry:
+        image = push_fresh_image(podman, registry, tmp_path, megabytes=24)
+        registry.relay.rate = 1_500_000
+        conf = write(
+            tmp_path, "pulled", f"type: task\nname: pulled\nimage: {image}\ncommands: [ls /noise.bin]\n"
+        )
+        applied = ferry("apply", "-y", "-d", "-f", conf, timeout=60)
+        assert applied.returncode == 0, applied.stderr
+        shown: list[tuple[str, str]] = []  # (status, message) of the job as ps showed them
+        for _ in range(300):
+            runs = json.loads(ferry("ps", "-a", "--json").stdout)
+            jobs = [job for run in runs if run["name"] == "pulled" for job in run["jobs"]]
+            if jobs:
+                shown.append((jobs[0]["status"], jobs[0].get("pull", "")))
+                if jobs[0]["status"] not in {"submitted", "provisioning", "pulling"}:
+                    break
+            time.sleep(0.2)
+        logs = ferry("logs", "pulled", timeout=60)
+    pulls = [message for status, message in shown if status == "pulling" and message]
+    assert any(message.startswith(f"pulling {image}: 0/1 layers, ") for message in pulls), shown
+    assert "/noise.bin" in logs.stdout
 
 
 def test_a_container_service_is_served_through_its_published_port(ferry: Ferry, tmp_path: Path) -> None:
