@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.agent_client import AgentClient, AgentError, AgentUnreachable
 from activities.instances import InstanceDirectory
+from core.jobs.transitions import published_ports
 from core.status import JobTerminationReason
 from core.wire import activity_names as names
 from core.wire.agent_api import JobStateEvent, PullResponse, TaskStatus, TaskSubmitRequest, VolumeMount
@@ -144,13 +145,14 @@ class JobActivities:
         return [VolumeMount(host_path=host_path(v, dirs), path=v.path) for v in request.volumes]
 
     @activity.defn(name=names.START_JOB)
-    async def start_job(self, request: StartJob) -> None:
-        """Hand the runner its job spec and code, then start it; skips what an earlier attempt did."""
+    async def start_job(self, request: StartJob) -> str | None:
+        """Hand the runner its job spec and code, then start it; skips what an earlier attempt did. The
+        ports its container published on other host ports, if any (`published_ports`)."""
         progress = Progress()
         async with heartbeating(progress):
-            await self._start_job(request, progress)
+            return await self._start_job(request, progress)
 
-    async def _start_job(self, request: StartJob, progress: Progress) -> None:
+    async def _start_job(self, request: StartJob, progress: Progress) -> str | None:
         client = await self._instances.resolve(request.instance_name)
         task = await client.get_task(request.job_submission_id)
         if not task.job_submitted:
@@ -171,6 +173,7 @@ class JobActivities:
             progress.line = task.progress
             await asyncio.sleep(_PREPARING_POLL)
             task = await client.get_task(request.job_submission_id)
+        return published_ports(task.ports)
 
     @activity.defn(name=names.WATCH_JOB)
     async def watch_job(self, request: WatchJob) -> JobOutcome:

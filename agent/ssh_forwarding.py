@@ -82,7 +82,7 @@ async def in_namespace(netns: str, make: Callable[[], socket.socket]) -> socket.
         sock: socket.socket | None = None
         error: BaseException | None
         try:
-            with open(network.NETNS_DIR / netns, "rb") as namespace:
+            with open(network.NETNS_DIR / netns, "rb") as namespace:  # an absolute path stays itself
                 _setns(namespace.fileno())
             sock = make()
         except BaseException as exc:  # handed to the caller, whatever it is

@@ -59,6 +59,8 @@ def job_record_message(job: JobSubmissionRecord, run: RunRecord, now: float | No
     status = JobStatus(job.status)
     if status == JobStatus.SUBMITTED and job.status_message and run.status != RunStatus.PENDING:
         return job.status_message  # "waiting for capacity": queued in its fleet
+    if status == JobStatus.RUNNING and job.status_message:
+        return job.status_message  # "ports 8000->127.0.0.1:41234": published by its container
     since = job.provisioned_at if job.provisioned_at is not None else job.submitted_at
     return job_message(
         status,
@@ -200,7 +202,8 @@ def runs_table(
             failed = job.status == JobStatus.FAILED
             job_message = job_record_message(job, run, now)
             if service is not None and job.id in service.replicas and job.status == JobStatus.RUNNING:
-                job_message = service.replicas[job.id]  # its state in the proxies: "ready 1/1"
+                # Its state in the proxies, and where its port is published: "ready 1/1, ports 8000->...".
+                job_message = ", ".join(filter(None, [service.replicas[job.id], job.status_message]))
             if dev is not None and dev.job_id == job.id:
                 job_message = dev.ssh_message(now) or job_message  # "attached", "idle: stops in 4m 10s"
             job_message = pulls.get(job.id, job_message)  # "pulling IMAGE: 2/5 layers, 12.3/27.0 MB"

@@ -148,11 +148,13 @@ class JobWorkflow:
             self._log("pull")
             self._news.publish(soon=True)
             start = job.start_job(inp, self._id, placement)
-            await self._agent.step(names.START_JOB, start, timeout=_AGENT_STEP_TIMEOUT)
+            published = await self._agent.step(names.START_JOB, start, timeout=_AGENT_STEP_TIMEOUT)
         except ActivityError as err:
             self._fail_from(err, JobTerminationReason.EXECUTOR_ERROR)
             return
         self._log("start")
+        if published:  # its container's ports, published on other host ports: `ferry ps` shows where
+            self._log("memo", ports=published)
         self._news.publish()
         if self._serving is not None:
             self._serving.start(placement.instance_name)

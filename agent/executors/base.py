@@ -40,7 +40,9 @@ class JobContext:
     prefix: list[str]
     env: dict[str, str]
     cwd: Path
-    netns: str | None  # the job's network namespace, where forwarded ports connect and listen
+    # The job's network namespace, where forwarded ports connect and listen: a name under /run/netns (a
+    # process job's), or a path (a bridged container's /proc/PID/ns/net); None: the host's network.
+    netns: str | None
 
 
 @dataclass(frozen=True)

@@ -315,7 +315,11 @@ class ContainerExecutor(Executor):
             f"--wd={container_dir(spec)}",
             "--",
         ]
-        return JobContext(prefix, {**image_env, **self._environment(record, spec)}, paths.workdir, None)
+        # A bridged container has its own network: forwards connect and listen on its loopback, as the
+        # job sees it, whether or not its ports are published (docs/containers.md#networks).
+        netns = None if record.network == "host" else f"/proc/{pid}/ns/net"
+        env = {**image_env, **self._environment(record, spec)}
+        return JobContext(prefix, env, paths.workdir, netns)
 
 
 def signal_pid_namespace(pid: int, signum: int) -> bool:

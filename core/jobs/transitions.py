@@ -10,7 +10,7 @@ from typing import Any
 from core.eventlog import Event
 from core.jobs.state_machine import JobState
 from core.status import JobStatus, JobTerminationReason
-from core.wire.agent_api import TaskNetwork
+from core.wire.agent_api import PortMapping, TaskNetwork
 from core.wire.messages import (
     LOCAL_INSTANCE,
     JobInput,
@@ -100,10 +100,20 @@ WAITING_FOR_CAPACITY = "waiting for capacity"
 
 
 def job_status_message(state: JobState) -> str | None:
-    """A job's one-line status message beside its status: a submitted job its fleet has queued waits."""
+    """A job's one-line status message beside its status: a submitted job its fleet has queued waits; a
+    running one whose ports are published elsewhere says where (`ports 8000->127.0.0.1:41234`)."""
     if state.status == JobStatus.SUBMITTED and state.memo.get("waiting") == "capacity":
         return WAITING_FOR_CAPACITY
+    if state.status == JobStatus.RUNNING and state.memo.get("ports"):
+        return f"ports {state.memo['ports']}"
     return None
+
+
+def published_ports(ports: list[PortMapping]) -> str | None:
+    """The job's ports the engine published on other host ports (a bridge network, seed 003), as the
+    job's memo keeps them; None when each is reached as itself."""
+    moved = [f"{p.container_port}->127.0.0.1:{p.host_port}" for p in ports if p.host_port != p.container_port]
+    return ", ".join(moved) or None
 
 
 def prepare_task(inp: JobInput, job_id: str, placement: Placement) -> PrepareTask:

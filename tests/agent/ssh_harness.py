@@ -12,6 +12,7 @@ from pathlib import Path
 from agent_harness import AgentProcess, start_job, wait_terminated
 
 from activities.agent_client import AgentClient, AgentError
+from core.wire.agent_api import ContainerSpec
 
 SSH_TIMEOUT = 60  # seconds for one client run: a bound on a hung test, never an assertion
 
@@ -108,10 +109,15 @@ class Jobs:
         self.started: list[str] = []
 
     async def start(
-        self, commands: list[str], keys: Sequence[str] | None = None, network: str = "host", **spec: object
+        self,
+        commands: list[str],
+        keys: Sequence[str] | None = None,
+        network: str = "host",
+        container: ContainerSpec | None = None,
+        **spec: object,
     ) -> Target:
         authorized = list(keys) if keys is not None else [self.key.public]
-        fields = {"authorized_keys": authorized, "network": network}
+        fields = {"authorized_keys": authorized, "network": network, "container": container}
         task_id = await start_job(self.client, commands, task_fields=fields, **spec)
         self.started.append(task_id)
         return Target(self.port, task_id)

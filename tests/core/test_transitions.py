@@ -6,10 +6,18 @@ from typing import Any
 
 from core.eventlog import Event
 from core.jobs.state_machine import JobState, apply_job_event, replay_job
-from core.jobs.transitions import last_note, outcome_events, reason_for_failure, stop_event
+from core.jobs.transitions import (
+    job_status_message,
+    last_note,
+    outcome_events,
+    published_ports,
+    reason_for_failure,
+    stop_event,
+)
 from core.runs.pending import replicas_to_resubmit
 from core.runs.state_machine import replay_run, status_message
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+from core.wire.agent_api import PortMapping
 from core.wire.messages import JobOutcome, TerminateJob
 
 R = JobTerminationReason
@@ -117,3 +125,16 @@ def test_a_stop_asked_by_the_run_is_a_cancel_and_a_lost_instance_is_not() -> Non
     assert lost[1]["type"] == "lost" and lost[1]["note"] == "gone"
     name, context = lost
     assert apply_job_event(RUNNING, ev(10, name, **context)).termination_reason == R.INSTANCE_UNREACHABLE
+
+
+def test_a_running_job_says_where_its_container_published_its_ports() -> None:
+    # seed 003: a bridged container's ports go to ephemeral host ports, kept in the task's state.
+    ports = [PortMapping(container_port=8000, host_port=41234), PortMapping(container_port=22, host_port=22)]
+    published = published_ports(ports)
+    assert published == "8000->127.0.0.1:41234"
+    assert published_ports([PortMapping(container_port=22, host_port=22)]) is None
+    assert job_status_message(RUNNING) is None
+    running = apply_job_event(RUNNING, ev(4, "memo", ports=published))
+    assert job_status_message(running) == "ports 8000->127.0.0.1:41234"
+    done = after(running, JobOutcome(termination_reason=R.DONE_BY_RUNNER, exit_status=0))
+    assert job_status_message(done) is None
