@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from activities.agent_client import AgentClient
-from core.wire.messages import LOCAL_INSTANCE as LOCAL_INSTANCE  # re-exported: the worker names it here
 from core.wire.volumes import HostDirs
+from core.wire.workflow_ids import LOCAL_INSTANCE as LOCAL_INSTANCE  # re-exported: the worker names it here
 
 if TYPE_CHECKING:
     from activities.ssh import HostPool

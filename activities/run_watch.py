@@ -20,7 +20,8 @@ from core.runs.state_machine import replay_run
 from core.runs.watching import RunNews
 from core.status import RunStatus
 from core.wire import activity_names as names
-from core.wire.messages import WatchReply, WatchRequest, WatchRun
+from core.wire.messages import WatchReply, WatchRun
+from core.wire.run_messages import WatchRequest
 from store import Store
 
 WATCH_SIGNAL = "watch"  # RunWorkflow.watch

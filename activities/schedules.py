@@ -27,7 +27,8 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from core.wire import activity_names as names
-from core.wire.messages import CreateSchedule, CycleInput, UpdateScheduleRequest
+from core.wire.messages import CreateSchedule, UpdateScheduleRequest
+from core.wire.run_messages import CycleInput
 from workflows.search_attributes import SA_PROJECT, SA_RUN_NAME, SA_TYPE, SA_USER
 
 # A trigger missed while Ferry (its Temporal server) was down still fires once it is back, if it is no

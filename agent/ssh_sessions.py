@@ -23,6 +23,7 @@ import signal
 import struct
 import termios
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,30 @@ def login_shell() -> str:
         if shell and os.access(shell, os.X_OK) and not shell.endswith(("nologin", "false")):
             return shell
     return "/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh"
+
+
+@dataclass(frozen=True)
+class _Command:
+    """A session's command, about to start as part of its task's job."""
+
+    process: asyncssh.SSHServerProcess[bytes]
+    task_id: str
+    context: JobContext
+    argv: list[str]
+    env: dict[str, str]
+
+    async def start(self, *wrapper: str, **stdio: Any) -> asyncio.subprocess.Process:
+        """The command as the job runs (its prefix, directory and environment), after `wrapper`, in a
+        session of its own; `stdio` gives its standard streams."""
+        return await asyncio.create_subprocess_exec(
+            *self.context.prefix,
+            *wrapper,
+            *self.argv,
+            cwd=self.context.cwd,
+            env=self.env,
+            start_new_session=True,
+            **stdio,
+        )
 
 
 class JobSessions:
@@ -117,7 +142,7 @@ class JobSessions:
         env.pop("OLDPWD", None)
         run = self._run_in_terminal if process.term_type else self._run_piped
         try:
-            returncode = await run(process, task_id, context, argv, env)
+            returncode = await run(_Command(process, task_id, context, argv, env))
         except (OSError, ValueError) as exc:  # ValueError: a NUL in the command or the environment
             logger.warning("SSH session into %s could not start: %s", task_id, exc)
             process.stderr.write(f"ferry-agent: cannot start {shell}: {exc}\r\n".encode())
@@ -130,23 +155,10 @@ class JobSessions:
         else:
             process.exit(returncode)
 
-    async def _run_piped(
-        self,
-        process: asyncssh.SSHServerProcess[bytes],
-        task_id: str,
-        context: JobContext,
-        argv: list[str],
-        env: dict[str, str],
-    ) -> int | None:
-        child = await asyncio.create_subprocess_exec(
-            *context.prefix,
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=context.cwd,
-            env=env,
-            start_new_session=True,
+    async def _run_piped(self, command: _Command) -> int | None:
+        process = command.process
+        child = await command.start(
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
         assert child.stdin is not None and child.stdout is not None and child.stderr is not None
         stdin = child.stdin
@@ -163,35 +175,16 @@ class JobSessions:
             _pump_stream(child.stdout.read, process.stdout),
             _pump_stream(child.stderr.read, process.stderr),
         ]
-        return await self._supervise(process, task_id, child, outputs, write, eof, None)
+        return await self._supervise(process, command.task_id, child, outputs, write, eof, None)
 
-    async def _run_in_terminal(
-        self,
-        process: asyncssh.SSHServerProcess[bytes],
-        task_id: str,
-        context: JobContext,
-        argv: list[str],
-        env: dict[str, str],
-    ) -> int | None:
+    async def _run_in_terminal(self, command: _Command) -> int | None:
+        process = command.process
         master, slave = os.openpty()
         try:
             _set_window(master, process.term_size)
             os.set_blocking(master, False)
-            child = await asyncio.create_subprocess_exec(
-                *context.prefix,
-                "/bin/sh",
-                "-c",
-                TERMINAL_SCRIPT,
-                "ferry-ssh",
-                os.ttyname(slave),
-                *argv,
-                stdin=slave,
-                stdout=slave,
-                stderr=slave,
-                cwd=context.cwd,
-                env=env,
-                start_new_session=True,
-            )
+            wrapper = ["/bin/sh", "-c", TERMINAL_SCRIPT, "ferry-ssh", os.ttyname(slave)]
+            child = await command.start(*wrapper, stdin=slave, stdout=slave, stderr=slave)
         except BaseException:
             os.close(master)
             raise
@@ -200,7 +193,7 @@ class JobSessions:
         try:
             output = [_pump_stream(lambda size: _read_fd(master, size), process.stdout)]
             return await self._supervise(
-                process, task_id, child, output, lambda data: _write_fd(master, data), None, master
+                process, command.task_id, child, output, lambda data: _write_fd(master, data), None, master
             )
         finally:
             os.close(master)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agent import network
+from agent import network, task_network
 from agent.containers.engine import EngineFinder
 from agent.executors import Executors, JobHandle
 from agent.instance import HostCapacity
@@ -30,7 +30,6 @@ from core.wire.agent_api import (
     GpuInfo,
     JobStateEvent,
     TaskInfo,
-    TaskNetwork,
     TaskStatus,
     TaskSubmitRequest,
     TerminateRequest,
@@ -64,12 +63,6 @@ def _as_submitted(record: TaskRecord) -> TaskSubmitRequest:
         authorized_keys=record.authorized_keys,
         container=record.container,
     )
-
-
-def _granted_network(request: TaskSubmitRequest, isolation: network.Isolation | None) -> TaskNetwork:
-    if request.container is not None:
-        return "host" if request.network == "host" else "bridge"
-    return "isolated" if isolation is not None else "host"
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
@@ -135,8 +128,9 @@ class TaskRegistry:
                 self.executors.container.connect()  # its engine, before its container is looked for
             if record.status != TaskStatus.TERMINATED:
                 self.ledger.restore(record.id, record.resources, record.gpu_indices)
-            if record.status == TaskStatus.PENDING and record.netns is not None:
-                self._restore_network(record)
+            pending_isolated = record.status == TaskStatus.PENDING and record.netns is not None
+            if pending_isolated and task_network.restore(record, self.paths(record.id).record):
+                self.save(record)  # its namespace was made again, at another address
             if record.status == TaskStatus.PREPARING:
                 self._recover_preparing(record)
             elif record.status == TaskStatus.RUNNING:
@@ -183,7 +177,7 @@ class TaskRegistry:
         try:
             if isolate:
                 # Blocking, a few `ip` calls: the task's network is known, and final, once it is submitted.
-                isolation = self._isolate(request.id)
+                isolation = task_network.isolate(self.data_dir, request.id, self.paths(request.id).record)
                 if isolation is None:
                     self._check_ports(request, " (network isolation is unavailable on this instance)")
             record = TaskRecord(
@@ -197,7 +191,7 @@ class TaskRegistry:
                 env=request.env,
                 created_at=time.time(),
                 requested_network=request.network,
-                network=_granted_network(request, isolation),
+                network=task_network.granted_network(request, isolation),
                 netns=isolation.netns if isolation is not None else None,
                 address=isolation.address if isolation is not None else None,
                 authorized_keys=request.authorized_keys,
@@ -208,7 +202,7 @@ class TaskRegistry:
         except BaseException:
             self.ledger.release(request.id)
             if isolation is not None:
-                self._teardown_network(request.id, isolation.netns)
+                task_network.teardown(request.id, isolation.netns)
             raise
         self._records[record.id] = record
         return record.to_info()
@@ -220,56 +214,12 @@ class TaskRegistry:
                 if other.status != TaskStatus.TERMINATED and other.network == "host" and port in other.ports:
                     raise TaskConflict(f"port {port} is already used by task {other.id!r}{note}")
 
-    def _isolate(self, task_id: str) -> network.Isolation | None:
-        """The task's own network namespace, or None (and why, in the log) when it gets the host's."""
-        # The data dir is in the name's key: two agents on one machine may both have a task of this id.
-        netns = network.namespace_name(f"{self.data_dir}\0{task_id}")
-        if network.leaves_trace(netns):
-            # An earlier task of this id whose removal failed, or a submission that died before its record
-            # was written: whatever it left (processes included) is no part of this new task.
-            self._teardown_network(task_id, netns)
-        try:
-            isolation = network.setup(netns, self.paths(task_id).record)
-        except network.NetworkError as exc:
-            logger.warning("task %s runs on the host's network: it cannot be isolated: %s", task_id, exc)
-            return None
-        if isolation.outbound_error is not None:
-            logger.warning(
-                "task %s: its network namespace %s has no outbound access, only the host reaches it: %s",
-                task_id,
-                netns,
-                isolation.outbound_error,
-            )
-        return isolation
-
-    def _restore_network(self, record: TaskRecord) -> None:
-        """After an agent restart: make a pending task's namespace again if it is gone (a reboot)."""
-        assert record.netns is not None
-        if network.is_intact(record.netns):
-            return
-        try:
-            isolation = network.setup(record.netns, self.paths(record.id).record)
-        except network.NetworkError as exc:
-            logger.warning(
-                "task %s: its network namespace is gone and cannot be made again: %s", record.id, exc
-            )
-            return  # its job will not start, and says why
-        if isolation.address != record.address:
-            record.address = isolation.address
-            self.save(record)
-
-    def _teardown_network(self, task_id: str, netns: str) -> None:
-        try:
-            network.teardown(netns)
-        except network.NetworkError as exc:
-            logger.warning("task %s: its network namespace %s was not fully removed: %s", task_id, netns, exc)
-
     def remove(self, task_id: str) -> TaskInfo:
         record = self.get(task_id)
         if record.status != TaskStatus.TERMINATED:
             raise TaskConflict(f"task {task_id!r} is {record.status}: terminate it before removing it")
         if record.netns is not None:
-            self._teardown_network(task_id, record.netns)
+            task_network.teardown(task_id, record.netns)
         shutil.rmtree(self.paths(task_id).root, ignore_errors=True)
         del self._records[task_id]
         self.tell(task_id)
@@ -381,7 +331,7 @@ class TaskRegistry:
         unlink_paths(record.linked_paths)
         if record.netns is not None and record.started_at is None:
             # The job never ran (a failed start, or ended before it): nothing will use the namespace.
-            self._teardown_network(record.id, record.netns)
+            task_network.teardown(record.id, record.netns)
         self.save(record)
         self._watched.discard(record.id)
         self.tell(record.id)

@@ -25,16 +25,8 @@ from core.runs.state_machine import WAITING_FOR
 from core.runs.watching import DependencyTarget, dependency_cycle
 from core.settings import DEFAULT_PROJECT, TASK_QUEUE
 from core.status import RunStatus
-from core.wire.messages import (
-    LOCAL_FLEET,
-    DeployReply,
-    DeployRequest,
-    PipelineInput,
-    RunInput,
-    StopReply,
-    StopRequest,
-    run_workflow_id,
-)
+from core.wire.run_messages import DeployReply, DeployRequest, PipelineInput, RunInput, StopReply, StopRequest
+from core.wire.workflow_ids import LOCAL_FLEET, run_workflow_id
 from store import EventRecord, RunRecord, Store
 from workflows.pipeline import PipelineWorkflow
 from workflows.run import RunWorkflow

@@ -40,7 +40,8 @@ from cli.user_keys import user_key
 from core.configuration import FleetConfiguration, parse_configuration
 from core.configuration.fields import PortMapping
 from core.status import JobStatus, RunStatus
-from core.wire.messages import LOCAL_FLEET, SSHEndpoint, job_workflow_id
+from core.wire.messages import SSHEndpoint
+from core.wire.workflow_ids import LOCAL_FLEET, job_workflow_id
 from store import JobSubmissionRecord, RunRecord, Store
 
 if TYPE_CHECKING:

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from cli.ssh_hosts import attached_jobs
 from core.configuration import DevEnvironmentConfiguration, parse_configuration
 from core.status import JobStatus, RunStatus
-from core.wire.messages import SSHEndpoint, job_workflow_id
+from core.wire.messages import SSHEndpoint
+from core.wire.workflow_ids import job_workflow_id
 
 if TYPE_CHECKING:
     from temporalio.client import Client

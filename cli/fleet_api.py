@@ -21,7 +21,8 @@ from core.fleets.messages import FleetDescription
 from core.fleets.state_machine import FleetInput, instance_name
 from core.fleets.status import FleetStatus
 from core.status import RunStatus
-from core.wire.messages import LOCAL_FLEET, SetPriority, fleet_workflow_id
+from core.wire.run_messages import SetPriority
+from core.wire.workflow_ids import LOCAL_FLEET, fleet_workflow_id
 from store import FleetRecord, InstanceRecord, Store
 from store.fleet_repository import fleet_id
 from workflows.fleet import FleetWorkflow

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from core.status import JobStatus
 from core.wire.activity_names import START_JOB
-from core.wire.messages import job_workflow_id
+from core.wire.workflow_ids import job_workflow_id
 
 if TYPE_CHECKING:
     from temporalio.client import Client

@@ -60,7 +60,7 @@ def job_record_message(job: JobSubmissionRecord, run: RunRecord, now: float | No
     if status == JobStatus.SUBMITTED and job.status_message and run.status != RunStatus.PENDING:
         return job.status_message  # "waiting for capacity": queued in its fleet
     if status == JobStatus.RUNNING and job.status_message:
-        return job.status_message  # "ports 8000->127.0.0.1:41234": published by its container
+        return job.status_message  # "ports 8000->41234": published by its container
     since = job.provisioned_at if job.provisioned_at is not None else job.submitted_at
     return job_message(
         status,

@@ -26,7 +26,7 @@ RUN = typer.Argument(..., metavar="RUN", help="The scheduled run's name.", show_
 
 async def _schedule(run_name: str) -> ScheduleHandle:
     from cli.context import Context
-    from core.wire.messages import schedule_id
+    from core.wire.workflow_ids import schedule_id
 
     ctx = Context.from_env()
     api = await ctx.api()

@@ -20,7 +20,7 @@ from core.fleets.state_machine import instance_name
 from core.fleets.status import FleetStatus
 from core.run_types import configurator_for
 from core.run_types.volumes import candidate_names, job_volumes
-from core.wire.messages import LOCAL_FLEET, LOCAL_INSTANCE
+from core.wire.workflow_ids import LOCAL_FLEET, LOCAL_INSTANCE
 from store import Store, VolumeRecord
 from store.volume_repository import VolumeInUse, volume_id
 

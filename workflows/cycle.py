@@ -11,7 +11,7 @@ from temporalio import workflow
 from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from core.wire.messages import CycleDone, CycleInput, CycleTrigger
+    from core.wire.run_messages import CycleDone, CycleInput, CycleTrigger
 
 
 @workflow.defn

@@ -62,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from core.fleets.status import FleetStatus
     from core.status import JobTerminationReason
     from core.wire import activity_names as names
-    from core.wire.messages import Enqueue, PlacementRefused, Queued, TerminateJob
+    from core.wire.job_messages import Enqueue, PlacementRefused, Queued, TerminateJob
     from workflows import retry_policies
     from workflows.handles import abandon
 

@@ -38,18 +38,16 @@ with workflow.unsafe.imports_passed_through():
     from core.jobs.volumes import attach_request, detach_request
     from core.status import JobStatus, JobTerminationReason
     from core.wire import activity_names as names
-    from core.wire.messages import (
+    from core.wire.job_messages import (
         JobDescription,
         JobInput,
-        JobOutcome,
         Placement,
         PlacementRefused,
         Queued,
-        SSHEndpoint,
-        SSHEndpointRequest,
         TerminateJob,
-        job_submission_id,
     )
+    from core.wire.messages import JobOutcome, SSHEndpoint, SSHEndpointRequest
+    from core.wire.workflow_ids import job_submission_id
     from workflows import retry_policies
     from workflows.handles import abandon
     from workflows.job_agent import JobAgent, Stopped

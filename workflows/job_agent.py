@@ -15,7 +15,8 @@ from temporalio.exceptions import ActivityError, CancelledError
 with workflow.unsafe.imports_passed_through():
     from core.jobs.phases import JobControl
     from core.wire import activity_names as names
-    from core.wire.messages import JobOutcome, StopTask, TaskRef, TerminateJob, WatchJob
+    from core.wire.job_messages import TerminateJob
+    from core.wire.messages import JobOutcome, StopTask, TaskRef, WatchJob
     from workflows import retry_policies
     from workflows.handles import abandon
 

@@ -1,7 +1,7 @@
 """A job's news for its run: what JobWorkflow sends it by signal, and how often.
 
 Every change of a job is an event; the run hears of them with the job's status
-(`core.wire.messages.JobUpdate`)
+(`core.wire.job_messages.JobUpdate`)
 and stores them (RunWorkflow._flush), so the job's eventlog is part of the run's history. A signal costs
 both workflows a workflow task and the run a store write, so news is sent only as often as it is needed.
 """
@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from core.eventlog import Event
     from core.jobs.state_machine import JobState
     from core.jobs.transitions import job_update
-    from core.wire.messages import JobInput
+    from core.wire.job_messages import JobInput
 
 RUN_SIGNAL = "job_update"
 # How long news of a quick step may wait for the next: short against how long a person watching

@@ -19,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from core.jobs.phases import JobControl
     from core.services.replicas import ReplicaState
     from core.wire import activity_names as names
-    from core.wire.messages import JobInput
+    from core.wire.job_messages import JobInput
     from core.wire.services import DrainReplica, DrainResult, ProbeReplica, ReplicaReadiness
     from workflows import retry_policies
 

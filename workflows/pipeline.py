@@ -24,10 +24,9 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.watching import RunNews
     from core.status import RunStatus
     from core.wire import activity_names as names
-    from core.wire.messages import (
+    from core.wire.messages import RecordPipelineTask, RecordRun
+    from core.wire.run_messages import (
         PipelineInput,
-        RecordPipelineTask,
-        RecordRun,
         RunInput,
         RunResult,
         StopReply,

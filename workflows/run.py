@@ -40,13 +40,14 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.watching import RunNews
     from core.status import RunStatus
     from core.wire import activity_names as names
-    from core.wire.messages import (
+    from core.wire.job_messages import JobUpdate
+    from core.wire.job_messages import TerminateJob as TerminateJobRequest
+    from core.wire.messages import RecordJob, RecordRun, WatchReply
+    from core.wire.messages import WatchRun as WatchRunRequest
+    from core.wire.run_messages import (
         CycleTrigger,
         DeployReply,
         DeployRequest,
-        JobUpdate,
-        RecordJob,
-        RecordRun,
         RunCarry,
         RunDescription,
         RunInput,
@@ -54,13 +55,9 @@ with workflow.unsafe.imports_passed_through():
         SetPriority,
         StopReply,
         StopRequest,
-        WatchReply,
         WatchRequest,
-        fleet_workflow_id,
-        job_workflow_id,
     )
-    from core.wire.messages import TerminateJob as TerminateJobRequest
-    from core.wire.messages import WatchRun as WatchRunRequest
+    from core.wire.workflow_ids import fleet_workflow_id, job_workflow_id
     from workflows import retry_policies, run_schedule
     from workflows.job import JobWorkflow
     from workflows.run_loads import LoadWatches

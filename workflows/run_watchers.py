@@ -12,7 +12,7 @@ from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from core.runs.watching import RunNews
-    from core.wire.messages import WatchRequest
+    from core.wire.run_messages import WatchRequest
 
 # The watcher's signal (RunWorkflow.dependency_news).
 DEPENDENCY_NEWS = "dependency_news"

@@ -6,7 +6,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 
 from core.runs.pipelines import PIPELINE_TYPE
 from core.status import RunStatus
-from core.wire.messages import PipelineInput, RunInput
+from core.wire.run_messages import PipelineInput, RunInput
 
 SA_RUN_NAME = SearchAttributeKey.for_keyword("FerryRunName")
 SA_STATUS = SearchAttributeKey.for_keyword("FerryStatus")

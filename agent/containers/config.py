@@ -125,10 +125,10 @@ def create_request(
     if record.network == "host":
         host["network_mode"] = "host"
     else:
-        # Published on ephemeral ports of the host's loopback: the proxy and `ferry attach` reach them
-        # there, and nothing listens beyond it (docs/containers.md#networks).
+        # Published on ephemeral ports of the address the proxy reaches: this machine's loopback for the
+        # local instance, an SSH host's own address (docs/containers.md#networks).
         host["network_mode"] = "bridge"
-        host["port_bindings"] = {port: ("127.0.0.1",) for port in ports}
+        host["port_bindings"] = {port: (container.publish_address,) for port in ports}
     if spec.commands:
         entrypoint: list[str] | None = [spec.shell]
         command: list[str] | None = ["-e", SCRIPT_PATH]

@@ -66,39 +66,45 @@ def matching_gpus(instance: InstanceResources, spec: GPUSpec) -> list[GPU]:
     ]
 
 
-def unsatisfied(instance: InstanceResources, spec: ResourcesSpec, *, check_max: bool = True) -> list[str]:
-    """Why `instance` does not fit `spec`, one reason per resource; [] when it fits.
+def shortfalls(instance: InstanceResources, spec: ResourcesSpec, *, check_max: bool = True) -> dict[str, str]:
+    """Why `instance` does not fit `spec`, by resource (`cpu`, `cpu_arch`, `memory`, `disk`, `gpu`,
+    `gpu_memory`, in that order); {} when it fits.
 
     As dstack matches offers, an instance fits a range when its amount is at least the lower bound and,
     with `check_max` (the default), at most the upper bound: `cpu: 4` wants a 4-CPU instance, `cpu: 4..`
     any with 4 or more. `check_max=False` checks lower bounds only (an instance shared between jobs).
     GPUs: with no `gpu` spec any instance fits, GPUs or not; otherwise the number of the instance's GPUs
     that match the spec must be within its count range, and their memory within `total_memory`."""
-    reasons: list[str] = []
+    reasons: dict[str, str] = {}
     if not _within(instance.cpus, spec.cpu, check_max):
-        reasons.append(f"needs {spec.cpu} CPUs, instance has {format_number(instance.cpus)}")
+        reasons["cpu"] = f"needs {spec.cpu} CPUs, instance has {format_number(instance.cpus)}"
     if spec.cpu_arch is not None and instance.cpu_arch is not None and spec.cpu_arch != instance.cpu_arch:
-        reasons.append(f"needs {spec.cpu_arch} CPUs, instance has {instance.cpu_arch}")
+        reasons["cpu_arch"] = f"needs {spec.cpu_arch} CPUs, instance has {instance.cpu_arch}"
     if not _within(instance.memory_gb, spec.memory, check_max):
         wanted = spec.memory.format(format_memory)
-        reasons.append(f"needs {wanted} memory, instance has {format_memory(instance.memory_gb)}")
+        reasons["memory"] = f"needs {wanted} memory, instance has {format_memory(instance.memory_gb)}"
     if not _within(instance.disk_gb, spec.disk, check_max):
         wanted = spec.disk.format(format_memory)
-        reasons.append(f"needs {wanted} disk, instance has {format_memory(instance.disk_gb)}")
+        reasons["disk"] = f"needs {wanted} disk, instance has {format_memory(instance.disk_gb)}"
     if spec.gpu is not None:
         matching = matching_gpus(instance, spec.gpu)
         if not _within(len(matching), spec.gpu.count, check_max):
             kind = spec.gpu.kind()
             what = f"{spec.gpu.count} GPUs" + (f" {kind}" if kind else "")
             have = f"{len(matching)} matching ({instance.gpu_summary()})" if instance.gpus else "no GPUs"
-            reasons.append(f"needs {what}, instance has {have}")
+            reasons["gpu"] = f"needs {what}, instance has {have}"
         total = sum(gpu.memory_gb for gpu in matching)
         if spec.gpu.total_memory is not None and not _within(total, spec.gpu.total_memory, check_max):
             wanted = spec.gpu.total_memory.format(format_memory)
-            reasons.append(
+            reasons["gpu_memory"] = (
                 f"needs {wanted} of GPU memory in total, matching GPUs have {format_memory(total)}"
             )
     return reasons
+
+
+def unsatisfied(instance: InstanceResources, spec: ResourcesSpec, *, check_max: bool = True) -> list[str]:
+    """Why `instance` does not fit `spec`, one reason per resource (`shortfalls`); [] when it fits."""
+    return list(shortfalls(instance, spec, check_max=check_max).values())
 
 
 def satisfies(instance: InstanceResources, spec: ResourcesSpec, *, check_max: bool = True) -> bool:

@@ -15,7 +15,7 @@ from core.fleets.placement import Frozen, InstanceSlot, InstanceStatus
 from core.fleets.scheduling import InstanceCapacity
 from core.fleets.status import FleetStatus
 from core.wire.agent_api import Resources
-from core.wire.messages import Enqueue, Placement
+from core.wire.job_messages import Enqueue, Placement
 
 # Signals of FleetWorkflow, and the ones it sends to JobWorkflows.
 FLEET_ENQUEUE = "enqueue"

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.configuration.gpus import GPU
 from core.configuration.resources import ResourcesSpec
-from core.fleets.matching import InstanceResources, unsatisfied
+from core.fleets.matching import InstanceResources, shortfalls
 from core.wire.agent_api import BYTES_PER_GB, InstanceInfo, Resources
 
 EPS = 1e-9
@@ -135,12 +135,14 @@ def node_cost(slot: InstanceSlot, node: NodeRequest) -> tuple[int, Resources] | 
     reasons = []
     if node.container and slot.container_engine is None:
         reasons.append("needs a container engine (image or python), instance has none")
+    spec: dict[str, str] = {}  # the spec's reasons by resource: the amounts below do not repeat them
     if node.spec is not None and slot.hardware is not None:
-        reasons += unsatisfied(slot.hardware, node.spec, check_max=False)
+        spec = shortfalls(slot.hardware, node.spec, check_max=False)
+    reasons += spec.values()
     need, total = node.resources, slot.total
-    amounts = (("CPUs", need.cpu, total.cpu), ("GB of memory", need.memory, total.memory))
-    for what, want, have in (*amounts, ("GPUs", need.gpu, total.gpu)):
-        if want > have + EPS:
+    amounts = (("cpu", "CPUs", need.cpu, total.cpu), ("memory", "GB of memory", need.memory, total.memory))
+    for resource, what, want, have in (*amounts, ("gpu", "GPUs", need.gpu, total.gpu)):
+        if want > have + EPS and resource not in spec:
             reasons.append(f"needs {want:g} {what}, instance has {have:g}")
     if reasons:
         return reasons

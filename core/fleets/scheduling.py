@@ -162,28 +162,30 @@ class SchedulerState(Frozen):
         """Nothing allocated anywhere and nothing waiting."""
         return not self.queue and all(not slot.allocations for slot in self.instances.values())
 
-    def never_fits(self, request: PlacementRequest) -> str | None:
-        """Why no instance, even empty, could ever hold the gang: FAILED_TO_START_DUE_TO_NO_CAPACITY."""
+    def never_fits(self, request: PlacementRequest, fleet: str | None = None) -> str | None:
+        """Why no instance, even empty, could ever hold the gang (FAILED_TO_START_DUE_TO_NO_CAPACITY), as
+        one line naming `fleet` (else the request's `fleets`); None when it fits once enough is free."""
         slots = [slot for slot in self._candidates(request) if slot.status != InstanceStatus.DELETED]
+        names = [fleet] if fleet is not None else request.fleets or []
+        whose = f"fleet {names[0]}" if len(names) == 1 else f"fleets {', '.join(names)}" if names else ""
         if not slots:
-            where = f" in fleet(s) {', '.join(request.fleets)}" if request.fleets is not None else ""
-            return f"there is no instance{where}"
+            return f"{whose or 'the fleet'} {'have' if len(names) > 1 else 'has'} no instance"
         if place(request, slots, {slot.name: Room.of(slot, empty=True) for slot in slots}) is not None:
             return None
         for rank, node in enumerate(request.nodes):
-            why = {slot.name: node_cost(slot, node) for slot in slots}
-            if all(isinstance(reason, list) for reason in why.values()):
-                details = "; ".join(
-                    f"{name}: {', '.join(r)}" for name, r in list(why.items())[:5] if isinstance(r, list)
-                )
-                return f"node {rank} fits no instance ({details})"
+            costs = {slot.name: node_cost(slot, node) for slot in slots}
+            why = {name: cost for name, cost in costs.items() if isinstance(cost, list)}
+            if len(why) == len(costs):
+                what = "it" if len(request.nodes) == 1 else f"node {rank}"
+                return f"no instance{f' of {whose}' if whose else ''} can run {what}: {_explain(why)}"
+        gang = f"{whose or 'the fleet'} cannot run it: its {len(request.nodes)} nodes"
         if request.spread:
-            return f"its {len(request.nodes)} nodes need distinct instances, {len(slots)} could hold them"
-        return f"its {len(request.nodes)} nodes do not fit together on the {len(slots)} instance(s)"
+            return f"{gang} need distinct instances, {len(slots)} could hold them"
+        return f"{gang} do not fit together on its {len(slots)} instance(s)"
 
-    def unplaceable(self) -> dict[str, str]:
+    def unplaceable(self, fleet: str | None = None) -> dict[str, str]:
         """Waiting requests that can no longer ever be placed (after instances were removed), with why."""
-        reasons = {request.request_id: self.never_fits(request) for request in self.waiting()}
+        reasons = {request.request_id: self.never_fits(request, fleet) for request in self.waiting()}
         return {request_id: reason for request_id, reason in reasons.items() if reason is not None}
 
     def check(self) -> list[str]:
@@ -347,3 +349,21 @@ class SchedulerState(Frozen):
         return self.model_copy(
             update={"instances": {**self.instances, slot.name: slot.model_copy(update={"status": status})}}
         )
+
+
+SHOWN = 5  # instances named per reason, and reasons named, in a never-fits line
+
+
+def _explain(why: dict[str, list[str]]) -> str:
+    """`h1, h2: needs 8 GPUs H100, instance has no GPUs. h3: ...`: instances with the same reasons as one."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, reasons in why.items():
+        groups.setdefault(tuple(reasons), []).append(name)
+    parts = []
+    for said, names in list(groups.items())[:SHOWN]:
+        more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+        parts.append(f"{', '.join(names[:SHOWN])}{more}: {'; '.join(said)}")
+    if len(groups) > SHOWN:
+        hidden = sum(len(names) for names in list(groups.values())[SHOWN:])
+        parts.append(f"{hidden} more instance(s), for other reasons")
+    return ". ".join(parts)

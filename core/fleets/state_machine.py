@@ -39,7 +39,8 @@ from core.fleets.placement import Frozen, InstanceSlot, InstanceStatus, NodeRequ
 from core.fleets.scheduling import SchedulerState
 from core.run_types import configurator_for
 from core.wire.agent_api import ClusterInfo, Resources
-from core.wire.messages import Enqueue, Placement, job_submission_id, placement_request_id
+from core.wire.job_messages import Enqueue, Placement
+from core.wire.workflow_ids import job_submission_id, placement_request_id
 
 __all__ = ["DeleteFleet", "FleetBook", "FleetInput", "apply", "deployed", "replica_enqueue", "schedule"]
 
@@ -196,9 +197,9 @@ def deployed(book: FleetBook, slots: list[InstanceSlot], failed: dict[str, str])
 
 def _refuse_unplaceable(book: FleetBook) -> Step:
     notices: list[Notice] = []
-    for request_id, why in book.scheduler.unplaceable().items():
+    for request_id, why in book.scheduler.unplaceable(book.name).items():
         [request] = [r for r in book.scheduler.queue if r.request_id == request_id]
-        notices += _refusals(book.notify, request, f"no instance of fleet {book.name} can ever fit it: {why}")
+        notices += _refusals(book.notify, request, why)
         book = _forget(book.copy_with(scheduler=book.scheduler.cancel(request_id)), request)
     return book, notices
 
@@ -257,11 +258,9 @@ def _enqueue(book: FleetBook, command: Enqueue) -> Step:
         return book.copy_with(gone=gone), _refusals(notify, request, stopped)
     if book.deleting:
         return book, _refusals(command.notify, request, f"fleet {book.name} is being deleted")
-    why = book.scheduler.never_fits(request) if book.deployed else None
+    why = book.scheduler.never_fits(request, book.name) if book.deployed else None
     if why is not None:
-        return book, _refusals(
-            command.notify, request, f"no instance of fleet {book.name} can ever fit it: {why}"
-        )
+        return book, _refusals(command.notify, request, why)
     try:
         scheduler = book.scheduler.enqueue(request)
     except ValueError as err:

@@ -14,7 +14,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 from core.status import JobTerminationReason
-from core.wire.messages import Placement, TerminateJob
+from core.wire.job_messages import Placement, TerminateJob
 
 LOST = JobTerminationReason.INSTANCE_UNREACHABLE
 

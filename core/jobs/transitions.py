@@ -11,18 +11,9 @@ from core.eventlog import Event
 from core.jobs.state_machine import JobState
 from core.status import JobStatus, JobTerminationReason
 from core.wire.agent_api import PortMapping, TaskNetwork
-from core.wire.messages import (
-    LOCAL_INSTANCE,
-    JobInput,
-    JobOutcome,
-    JobUpdate,
-    Placement,
-    PrepareTask,
-    RecordJob,
-    StartJob,
-    TerminateJob,
-    job_submission_id,
-)
+from core.wire.job_messages import JobInput, JobUpdate, Placement, TerminateJob
+from core.wire.messages import JobOutcome, PrepareTask, RecordJob, StartJob
+from core.wire.workflow_ids import LOCAL_INSTANCE, job_submission_id
 
 # The reasons a job's own exit gives (a `finish` event); every other reason is an exception first.
 EXITED = frozenset({JobTerminationReason.DONE_BY_RUNNER, JobTerminationReason.CONTAINER_EXITED_WITH_ERROR})
@@ -101,7 +92,7 @@ WAITING_FOR_CAPACITY = "waiting for capacity"
 
 def job_status_message(state: JobState) -> str | None:
     """A job's one-line status message beside its status: a submitted job its fleet has queued waits; a
-    running one whose ports are published elsewhere says where (`ports 8000->127.0.0.1:41234`)."""
+    running one whose ports are published on other host ports says which (`ports 8000->41234`)."""
     if state.status == JobStatus.SUBMITTED and state.memo.get("waiting") == "capacity":
         return WAITING_FOR_CAPACITY
     if state.status == JobStatus.RUNNING and state.memo.get("ports"):
@@ -112,12 +103,16 @@ def job_status_message(state: JobState) -> str | None:
 def published_ports(ports: list[PortMapping]) -> str | None:
     """The job's ports the engine published on other host ports (a bridge network, seed 003), as the
     job's memo keeps them; None when each is reached as itself."""
-    moved = [f"{p.container_port}->127.0.0.1:{p.host_port}" for p in ports if p.host_port != p.container_port]
+    moved = [f"{p.container_port}->{p.host_port}" for p in ports if p.host_port != p.container_port]
     return ", ".join(moved) or None
 
 
 def prepare_task(inp: JobInput, job_id: str, placement: Placement) -> PrepareTask:
     """The agent's first step for a placed job: its resources reserved, its task registered."""
+    network = replica_network(inp, placement)
+    container = inp.container
+    if container is not None and network == "bridge":
+        container = container.model_copy(update={"publish_address": publish_address(placement)})
     return PrepareTask(
         job_submission_id=job_id,
         instance_name=placement.instance_name,
@@ -125,10 +120,10 @@ def prepare_task(inp: JobInput, job_id: str, placement: Placement) -> PrepareTas
         resources=inp.resources,
         env=inp.spec.env,
         ports=[] if inp.service is None else [inp.service.port],
-        network=replica_network(inp, placement),
+        network=network,
         authorized_keys=inp.authorized_keys,
         volumes=inp.volumes,
-        container=inp.container,
+        container=container,
     )
 
 
@@ -140,7 +135,7 @@ def replica_network(inp: JobInput, placement: Placement) -> TaskNetwork:
 
     A container (seed 003, docs/containers.md#networks) gets the host's network when its instance is
     not shared or its job is one of several nodes, and the engine's bridge, its ports published on
-    ephemeral ports of the host's loopback, on a shared instance: this machine, which runs many jobs at
+    ephemeral host ports (publish_address), on a shared instance: this machine, which runs many jobs at
     once, or an instance split into blocks."""
     if inp.container is not None:
         shared = placement.instance_name == LOCAL_INSTANCE or placement.shared
@@ -148,6 +143,16 @@ def replica_network(inp: JobInput, placement: Placement) -> TaskNetwork:
     if inp.service is not None and placement.instance_name == LOCAL_INSTANCE:
         return "isolated"
     return "host"
+
+
+def publish_address(placement: Placement) -> str:
+    """Where a bridged container publishes its ports: this machine's loopback on the local instance, where
+    the proxy runs; on an SSH host, the host's address, since the proxy cannot reach its loopback."""
+    if placement.instance_name == LOCAL_INSTANCE:
+        return "127.0.0.1"
+    cluster = placement.cluster
+    ips = cluster.node_ips or [cluster.master_node_ip]
+    return ips[cluster.node_rank] if cluster.node_rank < len(ips) else cluster.master_node_ip
 
 
 def start_job(inp: JobInput, job_id: str, placement: Placement) -> StartJob:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.wire.messages import JobInput
+from core.wire.job_messages import JobInput
 from core.wire.volumes import AttachVolumes, DetachVolumes, named_volumes
 
 

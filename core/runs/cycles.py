@@ -23,7 +23,7 @@ from core.runs.effects import EndCycle, UpdateSchedule
 from core.runs.machine import StepBuilder
 from core.runs.run_state import RunState
 from core.status import RunStatus, RunTerminationReason
-from core.wire.messages import CycleTrigger
+from core.wire.run_messages import CycleTrigger
 
 
 def next_triggers(crons: tuple[str, ...] | list[str], after: float, count: int = 1) -> list[float]:

@@ -28,7 +28,8 @@ from core.runs.submissions import waiting_requests
 from core.runs.watching import RunNews
 from core.services.autoscaler import ScalingRule
 from core.status import JobStatus
-from core.wire.messages import CycleTrigger, JobUpdate, RunInput
+from core.wire.job_messages import JobUpdate
+from core.wire.run_messages import CycleTrigger, RunInput
 from core.wire.services import LoadChange
 
 EventSpec = tuple[str, dict[str, Any]]

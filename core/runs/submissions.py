@@ -11,13 +11,9 @@ from core.run_types import configurator_for
 from core.run_types.volumes import job_volumes, volumes_instance
 from core.runs.state_machine import RunState
 from core.status import JobStatus
-from core.wire.messages import (
-    JobInput,
-    RunInput,
-    fleet_workflow_id,
-    job_workflow_id,
-    placement_request_id,
-)
+from core.wire.job_messages import JobInput
+from core.wire.run_messages import RunInput
+from core.wire.workflow_ids import fleet_workflow_id, job_workflow_id, placement_request_id
 
 
 def run_priority(inp: RunInput, state: RunState) -> int:

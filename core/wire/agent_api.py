@@ -152,6 +152,11 @@ class ContainerSpec(_Model):
     privileged: bool = False
     shm_size: int | None = Field(default=None, gt=0, description="bytes of /dev/shm; None: the engine's")
     registry_auth: RegistryCredentials | None = None
+    publish_address: str = Field(
+        default="127.0.0.1",
+        description="the host address a bridged container's ports are published on: the one the proxy "
+        "reaches (docs/containers.md#networks)",
+    )
 
 
 class PortMapping(_Model):

@@ -84,6 +84,13 @@ def test_the_bridge_publishes_each_port_on_an_ephemeral_loopback_port() -> None:
     assert set(body["ExposedPorts"]) == {"8080/tcp", "9000/tcp"}
     on_host = request(record(ports=[8080], network="host"))["HostConfig"]
     assert on_host["NetworkMode"] == "host" and "PortBindings" not in on_host
+    # On an SSH host: the host's address, which the proxy reaches (core.jobs.transitions.publish_address).
+    remote = record(
+        ports=[8080], network="bridge", container=ContainerSpec(image="b", publish_address="10.0.0.7")
+    )
+    assert request(remote)["HostConfig"]["PortBindings"] == {
+        "8080/tcp": [{"HostIp": "10.0.0.7", "HostPort": ""}]
+    }
 
 
 def test_commands_run_as_a_script_and_without_them_the_entrypoint() -> None:

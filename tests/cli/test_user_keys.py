@@ -13,7 +13,7 @@ from core.jobs.transitions import prepare_task
 from core.runs.lifecycle import submit_run
 from core.runs.submissions import job_input
 from core.wire.agent_api import ClusterInfo
-from core.wire.messages import Placement
+from core.wire.job_messages import Placement
 from tests.core.test_run_lifecycle import run_input
 
 

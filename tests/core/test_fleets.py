@@ -18,7 +18,8 @@ from core.fleets.messages import (
 from core.fleets.placement import InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
 from core.fleets.state_machine import FleetBook, apply, deployed, replica_enqueue, schedule, undelivered
 from core.wire.agent_api import Resources
-from core.wire.messages import Enqueue, job_submission_id
+from core.wire.job_messages import Enqueue
+from core.wire.workflow_ids import job_submission_id
 
 SMALL = {"cpu": "0..", "memory": "0GB..", "disk": "0GB.."}
 
@@ -84,7 +85,9 @@ def test_the_local_fleet_lets_a_gang_share_its_one_instance() -> None:
 def test_a_gang_that_never_fits_is_refused_at_once_and_one_that_waits_is_told_once() -> None:
     state, notices = step(book(), gang("big", nodes=4))
     assert [n.kind for n in notices] == [NoticeKind.REFUSED] * 4
-    assert "4 nodes need distinct instances" in (notices[0].message or "")
+    assert (
+        notices[0].message == "fleet h cannot run it: its 4 nodes need distinct instances, 3 could hold them"
+    )
     assert state.scheduler.queue == []
     state, _ = step(state, gang("a"), gang("b"), gang("c"))
     state, notices = step(state, gang("d", priority=5))

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from core.jobs.phases import JobControl, JobPhase, PlacementOutcome, grace_seconds
 from core.status import JobTerminationReason
 from core.wire.agent_api import ClusterInfo
-from core.wire.messages import Placement, TerminateJob
+from core.wire.job_messages import Placement, TerminateJob
 
 R = JobTerminationReason
 LOST = R.INSTANCE_UNREACHABLE

@@ -12,7 +12,7 @@ from core.runs.lifecycle import Inbox, advance, plan_of, submit_run
 from core.runs.machine import RunMachine, Step, StopKind
 from core.runs.state_machine import replay_run, status_message
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
-from core.wire.messages import CycleTrigger
+from core.wire.run_messages import CycleTrigger
 from tests.core.test_run_lifecycle import T0, finished, keys_of, news, run_input, said
 
 S = JobStatus

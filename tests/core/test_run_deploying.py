@@ -8,7 +8,7 @@ from core.runs.deploying import Deploy, changed_fields, not_in_place
 from core.runs.effects import StartJob, TerminateJob
 from core.runs.lifecycle import Inbox, advance, plan_of, submit_run
 from core.status import JobStatus, JobTerminationReason, RunStatus
-from core.wire.messages import JobUpdate
+from core.wire.job_messages import JobUpdate
 from tests.core.test_run_lifecycle import T0, finished, keys_of, news, run_input, running, said
 
 S = JobStatus

@@ -136,8 +136,9 @@ def test_an_instance_from_its_agent_info_carries_hardware_for_gpu_names() -> Non
 def test_a_container_job_is_placed_only_where_an_engine_is_and_told_why_otherwise() -> None:
     # docs/containers.md#python: a job with `image` or `python` on a fleet without an engine is refused.
     boxed = PlacementRequest(request_id="r", nodes=[NodeRequest(job_id="j", container=True)])
-    assert fleet(slot("h1")).never_fits(boxed) == (
-        "node 0 fits no instance (h1: needs a container engine (image or python), instance has none)"
+    assert fleet(slot("h1")).never_fits(boxed, "lab") == (
+        "no instance of fleet lab can run it: h1: needs a container engine (image or python),"
+        " instance has none"
     )
     _, grants = run(fleet(slot("h1"), slot("h2", container_engine="podman 4.3.1")), boxed)
     assert [placement.instance for placement in grants["r"].placements] == ["h2"]
@@ -183,8 +184,40 @@ def test_never_fits_explains_why() -> None:
     assert state.never_fits(request("g", Resources(gpu=2), Resources(gpu=2))) is None
     assert "needs 4 GPUs, instance has 2" in (state.never_fits(request("big", Resources(gpu=4))) or "")
     assert "distinct" in (state.never_fits(request("g3", CPU2, CPU2, CPU2)) or "")
-    assert "no instance in fleet(s) other" in (state.never_fits(request("x", fleets=["other"])) or "")
-    assert fleet().never_fits(request("x")) == "there is no instance"
+    assert state.never_fits(request("x", fleets=["other"])) == "fleet other has no instance"
+    assert state.never_fits(request("x", fleets=["a", "b"])) == "fleets a, b have no instance"
+    assert fleet().never_fits(request("x"), "lab") == "fleet lab has no instance"
+
+
+def test_never_fits_says_each_reason_once_in_one_line() -> None:
+    # Issue 17: the spec's GPU reason (with the models) stands for the amount's; it is not said twice.
+    hardware = InstanceResources(cpus=8, memory_gb=32, disk_gb=100)
+    h1, h2 = (slot(name, hardware=hardware) for name in ("h1", "h2"))
+    gpus = NodeRequest(job_id="j", resources=Resources(gpu=1), spec=ResourcesSpec(gpu="H100:1..2"))
+    why = fleet(h1, h2).never_fits(PlacementRequest(request_id="r", nodes=[gpus]), "lab")
+    assert why == "no instance of fleet lab can run it: h1, h2: needs 1..2 GPUs H100, instance has no GPUs"
+    assert why.count("GPUs") == 2 and "\n" not in why
+    both = ResourcesSpec(cpu="16..", memory="64GB..")
+    too_small = NodeRequest(job_id="j", resources=Resources(cpu=16, memory=64), spec=both)
+    assert node_cost(h1, too_small) == [
+        "needs 16.. CPUs, instance has 8",
+        "needs 64GB.. memory, instance has 32GB",
+    ]
+    # Without a spec the amount says it; the reasons of one instance are joined by `;`, instances by `.`.
+    big = Resources(cpu=16, gpu=1)
+    assert fleet(slot("h1"), slot("h2", cpu=32)).never_fits(request("r", big), "lab") == (
+        "no instance of fleet lab can run it: h1: needs 16 CPUs, instance has 8; needs 1 GPUs,"
+        " instance has 0. h2: needs 1 GPUs, instance has 0"
+    )
+    many = fleet(*(slot(f"h{n}") for n in range(1, 8)))
+    assert many.never_fits(request("r", big), "lab") == (
+        "no instance of fleet lab can run it: h1, h2, h3, h4, h5 and 2 more: needs 16 CPUs, instance has 8;"
+        " needs 1 GPUs, instance has 0"
+    )
+    # A gang names the node no instance can run.
+    assert fleet(slot("h1", gpu=1), slot("h2", gpu=1)).never_fits(request("g", CPU2, big), "lab") == (
+        "no instance of fleet lab can run node 1: h1, h2: needs 16 CPUs, instance has 8"
+    )
 
 
 # --- priority -------------------------------------------------------------------------------------------
@@ -261,7 +294,7 @@ def test_removing_a_busy_instance_deletes_it_once_its_last_job_is_released() -> 
     state = state.remove_instance("h1")
     state, grants = run(state, request("b", CPU2))
     assert grants == {} and state.instances["h1"].status == InstanceStatus.DELETED
-    assert state.unplaceable() == {"b": "there is no instance"}
+    assert state.unplaceable("lab") == {"b": "fleet lab has no instance"}
     state = state.release("a/j0")
     assert "h1" not in state.instances
 

@@ -10,6 +10,7 @@ from core.jobs.transitions import (
     job_status_message,
     last_note,
     outcome_events,
+    publish_address,
     published_ports,
     reason_for_failure,
     stop_event,
@@ -17,8 +18,10 @@ from core.jobs.transitions import (
 from core.runs.pending import replicas_to_resubmit
 from core.runs.state_machine import replay_run, status_message
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
-from core.wire.agent_api import PortMapping
-from core.wire.messages import JobOutcome, TerminateJob
+from core.wire.agent_api import ClusterInfo, PortMapping
+from core.wire.job_messages import Placement, TerminateJob
+from core.wire.messages import JobOutcome
+from core.wire.workflow_ids import LOCAL_INSTANCE
 
 R = JobTerminationReason
 
@@ -131,10 +134,22 @@ def test_a_running_job_says_where_its_container_published_its_ports() -> None:
     # seed 003: a bridged container's ports go to ephemeral host ports, kept in the task's state.
     ports = [PortMapping(container_port=8000, host_port=41234), PortMapping(container_port=22, host_port=22)]
     published = published_ports(ports)
-    assert published == "8000->127.0.0.1:41234"
+    assert published == "8000->41234"
     assert published_ports([PortMapping(container_port=22, host_port=22)]) is None
     assert job_status_message(RUNNING) is None
     running = apply_job_event(RUNNING, ev(4, "memo", ports=published))
-    assert job_status_message(running) == "ports 8000->127.0.0.1:41234"
+    assert job_status_message(running) == "ports 8000->41234"
     done = after(running, JobOutcome(termination_reason=R.DONE_BY_RUNNER, exit_status=0))
     assert job_status_message(done) is None
+
+
+def test_a_bridged_container_publishes_where_the_proxy_reaches_it() -> None:
+    # docs/containers.md#networks: loopback on this machine, the host's address on an SSH host.
+    local = Placement(instance_name=LOCAL_INSTANCE, cluster=ClusterInfo(), shared=True)
+    remote = Placement(
+        instance_name="gpu-0",
+        cluster=ClusterInfo(master_node_ip="10.0.0.7", node_ips=["10.0.0.7"]),
+        shared=True,
+    )
+    assert publish_address(local) == "127.0.0.1"
+    assert publish_address(remote) == "10.0.0.7"

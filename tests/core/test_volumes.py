@@ -18,7 +18,7 @@ from core.runs.deploying import not_in_place
 from core.runs.lifecycle import submit_run
 from core.runs.submissions import job_input
 from core.wire.agent_api import Resources
-from core.wire.messages import RunInput
+from core.wire.run_messages import RunInput
 from core.wire.volumes import AttachVolumes, DetachVolumes, HostDirs, JobVolume, host_path, named_volumes
 
 SMALL = {"cpu": "0..", "memory": "0GB..", "disk": "0GB.."}

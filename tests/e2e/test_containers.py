@@ -141,6 +141,6 @@ def test_a_container_service_is_served_through_its_published_port(ferry: Ferry, 
     assert seen == {"replica 0", "replica 1"}
     # Bridged on the shared local instance: ps says where each replica's port is published (seed 003).
     table = ferry("ps").stdout
-    assert table.count("ports 8000->127.0.0.1:") == 2, table
+    assert table.count("ports 8000->") == 2, table
     stopped = ferry("stop", "-y", "boxweb", timeout=120)
     assert stopped.returncode == 0, stopped.stderr

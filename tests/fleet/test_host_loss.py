@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from activities.ssh import HostPool, SSHUnreachable
+from activities.ssh import HostPool
+from activities.ssh_host import SSHUnreachable
 from core.wire.agent_api import JobSpec, TaskStatus, TaskSubmitRequest
 from testbed.helpers import deploy_options, eventually, leftover_processes, target
 from testbed.netns import HostNetwork, _ip

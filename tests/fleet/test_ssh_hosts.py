@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from activities.agent_client import AgentClient
-from activities.ssh import DeployOptions, HostPool, SSHAgentHost, SSHDeployError, SSHEndpoint
+from activities.ssh import DeployOptions, HostPool, SSHEndpoint
+from activities.ssh_host import SSHAgentHost, SSHDeployError
 from core.wire.agent_api import AGENT_SERVICE_NAME
 from testbed.helpers import deploy_options, eventually, host_python, run_job, target
 from testbed.netns import HostNetwork

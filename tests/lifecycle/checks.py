@@ -12,7 +12,7 @@ from temporalio.worker import Replayer
 from cli.api import FerryAPI
 from core.jobs.state_machine import replay_job
 from core.runs.state_machine import replay_run
-from core.wire.messages import job_workflow_id
+from core.wire.workflow_ids import job_workflow_id
 from store import RunRecord
 from workflows.job import JobWorkflow
 from workflows.run import RunWorkflow

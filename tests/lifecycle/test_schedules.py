@@ -18,7 +18,7 @@ from core.configuration import TaskConfiguration, parse_configuration
 from core.runs.cycles import next_triggers
 from core.runs.state_machine import format_utc
 from core.status import RunStatus
-from core.wire.messages import schedule_id
+from core.wire.workflow_ids import schedule_id
 from store import RunRecord
 from tests.lifecycle.checks import eventually
 

@@ -20,18 +20,9 @@ from core.fleets.state_machine import FleetInput
 from core.jobs.state_machine import replay_job
 from core.runs.state_machine import RunState, replay_run
 from core.runs.watching import DependencyTarget
-from core.wire.messages import (
-    LOCAL_FLEET,
-    JobDescription,
-    RunDescription,
-    RunInput,
-    RunResult,
-    StopReply,
-    StopRequest,
-    fleet_workflow_id,
-    job_workflow_id,
-    run_workflow_id,
-)
+from core.wire.job_messages import JobDescription
+from core.wire.run_messages import RunDescription, RunInput, RunResult, StopReply, StopRequest
+from core.wire.workflow_ids import LOCAL_FLEET, fleet_workflow_id, job_workflow_id, run_workflow_id
 from tests.workflows.doubles import FakeBackend, Key
 from workflows.cycle import CycleWorkflow
 from workflows.fleet import FleetWorkflow

@@ -13,7 +13,7 @@ from temporalio.client import WorkflowHandle
 from core.configuration.specs import DependencyCondition
 from core.runs.watching import DependencyTarget
 from core.status import RunStatus, RunTerminationReason
-from core.wire.messages import run_workflow_id
+from core.wire.workflow_ids import run_workflow_id
 from tests.workflows.doubles import BLOCK, exited
 from tests.workflows.harness import PROJECT, Harness, configuration, named
 

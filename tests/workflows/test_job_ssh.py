@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from core.status import RunStatus
 from core.wire import activity_names as names
-from core.wire.messages import SSHEndpoint, job_workflow_id
+from core.wire.messages import SSHEndpoint
+from core.wire.workflow_ids import job_workflow_id
 from tests.workflows.doubles import BLOCK
 from tests.workflows.harness import Harness, configuration
 from workflows.job import JobWorkflow

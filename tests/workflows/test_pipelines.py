@@ -15,7 +15,8 @@ from core.configuration.specs import DependencyCondition
 from core.runs.state_machine import replay_run
 from core.runs.watching import DependencyTarget
 from core.status import RunStatus, RunTerminationReason
-from core.wire.messages import PipelineInput, RunResult, StopRequest, run_workflow_id
+from core.wire.run_messages import PipelineInput, RunResult, StopRequest
+from core.wire.workflow_ids import run_workflow_id
 from tests.workflows.doubles import BLOCK, exited
 from tests.workflows.harness import PROJECT, WORKFLOWS, Harness, configuration, named
 from workflows.pipeline import PipelineWorkflow

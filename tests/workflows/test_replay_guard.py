@@ -7,7 +7,7 @@ from temporalio import workflow
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from core.wire.messages import RunInput, RunResult
+from core.wire.run_messages import RunInput, RunResult
 from tests.workflows.harness import WORKFLOWS, Harness, configuration
 from workflows.job import JobWorkflow
 from workflows.run import RunWorkflow

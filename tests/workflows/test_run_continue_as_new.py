@@ -14,7 +14,8 @@ from temporalio.client import WorkflowHandle
 from core.runs.state_machine import replay_run
 from core.status import JobStatus, RunStatus, RunTerminationReason
 from core.wire import activity_names as names
-from core.wire.messages import RunResult, run_workflow_id
+from core.wire.run_messages import RunResult
+from core.wire.workflow_ids import run_workflow_id
 from tests.workflows.doubles import BLOCK, exited
 from tests.workflows.harness import PROJECT, Harness, configuration, named
 from workflows.run import RunWorkflow

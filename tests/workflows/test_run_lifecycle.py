@@ -16,7 +16,9 @@ from temporalio.exceptions import ApplicationError
 from core.fleets.messages import InstanceChange
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire import activity_names as names
-from core.wire.messages import LOCAL_FLEET, StopRequest, StopTask, run_workflow_id
+from core.wire.messages import StopTask
+from core.wire.run_messages import StopRequest
+from core.wire.workflow_ids import LOCAL_FLEET, run_workflow_id
 from tests.workflows.doubles import BLOCK, LOCAL_CPUS, TRAP, exited
 from tests.workflows.harness import PROJECT, SMALL, Harness, configuration, named
 from workflows.fleet import FleetWorkflow

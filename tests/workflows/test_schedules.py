@@ -11,7 +11,7 @@ from temporalio.client import WorkflowHandle
 
 from core.status import RunStatus
 from core.wire import activity_names as names
-from core.wire.messages import CycleInput, DeployRequest
+from core.wire.run_messages import CycleInput, DeployRequest
 from tests.workflows.doubles import BLOCK, exited
 from tests.workflows.harness import Harness, configuration, named
 from workflows.cycle import CycleWorkflow

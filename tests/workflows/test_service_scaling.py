@@ -95,7 +95,7 @@ async def test_the_load_scales_up_down_to_zero_and_back(harness: Harness) -> Non
 
 
 async def test_a_rolling_deployment_replaces_each_replica_after_a_new_one_is_ready(harness: Harness) -> None:
-    from core.wire.messages import DeployRequest
+    from core.wire.run_messages import DeployRequest
     from workflows.run import RunWorkflow
 
     backend = harness.backend

@@ -14,8 +14,9 @@ from temporalio.exceptions import ApplicationError
 from core.jobs.state_machine import replay_job
 from core.status import JobStatus, RunStatus, RunTerminationReason
 from core.wire import activity_names as names
-from core.wire.messages import RunResult, run_workflow_id
+from core.wire.run_messages import RunResult
 from core.wire.volumes import JobVolume
+from core.wire.workflow_ids import run_workflow_id
 from tests.workflows.doubles import BLOCK
 from tests.workflows.harness import POLL, PROJECT, WAIT_LIMIT, Harness, configuration, named
 from tests.workflows.test_fleet_placement import FLEET, check_logs, lab

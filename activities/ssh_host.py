@@ -1,0 +1,310 @@
+"""One SSH fleet host (`SSHAgentHost`): its SSH connection, the agent deployed on it, and the local end of
+the tunnel through which the worker reaches that agent; and the errors of deploying it.
+
+`SSHAgentHost.deploy(bundle)` connects (key-only auth, through `proxy_jump` when set), checks the host's
+`python3` (it must have the worker's Python minor version and platform: the agent bundle carries compiled
+packages, see activities.agent_bundle), sends the bundle over SFTP unless the host has it, and starts the
+agent detached, bound to 127.0.0.1 on a free port with a fresh token (mode 600) under `remote_dir`. An
+agent of the same bundle already running there is kept, with its token: redeploying is idempotent.
+
+On a host, `remote_dir` holds `bundles/<bundle>/` (unpacked once per bundle), `data/` (the agent's
+tasks and logs, and the named volumes' directories: docs/volumes.md), `token` (0600), `agent.json`
+(bundle, port and pid of the running agent), `agent.log` and a `lock` that serialises deployments from
+several workers.
+
+The worker reaches the agent through a local port of its own (`client` is an AgentClient on
+`http://127.0.0.1:<port>`): every connection to that port opens a direct-tcpip channel over the host's SSH
+connection, which is re-established on demand when it has dropped (keepalives notice a dead link), so
+the URL stays the same for the host's life.
+
+Host keys are checked against `known_hosts` (default ~/.ssh/known_hosts). `known_hosts=None` accepts any
+host key: only for hosts on a network you trust (the tests' namespaces), as a man in the middle could then
+take the agent's token and run commands as the fleet's user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import shlex
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from activities.agent_bundle import (
+    CHECK_THEN_RUN,
+    ENSURE_SCRIPT,
+    NO_PYTHON,
+    VERSION_SCRIPT,
+    WRONG_PYTHON,
+    AgentBundle,
+)
+from activities.agent_client import AgentClient
+from activities.ssh_config import DeployedAgent, DeployOptions, SSHEndpoint, SSHTarget
+from core.wire.volumes import HostDirs
+
+_PIPE_CHUNK = 256 * 1024
+
+
+class SSHDeployError(RuntimeError):
+    """The agent could not be deployed or started on a host; the message says why, in one line."""
+
+
+class SSHUnreachable(SSHDeployError):
+    """The host could not be reached over SSH."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:500]
+
+
+class SSHAgentHost:
+    """One host: its SSH connection (re-established on demand), its agent, and the local end of the tunnel."""
+
+    def __init__(self, target: SSHTarget, options: DeployOptions) -> None:
+        self.target = target
+        self.options = options
+        self.remote_dir = options.remote_dir.format(name=target.name, hostname=target.hostname)
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._jump: asyncssh.SSHClientConnection | None = None
+        self._connect_lock = asyncio.Lock()
+        self._deploy_lock = asyncio.Lock()
+        self._server: asyncio.Server | None = None
+        self._remote_port: int | None = None
+        self._client: AgentClient | None = None
+        self._old_clients: list[AgentClient] = []
+        self._token: str | None = None
+        self._open_writers: set[asyncio.StreamWriter] = set()
+        self.address = target.internal_ip or target.hostname
+        self.dirs: HostDirs | None = None  # the agent's data directory and its user's home, once deployed
+
+    @property
+    def client(self) -> AgentClient:
+        if self._client is None:
+            raise SSHDeployError(f"{self.target.name}: the agent is not deployed")
+        return self._client
+
+    @property
+    def connected(self) -> bool:
+        """Whether an SSH connection is open now (a dead link closes it after the keepalives)."""
+        return self._conn is not None and not self._conn.is_closed()
+
+    # --- the SSH connection ------------------------------------------------------------------------------
+
+    async def _open(self, endpoint: SSHEndpoint, tunnel: Any = ()) -> asyncssh.SSHClientConnection:
+        keys = [str(Path(endpoint.identity_file).expanduser())] if endpoint.identity_file else ()
+        known_hosts = (
+            None if self.options.known_hosts is None else Path(self.options.known_hosts).expanduser()
+        )
+        where = f"{endpoint.user}@{endpoint.hostname}:{endpoint.port}"
+        if known_hosts is not None and not known_hosts.is_file():
+            raise SSHDeployError(
+                f"{self.target.name}: no known_hosts file at {known_hosts} to check {where}'s host key: "
+                "add the hosts' keys there (ssh-keyscan) or point `known_hosts` to a file that has them"
+            )
+        try:
+            return await asyncio.wait_for(
+                asyncssh.connect(
+                    endpoint.hostname,
+                    endpoint.port,
+                    tunnel=tunnel,
+                    username=endpoint.user,
+                    client_keys=keys,
+                    known_hosts=None if known_hosts is None else str(known_hosts),
+                    agent_path=None,
+                    config=None,
+                    password_auth=False,
+                    kbdint_auth=False,
+                    keepalive_interval=self.options.keepalive_interval,
+                    keepalive_count_max=self.options.keepalive_count_max,
+                    connect_timeout=self.options.connect_timeout,
+                ),
+                self.options.connect_timeout,
+            )
+        except (OSError, asyncssh.Error, TimeoutError) as exc:
+            reason = _one_line(str(exc)) or type(exc).__name__
+            raise SSHUnreachable(f"{self.target.name}: cannot connect to {where}: {reason}") from exc
+
+    async def connection(self) -> asyncssh.SSHClientConnection:
+        """The host's SSH connection, opened again (with its jump host's) when it has closed."""
+        async with self._connect_lock:
+            if self._conn is not None and not self._conn.is_closed():
+                return self._conn
+            await self._close_connections()
+            if self.target.proxy_jump is not None:
+                self._jump = await self._open(self.target.proxy_jump)
+            self._conn = await self._open(self.target, tunnel=self._jump or ())
+            if not self.target.internal_ip and self.target.proxy_jump is None:
+                peer = self._conn.get_extra_info("peername")
+                self.address = str(peer[0]) if peer else self.target.hostname
+            return self._conn
+
+    async def _close_connections(self) -> None:
+        for conn in (self._conn, self._jump):
+            if conn is not None:
+                conn.abort()
+        self._conn = self._jump = None
+
+    async def _run(self, command: list[str], what: str) -> asyncssh.SSHCompletedProcess:
+        conn = await self.connection()
+        try:
+            return await conn.run(shlex.join(command), check=False, timeout=self.options.startup_timeout + 30)
+        except (OSError, asyncssh.Error, TimeoutError) as exc:
+            raise SSHUnreachable(f"{self.target.name}: {what} failed: {_one_line(str(exc))}") from exc
+
+    # --- deploying -----------------------------------------------------------------------------------------
+
+    def _refuse_python(self, done: asyncssh.SSHCompletedProcess, expected: str) -> None:
+        """The one-line error for a host whose interpreter cannot load the bundle's compiled packages."""
+        python, lines = self.options.python, str(done.stdout or "").splitlines()
+        found = re.match(r"(\d+)\D+(\d+)\s+(\S+)", lines[0]) if lines else None
+        if done.exit_status == NO_PYTHON or found is None:
+            detail = _one_line(str(done.stderr or done.stdout or "")) or f"exit status {done.exit_status}"
+            raise SSHDeployError(f"{self.target.name}: cannot run {python} on the host ({detail})")
+        theirs, ours = f"{found.group(1)}.{found.group(2)}", ".".join(expected.split()[:2])
+        raise SSHDeployError(
+            f"{self.target.name}: {python} on the host is Python {theirs} ({found.group(3)}), but the agent "
+            f"needs Python {ours} ({expected.split()[2]}) as on the worker: install it or set `python`"
+        )
+
+    async def _ensure(self, bundle: AgentBundle, restart: bool = False, stop: bool = False) -> dict[str, Any]:
+        """One exec: the interpreter checked, then ENSURE_SCRIPT run with it; its JSON reply."""
+        args = {
+            "dir": self.remote_dir,
+            "bundle": bundle.name,
+            "restart": restart,
+            "stop": stop,
+            "startup_timeout": self.options.startup_timeout,
+        }
+        expected = f"{sys.version_info[0]} {sys.version_info[1]} {sysconfig.get_config_var('EXT_SUFFIX')}"
+        command = ["sh", "-c", CHECK_THEN_RUN, self.options.python, VERSION_SCRIPT, expected]
+        done = await self._run([*command, ENSURE_SCRIPT, json.dumps(args)], "starting the agent")
+        if done.exit_status in (NO_PYTHON, WRONG_PYTHON):
+            self._refuse_python(done, expected)
+        lines = str(done.stdout or "").strip().splitlines()
+        try:
+            reply: dict[str, Any] = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            detail = _one_line(str(done.stderr or done.stdout or "")) or f"exit status {done.exit_status}"
+            raise SSHDeployError(f"{self.target.name}: starting the agent failed: {detail}") from None
+        if reply["status"] == "error":
+            raise SSHDeployError(f"{self.target.name}: the agent did not start: {_one_line(reply['log'])}")
+        return reply
+
+    async def _upload(self, bundle: AgentBundle, remote_path: str) -> None:
+        conn = await self.connection()
+        partial = f"{remote_path}.part"
+        try:
+            async with conn.start_sftp_client() as sftp:
+                await sftp.put(str(bundle.path), partial)
+                await sftp.posix_rename(partial, remote_path)
+        except (OSError, asyncssh.Error) as exc:
+            raise SSHDeployError(
+                f"{self.target.name}: sending the agent failed: {_one_line(str(exc))}"
+            ) from exc
+
+    async def deploy(self, bundle: AgentBundle, restart: bool = False) -> tuple[DeployedAgent, bool]:
+        """The host's agent for `bundle`, running and answering; True when its client changed."""
+        async with self._deploy_lock:
+            return await self._deploy(bundle, restart)
+
+    async def _deploy(self, bundle: AgentBundle, restart: bool) -> tuple[DeployedAgent, bool]:
+        reply = await self._ensure(bundle, restart)
+        if reply["status"] == "need-bundle":
+            await self._upload(bundle, reply["upload"])
+            reply = await self._ensure(bundle, restart)
+        if reply["status"] != "running":
+            raise SSHDeployError(f"{self.target.name}: the agent did not start: {reply}")
+        await self._serve()
+        self._remote_port = int(reply["port"])
+        self.dirs = HostDirs(home=reply["home"], data_dir=f"{reply['dir']}/data")
+        changed = reply["token"] != self._token
+        if changed:
+            if self._client is not None:
+                self._old_clients.append(self._client)
+            url = f"http://127.0.0.1:{self._local_port()}"
+            self._client = AgentClient(url, reply["token"], self.options.request_timeout)
+            self._token = reply["token"]
+        try:
+            await asyncio.wait_for(self.client.healthcheck(), self.options.connect_timeout)
+        except Exception as exc:
+            if reply["reused"] and not restart:  # running, yet not answering: start it again
+                return await self._deploy(bundle, restart=True)
+            raise SSHDeployError(
+                f"{self.target.name}: the agent does not answer: {_one_line(str(exc))}"
+            ) from exc
+        deployed = DeployedAgent(
+            name=self.target.name,
+            address=self.address,
+            url=self.client.base_url,
+            remote_dir=self.remote_dir,
+            remote_port=self._remote_port,
+            pid=int(reply["pid"]),
+            bundle=bundle.name,
+            reused=bool(reply["reused"]),
+        )
+        return deployed, changed
+
+    async def stop_agent(self, bundle: AgentBundle) -> None:
+        await self._ensure(bundle, stop=True)
+
+    # --- the tunnel ----------------------------------------------------------------------------------------
+
+    def _local_port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _serve(self) -> None:
+        if self._server is None:
+            self._server = await asyncio.start_server(self._forward, "127.0.0.1", 0)
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One local connection, carried to the agent over a channel of the (re-established) connection.
+
+        A server's handler: cancellation (the worker stopping) closes both ends and ends it quietly."""
+        remote_writer: Any = None
+        self._open_writers.add(writer)
+        try:
+            conn = await self.connection()
+            assert self._remote_port is not None
+            remote_reader, remote_writer = await asyncio.wait_for(
+                conn.open_connection("127.0.0.1", self._remote_port), self.options.connect_timeout
+            )
+            upstream = asyncio.ensure_future(_pipe(reader, remote_writer))
+            try:  # the agent's side ending (or the channel dying) ends the local connection too
+                await _pipe(remote_reader, writer)
+            finally:
+                upstream.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await upstream
+        except (OSError, asyncssh.Error, TimeoutError, SSHDeployError, asyncio.CancelledError):
+            pass
+        finally:
+            self._open_writers.discard(writer)
+            if remote_writer is not None:
+                remote_writer.close()
+            writer.close()
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._open_writers):
+            writer.close()
+        for client in [*self._old_clients, *([self._client] if self._client else [])]:
+            await client.aclose()
+        self._client, self._old_clients = None, []
+        await self._close_connections()
+
+
+async def _pipe(reader: Any, writer: Any) -> None:
+    with contextlib.suppress(OSError, asyncssh.Error, ConnectionError, RuntimeError):
+        while data := await reader.read(_PIPE_CHUNK):
+            writer.write(data)
+            await writer.drain()
+        writer.write_eof()

@@ -1,0 +1,108 @@
+"""The messages of JobWorkflow: its input, what its run sends it and hears from it, and its exchange with
+its fleet's scheduler (the replica's placement request, and the placement, refusal or queue position).
+
+One pydantic model in, one out (docs/README.md); the activities' own messages are in core.wire.messages.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from core.eventlog import Event
+from core.fleets.placement import PlacementRequest
+from core.status import JobStatus, JobTerminationReason
+from core.wire.agent_api import ClusterInfo, ContainerSpec, JobSpec, Resources
+from core.wire.messages import Message, RecordJob
+from core.wire.services import ServiceJob
+from core.wire.volumes import JobVolume
+
+
+class Enqueue(Message):
+    """A replica's placement request for its fleet, and the JobWorkflow of each of its nodes' jobs."""
+
+    request: PlacementRequest
+    notify: dict[str, str]  # job id (the job submission id) -> its JobWorkflow's id
+
+
+class JobInput(Message):
+    run_id: str
+    run_workflow_id: str
+    project: str
+    replica_num: int
+    job_num: int
+    submission_num: int
+    nodes_num: int
+    spec: JobSpec  # cluster_info is filled once the job is placed
+    resources: Resources  # what the job reserves on its instance
+    code_hash: str | None = None
+    stop_duration: int | None  # seconds between SIGTERM and SIGKILL when stopped; None: no grace, abort
+    priority: int = 0
+    first_submitted_at: float
+    fleet_workflow_id: str  # the scheduler that places it
+    request_id: str  # its replica's placement request
+    enqueue: Enqueue | None = None  # node 0 sends its replica's request; the other nodes wait for theirs
+    service: ServiceJob | None = None  # a service replica: registered in the proxies once its probes pass
+    authorized_keys: list[str] = Field(default_factory=list)  # who may SSH into the job (docs/attach.md)
+    container: ContainerSpec | None = None  # its image, when it runs as a container (docs/containers.md)
+    volumes: list[JobVolume] = Field(default_factory=list)  # docs/volumes.md
+
+
+class TerminateJob(Message):
+    """The run's request that a job stop: the reason it will end with, and whether to skip the grace."""
+
+    reason: JobTerminationReason
+    abort: bool = False
+    message: str | None = None
+
+
+class JobUpdate(Message):
+    """A job submission's news for its run, sent as a signal at each status change: its status, and what
+    the run stores for it (its eventlog is therefore part of the run's history)."""
+
+    replica_num: int
+    job_num: int
+    submission_num: int
+    timestamp: float
+    record: RecordJob
+    serving: str | None = None  # a service replica's state in the proxies, as its job last logged it
+
+    @property
+    def status(self) -> JobStatus:
+        return self.record.status
+
+    @property
+    def termination_reason(self) -> JobTerminationReason | None:
+        return self.record.termination_reason
+
+    @property
+    def exit_status(self) -> int | None:
+        return self.record.exit_status
+
+    @property
+    def instance(self) -> str | None:
+        return self.record.instance_name
+
+
+class JobDescription(Message):
+    job_submission_id: str
+    events: list[Event]
+
+
+class Placement(Message):
+    """Where a job runs: the instance (its agent is found by name in the worker) and the cluster's IPs."""
+
+    instance_name: str
+    cluster: ClusterInfo
+    shared: bool = False  # the instance may run other jobs beside this one (docs/containers.md#networks)
+
+
+class PlacementRefused(Message):
+    """The fleet can never place the job's replica: the job fails with FAILED_TO_START_DUE_TO_NO_CAPACITY."""
+
+    reason: str
+
+
+class Queued(Message):
+    """The job's replica waits in its fleet's queue for capacity."""
+
+    position: int

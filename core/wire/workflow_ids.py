@@ -1,0 +1,40 @@
+"""The names Ferry gives its workflows and its records: workflow ids, job submission ids, the local fleet.
+
+A workflow's id says what it runs (a run, one of its job submissions, a fleet, a schedule), so that a client
+finds it from names alone; the store and the agents use the same ids for the same things.
+"""
+
+from __future__ import annotations
+
+
+def run_workflow_id(project: str, run_name: str) -> str:
+    return f"ferry/{project}/{run_name}"
+
+
+def job_workflow_id(run_workflow: str, replica_num: int, job_num: int, submission_num: int) -> str:
+    return f"{run_workflow}/r{replica_num}/j{job_num}/s{submission_num}"
+
+
+def job_submission_id(run_id: str, replica_num: int, job_num: int, submission_num: int) -> str:
+    """The store's id of a job submission, also its task id on the agent (no slashes allowed there)."""
+    return f"{run_id}-r{replica_num}-j{job_num}-s{submission_num}"
+
+
+def placement_request_id(run_id: str, replica_num: int, submission_num: int) -> str:
+    """A replica's placement request (its gang) at one submission, as its fleet's scheduler knows it."""
+    return f"{run_id}-r{replica_num}-s{submission_num}"
+
+
+# The fleet of this machine's agent: every project has one, started on demand, with one instance.
+LOCAL_FLEET = "local"
+LOCAL_INSTANCE = "local"  # the local fleet's one instance: this machine (the worker's own agent)
+
+
+def fleet_workflow_id(project: str, fleet: str) -> str:
+    """The FleetWorkflow (the fleet's scheduler); run names never hold a slash, so no run clashes."""
+    return f"ferry/{project}/fleet/{fleet}"
+
+
+def schedule_id(run_workflow_id: str, run_id: str) -> str:
+    """A scheduled run's schedule: beside its workflow, named by its run id (names are reused)."""
+    return f"{run_workflow_id}/schedule/{run_id}"
