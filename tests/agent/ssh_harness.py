@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_harness import AgentProcess, start_job, wait_terminated
+import httpx
+from agent_harness import AgentProcess, eventually, free_port, start_job, wait_terminated
 
 from activities.agent_client import AgentClient, AgentError
 from core.wire.agent_api import ContainerSpec
@@ -142,3 +143,28 @@ async def jobs_on(client: AgentClient, agent: AgentProcess, key: UserKey) -> Asy
         yield jobs
     finally:
         await jobs.end_all()
+
+
+async def fetch(url: str) -> str | None:
+    """The body of a 200 answer from `url`; None for anything else."""
+    async with httpx.AsyncClient(trust_env=False, timeout=5) as http:
+        try:
+            response = await http.get(url)
+        except httpx.HTTPError:
+            return None
+    return response.text if response.status_code == 200 else None
+
+
+async def fetch_through_local_forward(target: Target, key: UserKey, job_port: int, path: str) -> str:
+    """`ssh -L` to the job's 127.0.0.1:`job_port`, then GET `path` through it (tried until it answers)."""
+    local_port = free_port()
+    forward = ["-N", "-o", "ExitOnForwardFailure=yes", "-L", f"{local_port}:127.0.0.1:{job_port}"]
+    tunnel = subprocess.Popen(target.ssh_argv(key, *forward), stdin=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{local_port}/{path}"
+        answer = await eventually(lambda: fetch(url), what=f"{url} through the tunnel")
+        assert answer is not None
+        return answer
+    finally:
+        tunnel.terminate()
+        tunnel.wait(SSH_TIMEOUT)

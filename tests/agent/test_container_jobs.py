@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ import httpx
 from agent_harness import (
     AgentProcess,
     eventually,
-    free_port,
     new_id,
     pull_all,
     start_agent,
@@ -23,7 +21,7 @@ from agent_harness import (
     wait_for_log,
     wait_terminated,
 )
-from ssh_harness import SSH_TIMEOUT, jobs_on, make_key, require_openssh
+from ssh_harness import fetch_through_local_forward, jobs_on, make_key, require_openssh
 
 from activities.agent_client import AgentClient, AgentError
 from core.status import JobStatus, JobTerminationReason
@@ -260,20 +258,4 @@ async def test_a_forward_reaches_the_loopback_of_a_bridged_container(
     async with container_agent.client() as client, jobs_on(client, container_agent, key) as jobs:
         target = await jobs.start(serve, network="bridge", container=ContainerSpec(image=IMAGE), shell="sh")
         await wait_for_log(client, target.task_id, b"serving")
-        local_port = free_port()
-        forward = ["-N", "-o", "ExitOnForwardFailure=yes", "-L", f"{local_port}:127.0.0.1:8000"]
-        tunnel = subprocess.Popen(target.ssh_argv(key, *forward), stdin=subprocess.DEVNULL)
-        try:
-            url = f"http://127.0.0.1:{local_port}/index.html"
-            assert await eventually(lambda: _fetch(url), what=f"{url} through the tunnel") == "boxed\n"
-        finally:
-            tunnel.terminate()
-            tunnel.wait(SSH_TIMEOUT)
-
-
-async def _fetch(url: str) -> str | None:
-    async with httpx.AsyncClient(trust_env=False, timeout=5) as http:
-        with contextlib.suppress(httpx.HTTPError):
-            response = await http.get(url)
-            return response.text if response.status_code == 200 else None
-    return None
+        assert await fetch_through_local_forward(target, key, 8000, "index.html") == "boxed\n"

@@ -4,17 +4,22 @@ only."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import pytest
-from agent_harness import AgentProcess, eventually, free_port, isolation_unavailable, wait_for_log
-from ssh_harness import SSH_TIMEOUT, Jobs, UserKey, jobs_on, make_key, require_openssh
+from agent_harness import AgentProcess, free_port, isolation_unavailable, wait_for_log
+from ssh_harness import (
+    Jobs,
+    UserKey,
+    fetch_through_local_forward,
+    jobs_on,
+    make_key,
+    require_openssh,
+)
 
 from activities.agent_client import AgentClient
 from agent.ssh_forwarding import NotLoopback, loopback_address
@@ -39,15 +44,6 @@ async def jobs(client: AgentClient, shared_agent: AgentProcess, tmp_path: Path) 
         yield started
 
 
-async def fetch(url: str) -> str | None:
-    async with httpx.AsyncClient(trust_env=False, timeout=5) as http:
-        try:
-            response = await http.get(url)
-        except httpx.HTTPError:
-            return None
-    return response.text if response.status_code == 200 else None
-
-
 async def test_a_local_forward_reaches_a_port_the_job_listens_on(
     jobs: Jobs, client: AgentClient, network: str
 ) -> None:
@@ -55,15 +51,8 @@ async def test_a_local_forward_reaches_a_port_the_job_listens_on(
     server = f"exec {sys.executable} -u -m http.server {job_port} --bind 127.0.0.1"
     target = await jobs.start(["echo 'served by the job' > index.html", server], network=network)
     await wait_for_log(client, target.task_id, b"Serving HTTP")
-    local_port = free_port()
-    forward = ["-N", "-o", "ExitOnForwardFailure=yes", "-L", f"{local_port}:127.0.0.1:{job_port}"]
-    tunnel = subprocess.Popen(target.ssh_argv(jobs.key, *forward), stdin=subprocess.DEVNULL)
-    try:
-        url = f"http://127.0.0.1:{local_port}/index.html"
-        assert await eventually(lambda: fetch(url), what=f"{url} through the tunnel") == "served by the job\n"
-    finally:
-        tunnel.terminate()
-        tunnel.wait(SSH_TIMEOUT)
+    answer = await fetch_through_local_forward(target, jobs.key, job_port, "index.html")
+    assert answer == "served by the job\n"
 
 
 @pytest.fixture
