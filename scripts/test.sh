@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 # System packages the integration tests use; installed only when missing (root on CI and dev machines).
 need=()
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+[ -x /usr/bin/python3 ] || need+=(python3)  # the distribution's Python: SSH test hosts, the test Python image (testbed/containers.py)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)  # tests/fleet: sshd hosts in network namespaces
 command -v sftp >/dev/null 2>&1 || need+=(openssh-client)  # ferry attach, tests/agent/test_ssh_*: ssh, scp, sftp
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
