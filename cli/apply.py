@@ -295,5 +295,5 @@ async def _submit(
     if outcome["detached"]:
         return INTERRUPTED_EXIT
     jobs = await asyncio.to_thread(api.store.list_job_submissions, final.id)
-    console.print(render.final_line(final, jobs), highlight=False, markup=False)
+    console.print(render.final_line(final, jobs), highlight=False, markup=False, soft_wrap=True)
     return 0 if final.status == RunStatus.DONE else 1

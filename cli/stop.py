@@ -38,6 +38,6 @@ async def _stop(ctx: Context, run: RunRecord, *, abort: bool) -> int:
         current = await asyncio.to_thread(api.store.get_run, run.id)
         if current is not None and RunStatus(current.status).is_finished():
             jobs = await asyncio.to_thread(api.store.list_job_submissions, run.id)
-            console.print(render.final_line(current, jobs), highlight=False, markup=False)
+            console.print(render.final_line(current, jobs), highlight=False, markup=False, soft_wrap=True)
             return 0
         await asyncio.sleep(POLL_INTERVAL)
