@@ -16,6 +16,7 @@ command -v podman >/dev/null 2>&1 || need+=(podman)  # tests/containers: the age
 [ -x /bin/busybox ] || need+=(busybox-static)  # testbed/containers.py: the test images
 command -v tmux >/dev/null 2>&1 || need+=(tmux)  # tests/e2e: ferry attach in a terminal
 command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)  # testbed/registry.py: real image pulls
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql)  # tests/store/test_store_postgres.py
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
