@@ -9,12 +9,15 @@ one as the complete file list of the distribution that owns a loaded file (dist-
 
 **Constraint:** the bundle carries compiled extensions (pydantic_core), so a host's interpreter must have
 the worker's `EXT_SUFFIX` (same Python minor version, implementation and platform, e.g.
-`.cpython-311-x86_64-linux-gnu.so`); the deployment checks it before anything is copied.
+`.cpython-311-x86_64-linux-gnu.so`); the deployment checks it before anything is copied. Any patch release
+of that version does (Debian 12's 3.11.2 for a 3.11.7 worker): what the bundle runs keeps to the oldest
+one's standard library (docs/fleets.md#what-a-host-needs).
 
 The tarball is deterministic (sorted names, fixed times and owners) and named by a hash of its contents,
 cached under FERRY_HOME/agent-bundles, so every worker with the same code and packages makes the same one
-and a host that already has it is sent nothing. The agent starts from `ferry_agent.py` at the bundle's root
-with `python3 -I -S`: neither the host's site-packages nor PYTHONPATH can shadow the bundle, and the bundle
+and a host that already has it is sent nothing. The agent starts from `ferry_agent.py` at the bundle's root,
+under `ferry_supervisor.py` (agent/supervisor.py, which starts it again when it dies), both with
+`python3 -I -S`: neither the host's site-packages nor PYTHONPATH can shadow the bundle, and the bundle
 stays out of the environment the agent gives its jobs.
 """
 
@@ -35,6 +38,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 LAUNCHER = "ferry_agent.py"
+SUPERVISOR = "ferry_supervisor.py"
 MANIFEST = "ferry_bundle.json"
 
 _LAUNCHER_SOURCE = b'''"""Starts the Ferry agent from this bundle, whatever the host's site-packages hold."""
@@ -45,6 +49,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent.main import main  # noqa: E402
 
 main()
+'''
+
+_SUPERVISOR_SOURCE = b'''"""Keeps the Ferry agent of this bundle running: agent/supervisor.py, stdlib only."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from agent.supervisor import main  # noqa: E402
+
+sys.exit(main())
 '''
 
 # Runs in a subprocess of the worker's interpreter: prints the files the agent's imports come from.
@@ -104,6 +118,7 @@ class AgentBundle:
     size: int  # bytes of the tarball
     files: int
     ext_suffix: str  # a host's interpreter must have this one
+    archive_sha256: str  # of the tarball: the host checks what it received
 
     @property
     def name(self) -> str:
@@ -141,7 +156,11 @@ def _extra_files() -> dict[str, bytes]:
     except PackageNotFoundError:
         ferry_version = "0+unknown"
     metadata = f"Metadata-Version: 2.1\nName: ferry\nVersion: {ferry_version}\n".encode()
-    return {LAUNCHER: _LAUNCHER_SOURCE, f"ferry-{ferry_version}.dist-info/METADATA": metadata}
+    return {
+        LAUNCHER: _LAUNCHER_SOURCE,
+        SUPERVISOR: _SUPERVISOR_SOURCE,
+        f"ferry-{ferry_version}.dist-info/METADATA": metadata,
+    }
 
 
 def _digest(contents: dict[str, tuple[bytes | Path, int]]) -> str:
@@ -193,117 +212,7 @@ def build_bundle(cache_dir: Path) -> AgentBundle:
         target = cache_dir / f"{digest[:20]}.tar.gz"
         if not target.exists():
             _write_tarball(contents, target)
-        bundle = AgentBundle(target, digest, target.stat().st_size, len(contents), ext_suffix)
+        archive_sha256 = hashlib.sha256(target.read_bytes()).hexdigest()
+        bundle = AgentBundle(target, digest, target.stat().st_size, len(contents), ext_suffix, archive_sha256)
         _built[cache_dir] = bundle
         return bundle
-
-
-# --- what runs on a host, with the host's interpreter, over SSH -----------------------------------------
-
-# Prints the interpreter's version and extension suffix; old enough Python to report a mismatch.
-VERSION_SCRIPT = (
-    "import sys, sysconfig; "
-    "print(sys.version_info[0], sys.version_info[1], sysconfig.get_config_var('EXT_SUFFIX'))"
-)
-
-NO_PYTHON, WRONG_PYTHON = 97, 98
-# `sh -c CHECK_THEN_RUN python version-script expected ensure-script args`: one exec that prints the
-# interpreter's version line and, only when it is the expected one, runs the ensure script with it.
-CHECK_THEN_RUN = (
-    f'v=$("$0" -c "$1") || exit {NO_PYTHON}; printf "%s\\n" "$v"; '
-    f'[ "$v" = "$2" ] || exit {WRONG_PYTHON}; exec "$0" -I -S -c "$3" "$4"'
-)
-
-# Makes sure the agent of a bundle runs under a remote dir, under a lock; one JSON line tells the worker:
-# {"status": "running", port, pid, token, reused, dir, home} | {"status": "need-bundle", "upload": path}
-# | {"status": "error", "log": tail} | {"status": "stopped"}.
-ENSURE_SCRIPT = r"""
-import fcntl, json, os, secrets, signal, socket, subprocess, sys, tarfile, time
-args = json.loads(sys.argv[1])
-base = os.path.abspath(os.path.expanduser(args["dir"]))
-bundles = os.path.join(base, "bundles")
-bundle = os.path.join(bundles, args["bundle"])
-state_path, token_path = os.path.join(base, "agent.json"), os.path.join(base, "token")
-os.makedirs(bundles, mode=0o700, exist_ok=True)
-
-def runs_from(pid, marker):
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            return marker.encode() in f.read()
-    except OSError:
-        return False
-
-def stop(pid):
-    if not runs_from(pid, bundles):
-        return
-    os.kill(pid, signal.SIGTERM)
-    for _ in range(100):
-        if not runs_from(pid, bundles):
-            return
-        time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
-
-def reply(**fields):
-    print(json.dumps(fields))
-    sys.exit(0)
-
-with open(os.path.join(base, "lock"), "w") as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
-        with open(state_path) as f:
-            state = json.load(f)
-    except (OSError, ValueError):
-        state = None
-    if args.get("stop"):
-        if state:
-            stop(state["pid"])
-            os.remove(state_path)
-        reply(status="stopped")
-    current = state and state["bundle"] == args["bundle"] and runs_from(state["pid"], bundle)
-    if current and not args["restart"]:
-        with open(token_path) as f:
-            reply(status="running", port=state["port"], pid=state["pid"], token=f.read().strip(), reused=True,
-                  dir=base, home=os.path.expanduser("~"))
-    if not os.path.isdir(bundle):
-        archive = bundle + ".tar.gz"
-        if not os.path.exists(archive):
-            reply(status="need-bundle", upload=archive)
-        unpacking = "%s.%d.tmp" % (bundle, os.getpid())
-        with tarfile.open(archive) as tar:
-            tar.extractall(unpacking)
-        os.rename(unpacking, bundle)
-        os.remove(archive)
-    if state:
-        stop(state["pid"])
-    token = secrets.token_urlsafe(32)
-    fd = os.open(token_path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token)
-    os.replace(token_path + ".new", token_path)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log_path = os.path.join(base, "agent.log")
-    command = [sys.executable, "-I", "-S", os.path.join(bundle, "ferry_agent.py"), "--port", str(port),
-               "--token-file", token_path, "--data-dir", os.path.join(base, "data"), "--log-level", "warning"]
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=base,
-                                start_new_session=True)
-    deadline = time.monotonic() + args["startup_timeout"]
-    while proc.poll() is None and time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    else:
-        if proc.poll() is None:
-            proc.kill()
-        with open(log_path, "rb") as f:
-            reply(status="error", log=f.read()[-2000:].decode(errors="replace"))
-    with open(state_path + ".new", "w") as f:
-        json.dump({"bundle": args["bundle"], "port": port, "pid": proc.pid}, f)
-    os.replace(state_path + ".new", state_path)
-    reply(status="running", port=port, pid=proc.pid, token=token, reused=False, dir=base,
-          home=os.path.expanduser("~"))
-"""

@@ -9,6 +9,7 @@ once (activities.agent_bundle). A new token (the agent restarted) makes a new cl
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from activities.agent_bundle import AgentBundle, build_bundle
@@ -18,6 +19,10 @@ from activities.ssh_host import SSHAgentHost, SSHDeployError
 from core.settings import Settings
 from core.wire.agent_api import InstanceInfo
 from core.wire.volumes import HostDirs
+
+_PROBE_TIMEOUT = 5.0  # seconds a probe of the host's supervisor may take: two interpreter starts over SSH
+_PROBE_EVERY = 2.0  # while an agent is being started again, its supervisor is asked again this often
+_RESTART_POLL = 0.2
 
 __all__ = [
     "DeployOptions",
@@ -83,12 +88,35 @@ class HostPool:
         return await self.client(name).instance_info()
 
     async def healthy(self, name: str, timeout: float = 3.0) -> bool:
-        """Whether the host's agent answers its healthcheck within `timeout` seconds."""
+        """Whether the host's agent answers its healthcheck within `timeout` seconds. An agent that died
+        and that its supervisor is starting again (agent/supervisor.py) is waited for, up to the options'
+        `startup_timeout`: the host is not lost, and neither are its jobs. A healthcheck that gets no answer
+        at all (a dead link, a hung agent) is not: the host is unhealthy, as soon as before."""
+        failure = await self._failure(name, timeout)
+        if failure is None:
+            return True
+        host = self._hosts.get(name)
+        if isinstance(failure, TimeoutError) or host is None or not host.connected or self._bundle is None:
+            return False
+        deadline = time.monotonic() + self.options.startup_timeout
+        probe_at = time.monotonic()
+        while time.monotonic() < deadline:
+            if time.monotonic() >= probe_at:
+                if not await host.restarting(self._bundle, max(timeout, _PROBE_TIMEOUT)):
+                    return await self._failure(name, timeout) is None  # ready again, or no restart at all
+                probe_at = time.monotonic() + _PROBE_EVERY
+            if await self._failure(name, timeout) is None:
+                return True
+            await asyncio.sleep(_RESTART_POLL)
+        return False
+
+    async def _failure(self, name: str, timeout: float) -> Exception | None:
+        """Why the host's agent did not answer its healthcheck within `timeout` seconds; None if it did."""
         try:
             await asyncio.wait_for(self.client(name).healthcheck(), timeout)
-        except Exception:
-            return False
-        return True
+        except Exception as exc:
+            return exc
+        return None
 
     async def stop(self, target: SSHTarget) -> None:
         """Stop the target's agent, if one runs there (no deployment first), and forget the host."""

@@ -86,6 +86,7 @@ class DeployedAgent(BaseModel):
     url: str = Field(description="the local end of the tunnel")
     remote_dir: str
     remote_port: int
-    pid: int
+    pid: int = Field(description="the agent's; 0 while its supervisor starts it again")
+    supervisor_pid: int = Field(description="agent/supervisor.py's, which keeps the agent running")
     bundle: str
     reused: bool

@@ -2,14 +2,17 @@
 the tunnel through which the worker reaches that agent; and the errors of deploying it.
 
 `SSHAgentHost.deploy(bundle)` connects (key-only auth, through `proxy_jump` when set), checks the host's
-`python3` (it must have the worker's Python minor version and platform: the agent bundle carries compiled
-packages, see activities.agent_bundle), sends the bundle over SFTP unless the host has it, and starts the
-agent detached, bound to 127.0.0.1 on a free port with a fresh token (mode 600) under `remote_dir`. An
-agent of the same bundle already running there is kept, with its token: redeploying is idempotent.
+`python3` (it must have the worker's Python minor version and platform, any patch release: the agent
+bundle carries compiled packages, see activities.agent_bundle), sends the bundle as an exec's stdin unless
+the host has it (no SFTP subsystem needed), and starts the agent detached under its supervisor
+(agent/supervisor.py, which starts it again whenever it dies), bound to 127.0.0.1 on a free port with a
+fresh token (mode 600) under `remote_dir`. An agent of the same bundle already supervised there is kept,
+with its token: redeploying is idempotent. What runs on the host is activities/host_scripts.py.
 
 On a host, `remote_dir` holds `bundles/<bundle>/` (unpacked once per bundle), `data/` (the agent's
 tasks and logs, and the named volumes' directories: docs/volumes.md), `token` (0600), `agent.json`
-(bundle, port and pid of the running agent), `agent.log` and a `lock` that serialises deployments from
+(bundle, port and the supervisor's pid), `supervisor.json` (the running agent's pid, whether it is ready),
+`agent.log` (the agent's and its supervisor's output) and a `lock` that serialises deployments from
 several workers.
 
 The worker reaches the agent through a local port of its own (`client` is an AgentClient on
@@ -36,15 +39,16 @@ from typing import Any
 
 import asyncssh
 
-from activities.agent_bundle import (
+from activities.agent_bundle import AgentBundle
+from activities.agent_client import AgentClient
+from activities.host_scripts import (
     CHECK_THEN_RUN,
     ENSURE_SCRIPT,
     NO_PYTHON,
+    RECEIVE,
     VERSION_SCRIPT,
     WRONG_PYTHON,
-    AgentBundle,
 )
-from activities.agent_client import AgentClient
 from activities.ssh_config import DeployedAgent, DeployOptions, SSHEndpoint, SSHTarget
 from core.wire.volumes import HostDirs
 
@@ -61,6 +65,17 @@ class SSHUnreachable(SSHDeployError):
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())[:500]
+
+
+_SUPERVISOR_SAYS = re.compile(r"^.* ferry-supervisor\[\d+\]: ")
+
+
+def _start_failure(log: str) -> str:
+    """What an agent that did not start said last (a traceback's last line), else its supervisor's words."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    said = [line for line in lines if not _SUPERVISOR_SAYS.match(line)]
+    last = (said or lines or ["it left no log"])[-1]
+    return _one_line(_SUPERVISOR_SAYS.sub("", last))
 
 
 class SSHAgentHost:
@@ -150,12 +165,17 @@ class SSHAgentHost:
                 conn.abort()
         self._conn = self._jump = None
 
-    async def _run(self, command: list[str], what: str) -> asyncssh.SSHCompletedProcess:
+    async def _run(
+        self, command: list[str], what: str, stdin: Path | None = None, timeout: float | None = None
+    ) -> asyncssh.SSHCompletedProcess:
         conn = await self.connection()
+        limit = self.options.startup_timeout + 30 if timeout is None else timeout
         try:
-            return await conn.run(shlex.join(command), check=False, timeout=self.options.startup_timeout + 30)
+            redirect: dict[str, Any] = {} if stdin is None else {"stdin": stdin, "encoding": None}
+            return await conn.run(shlex.join(command), check=False, timeout=limit, **redirect)
         except (OSError, asyncssh.Error, TimeoutError) as exc:
-            raise SSHUnreachable(f"{self.target.name}: {what} failed: {_one_line(str(exc))}") from exc
+            reason = _one_line(str(exc)) or type(exc).__name__
+            raise SSHUnreachable(f"{self.target.name}: {what} failed: {reason}") from exc
 
     # --- deploying -----------------------------------------------------------------------------------------
 
@@ -169,21 +189,28 @@ class SSHAgentHost:
         theirs, ours = f"{found.group(1)}.{found.group(2)}", ".".join(expected.split()[:2])
         raise SSHDeployError(
             f"{self.target.name}: {python} on the host is Python {theirs} ({found.group(3)}), but the agent "
-            f"needs Python {ours} ({expected.split()[2]}) as on the worker: install it or set `python`"
+            f"needs Python {ours} ({expected.split()[2]}), the worker's: install it there, or point "
+            "FERRY_SSH_PYTHON to it"
         )
 
-    async def _ensure(self, bundle: AgentBundle, restart: bool = False, stop: bool = False) -> dict[str, Any]:
-        """One exec: the interpreter checked, then ENSURE_SCRIPT run with it; its JSON reply."""
+    async def _ensure(
+        self, bundle: AgentBundle, timeout: float | None = None, **flags: bool
+    ) -> dict[str, Any]:
+        """One exec: the interpreter checked, then ENSURE_SCRIPT run with it (activities/host_scripts.py);
+        its JSON reply. `flags`: restart, stop, probe."""
         args = {
             "dir": self.remote_dir,
             "bundle": bundle.name,
-            "restart": restart,
-            "stop": stop,
+            "archive_sha256": bundle.archive_sha256,
+            "restart": False,
+            **flags,
             "startup_timeout": self.options.startup_timeout,
         }
         expected = f"{sys.version_info[0]} {sys.version_info[1]} {sysconfig.get_config_var('EXT_SUFFIX')}"
         command = ["sh", "-c", CHECK_THEN_RUN, self.options.python, VERSION_SCRIPT, expected]
-        done = await self._run([*command, ENSURE_SCRIPT, json.dumps(args)], "starting the agent")
+        done = await self._run(
+            [*command, ENSURE_SCRIPT, json.dumps(args)], "starting the agent", None, timeout
+        )
         if done.exit_status in (NO_PYTHON, WRONG_PYTHON):
             self._refuse_python(done, expected)
         lines = str(done.stdout or "").strip().splitlines()
@@ -193,20 +220,29 @@ class SSHAgentHost:
             detail = _one_line(str(done.stderr or done.stdout or "")) or f"exit status {done.exit_status}"
             raise SSHDeployError(f"{self.target.name}: starting the agent failed: {detail}") from None
         if reply["status"] == "error":
-            raise SSHDeployError(f"{self.target.name}: the agent did not start: {_one_line(reply['log'])}")
+            if reply.get("damaged"):
+                raise SSHDeployError(f"{self.target.name}: {reply['log']}")
+            raise SSHDeployError(
+                f"{self.target.name}: the agent cannot start with {self.options.python} on the host: "
+                f"{_start_failure(reply['log'])}"
+            )
         return reply
 
     async def _upload(self, bundle: AgentBundle, remote_path: str) -> None:
-        conn = await self.connection()
-        partial = f"{remote_path}.part"
+        """The bundle as the stdin of one exec: no SFTP subsystem needed."""
+        done = await self._run(["sh", "-c", RECEIVE, remote_path], "sending the agent", stdin=bundle.path)
+        if done.exit_status != 0:
+            said = done.stderr.decode(errors="replace") if isinstance(done.stderr, bytes) else ""
+            detail = _one_line(said) or f"exit status {done.exit_status}"
+            raise SSHDeployError(f"{self.target.name}: sending the agent failed: {detail}")
+
+    async def restarting(self, bundle: AgentBundle, timeout: float) -> bool:
+        """Whether the agent's supervisor is starting it again on the host (it had died): not lost."""
         try:
-            async with conn.start_sftp_client() as sftp:
-                await sftp.put(str(bundle.path), partial)
-                await sftp.posix_rename(partial, remote_path)
-        except (OSError, asyncssh.Error) as exc:
-            raise SSHDeployError(
-                f"{self.target.name}: sending the agent failed: {_one_line(str(exc))}"
-            ) from exc
+            reply = await asyncio.wait_for(self._ensure(bundle, timeout, probe=True), timeout)
+        except (SSHDeployError, TimeoutError):
+            return False
+        return reply["status"] == "restarting"
 
     async def deploy(self, bundle: AgentBundle, restart: bool = False) -> tuple[DeployedAgent, bool]:
         """The host's agent for `bundle`, running and answering; True when its client changed."""
@@ -214,10 +250,10 @@ class SSHAgentHost:
             return await self._deploy(bundle, restart)
 
     async def _deploy(self, bundle: AgentBundle, restart: bool) -> tuple[DeployedAgent, bool]:
-        reply = await self._ensure(bundle, restart)
+        reply = await self._ensure(bundle, restart=restart)
         if reply["status"] == "need-bundle":
             await self._upload(bundle, reply["upload"])
-            reply = await self._ensure(bundle, restart)
+            reply = await self._ensure(bundle, restart=restart)
         if reply["status"] != "running":
             raise SSHDeployError(f"{self.target.name}: the agent did not start: {reply}")
         await self._serve()
@@ -245,6 +281,7 @@ class SSHAgentHost:
             remote_dir=self.remote_dir,
             remote_port=self._remote_port,
             pid=int(reply["pid"]),
+            supervisor_pid=int(reply["supervisor"]),
             bundle=bundle.name,
             reused=bool(reply["reused"]),
         )

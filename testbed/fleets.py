@@ -135,13 +135,20 @@ async def until(what: str, probe: Any, limit: float = WAIT) -> Any:
 
 @asynccontextmanager
 async def cluster_on(
-    network: HostNetwork, address: str, ferry_home: Path, workdir: Path, bundle_cache: Path, repo: Path
+    network: HostNetwork,
+    address: str,
+    ferry_home: Path,
+    workdir: Path,
+    bundle_cache: Path,
+    repo: Path,
+    **option_changes: object,
 ) -> AsyncIterator[Cluster]:
-    """A worker (with its own SSH pool) on a task queue of its own; the fleet is deleted at the end."""
+    """A worker (with its own SSH pool, `option_changes` to its DeployOptions) on a task queue of its own;
+    the fleet is deleted at the end."""
     settings = Settings.from_env({"FERRY_HOME": str(ferry_home)})
     store = open_store(settings.database_url)
     client = await connect(address)
-    options = deploy_options(workdir, bundle_cache)
+    options = deploy_options(workdir, bundle_cache, **option_changes)
     instances = local_instances(settings, options)
     queue = f"fleet-{uuid.uuid4().hex[:8]}"
     api = FerryAPI(client, store, project=queue, task_queue=queue)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -19,10 +18,15 @@ from testbed.netns import HostNetwork
 T = TypeVar("T")
 
 
+# The hosts' interpreter is the distribution's own (Debian 12's 3.11.2 here; scripts/test.sh installs
+# it), not the worker's: a host runs the agent on the Python it ships (docs/fleets.md#ssh-fleets).
+DISTRIBUTION_PYTHON = "/usr/bin/python3"
+
+
 def host_python() -> str:
-    """The interpreter behind the worker's virtualenv: a bare 3.11 the hosts (sharing our disk) can run."""
-    python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    return str(python if python.exists() else Path(sys.executable).resolve())
+    """The hosts' `python3`: the distribution's, run bare (the worker's virtualenv may be made from it).
+    Where it is missing, deploying says so: `cannot run /usr/bin/python3 on the host`."""
+    return DISTRIBUTION_PYTHON
 
 
 def deploy_options(workdir: Path, bundle_cache: Path, **changes: object) -> DeployOptions:

@@ -3,7 +3,8 @@
 `HostNetwork(n, workdir).up()` makes a switch namespace with a bridge, one namespace per host wired to it
 by a veth pair (10.203.X.11.., X picked free), and a veth from the root namespace (10.203.X.1), so only
 this machine reaches the hosts. Each host runs `sshd -D` under `unshare --uts` with its own hostname,
-key-only root login with an ed25519 key made for the run, TCP forwarding and internal SFTP. Namespaces
+key-only root login with an ed25519 key made for the run, TCP forwarding and internal SFTP (none with
+`sftp=False`: a deployment must not need it, docs/fleets.md#ssh-fleets). Namespaces
 and interfaces are named after the test process (`ft<pid>-...`), so parallel runs do not meet, and `up()`
 first removes what a crashed earlier run left behind. `down()` removes everything it made.
 
@@ -104,9 +105,10 @@ class Host:
 
 
 class HostNetwork:
-    def __init__(self, count: int, workdir: Path) -> None:
+    def __init__(self, count: int, workdir: Path, sftp: bool = True) -> None:
         self.tag = f"{_PREFIX}{os.getpid()}"
         self.workdir = workdir
+        self.sftp = sftp
         self.key = workdir / "id_ed25519"
         self.switch = f"{self.tag}-sw"
         self.root_link = f"{self.tag}r"
@@ -182,7 +184,7 @@ class HostNetwork:
             f"PidFile {home / 'sshd.pid'}\nAuthorizedKeysFile {self.workdir / 'authorized_keys'}\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
             "UsePAM no\nStrictModes no\nAllowTcpForwarding yes\nUseDNS no\nPrintMotd no\n"
-            "Subsystem sftp internal-sftp\nMaxStartups 50\nMaxSessions 50\n"
+            f"{'Subsystem sftp internal-sftp' if self.sftp else ''}\nMaxStartups 50\nMaxSessions 50\n"
             f"SetEnv HOME={home / 'home'}\n"
         )
         script = f"hostname {host.hostname} && exec {SSHD} -D -e -f {config}"

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import tarfile
 from pathlib import Path
 
-from activities.agent_bundle import LAUNCHER, MANIFEST, AgentBundle, build_bundle
+from activities.agent_bundle import LAUNCHER, MANIFEST, SUPERVISOR, AgentBundle, build_bundle
 from activities.ssh import SSHEndpoint, ssh_targets
 from core.configuration.fleet import FleetConfiguration
+from testbed.helpers import host_python
 
 
 def test_the_bundle_holds_the_agent_and_its_imports_and_nothing_of_the_worker(bundle: AgentBundle) -> None:
@@ -15,7 +18,7 @@ def test_the_bundle_holds_the_agent_and_its_imports_and_nothing_of_the_worker(bu
         names = set(tar.getnames())
         members = tar.getmembers()
     tops = {name.split("/")[0] for name in names}
-    assert {"agent/main.py", "core/wire/agent_api.py", LAUNCHER, MANIFEST} <= names
+    assert {"agent/main.py", "core/wire/agent_api.py", LAUNCHER, SUPERVISOR, MANIFEST} <= names
     assert {
         "fastapi",
         "starlette",
@@ -37,6 +40,37 @@ def test_the_bundle_holds_the_agent_and_its_imports_and_nothing_of_the_worker(bu
     assert not any("__pycache__" in name or name.endswith(".pyc") for name in names)
     assert all(member.mtime == 0 and member.uid == 0 for member in members)
     assert bundle.files == len(names) and bundle.size == bundle.path.stat().st_size
+
+
+_IMPORT_ALL = """
+import importlib, json, pkgutil, sys
+sys.path.insert(0, sys.argv[1])
+failed, count = {}, 0
+for info in pkgutil.walk_packages(importlib.import_module("agent").__path__, "agent."):
+    count += 1
+    try:
+        importlib.import_module(info.name)
+    except Exception as exc:
+        failed[info.name] = "%s: %s" % (type(exc).__name__, exc)
+print(json.dumps({"count": count, "failed": failed, "version": list(sys.version_info[:3])}))
+"""
+
+
+def test_every_agent_module_imports_from_the_bundle_on_the_distributions_python(
+    bundle: AgentBundle, tmp_path: Path
+) -> None:
+    """As a host runs it (`-I -S`: nothing but the bundle and the standard library), on Debian's 3.11.2
+    rather than the worker's interpreter: an API newer than the host's Python fails here."""
+    with tarfile.open(bundle.path) as tar:
+        tar.extractall(tmp_path, filter="data")
+    done = subprocess.run(
+        [host_python(), "-I", "-S", "-c", _IMPORT_ALL, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = json.loads(done.stdout)
+    assert found["failed"] == {} and found["count"] >= 30, found
 
 
 def test_the_same_code_and_packages_make_the_same_bundle(bundle: AgentBundle, tmp_path: Path) -> None:

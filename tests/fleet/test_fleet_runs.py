@@ -1,11 +1,14 @@
 """Runs on an SSH fleet of three real `sshd` hosts in network namespaces: a real dev server, a worker with
-its SSH pool, the agents deployed over SFTP, the fleet's scheduler. Multi-node placement and addresses,
-priority under contention, gangs, a host lost and one that comes back; at the end of each test every
-instance is idle (no capacity leaked) and the fleet is deleted. The host-loss test kills a host for good,
-so it comes last."""
+its SSH pool, the agents deployed over SSH on the distribution's Python, the fleet's scheduler.
+Multi-node placement and addresses, priority under contention, gangs, a host's agent killed, a host lost
+and one that comes back; at the end of each test every instance is idle (no capacity leaked) and the
+fleet is deleted. The host-loss test kills a host for good, so it comes last."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -177,6 +180,38 @@ async def test_fleet_list_reapply_and_a_worker_that_finds_hosts_in_the_store(clu
         assert (await client.healthcheck()).service == AGENT_SERVICE_NAME
     finally:
         await other.aclose()
+
+
+async def test_a_hosts_agent_killed_mid_job_is_started_again_and_the_job_ends_done(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The agent on the job's host is SIGKILLed: its supervisor starts it again (agent/supervisor.py), the
+    worker reaches it through the same tunnel, the host is not lost, and the job, which kept running, ends
+    DONE with its whole log, in its first submission."""
+    await cluster.apply()
+    record = await cluster.submit(task([*waiter(tmp_path, "go"), "echo after"]), "outlives-its-agent")
+    await until("the job to print", lambda: b"go on " in cluster.api.logs(record)[0])
+    job = cluster.job(record)
+    assert job is not None
+    address = cluster.address_of(job.instance_name)
+    state_file = Path(cluster.options.remote_dir.format(hostname=address)) / "supervisor.json"
+    killed = json.loads(state_file.read_text())
+    os.kill(killed["pid"], signal.SIGKILL)
+    await until("the agent to be started again", lambda: _started_again(state_file, killed["pid"]))
+    (tmp_path / "go").touch()
+    final = await cluster.finished(record)
+    assert (final.status, final.termination_reason) == (RunStatus.DONE, RunTerminationReason.ALL_JOBS_DONE)
+    [done] = cluster.jobs(final)
+    assert (done.submission_num, done.status, done.exit_status) == (0, JobStatus.DONE, 0)
+    host = next(h.hostname for h in cluster.network.hosts if h.address == address)
+    assert cluster.api.logs(final)[0] == f"go on {host}\nafter\n".encode()
+    described = await cluster.check_idle()
+    assert all(i.status == InstanceStatus.READY for i in described.instances)
+
+
+def _started_again(state_file: Path, killed: int) -> bool:
+    state = json.loads(state_file.read_text())
+    return bool(state["ready"]) and state["pid"] not in (0, killed)
 
 
 async def test_a_lost_host_fails_its_job_which_runs_again_elsewhere(cluster: Cluster, tmp_path: Path) -> None:

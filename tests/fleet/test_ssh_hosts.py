@@ -99,12 +99,31 @@ async def test_redeploying_keeps_the_running_agent_and_its_client(
     assert first.reused and again.reused and again.pid == first.pid and pool.client("fleet-2") is before
 
 
-async def test_an_agent_that_died_is_started_again_with_a_new_token(
-    pool: HostPool, network: HostNetwork, workdir: Path
+async def test_a_killed_agent_is_started_again_by_its_supervisor_and_reached_as_before(
+    pool: HostPool, network: HostNetwork
+) -> None:
+    """agent/supervisor.py: the same port and token, so the worker's client works again unchanged."""
+    seen: list[tuple[str, AgentClient]] = []
+    pool.on_client = lambda name, client: seen.append((name, client))
+    client = pool.client("fleet-2")
+    old = await pool.deploy(target(network, 2))
+    os.kill(old.pid, signal.SIGKILL)
+    assert await pool.healthy("fleet-2", timeout=1)  # it waits for the agent being started again
+    again = await pool.deploy(target(network, 2))
+    assert again.reused and again.pid not in (0, old.pid) and again.supervisor_pid == old.supervisor_pid
+    assert pool.client("fleet-2") is client and seen == []
+    log, exit_status = await run_job(client, ["hostname"])
+    assert (log.strip(), exit_status) == (network.host(2).hostname, 0)
+    pool.on_client = None
+
+
+async def test_an_agent_whose_supervisor_died_too_is_started_again_with_a_new_token(
+    pool: HostPool, network: HostNetwork
 ) -> None:
     seen: list[tuple[str, AgentClient]] = []
     pool.on_client = lambda name, client: seen.append((name, client))
     old = await pool.deploy(target(network, 2))
+    os.kill(old.supervisor_pid, signal.SIGKILL)
     os.kill(old.pid, signal.SIGKILL)
     assert not await pool.healthy("fleet-2", timeout=3)
     new = await pool.deploy(target(network, 2))
@@ -157,36 +176,6 @@ async def test_a_host_reached_through_a_jump_host(
         await jumped.remove("via-1", stop_agent=True)
     finally:
         await jumped.aclose()
-
-
-async def test_a_host_python_of_another_version_is_refused_in_one_line(
-    network: HostNetwork, workdir: Path, bundle_cache: Path
-) -> None:
-    fake = workdir / "python3.9"
-    fake.write_text("#!/bin/sh\necho '3 9 .cpython-39-x86_64-linux-gnu.so'\n")
-    fake.chmod(0o755)
-    refused = HostPool(
-        deploy_options(workdir, bundle_cache, python=str(fake), remote_dir=str(workdir / "refused"))
-    )
-    try:
-        with pytest.raises(SSHDeployError) as error:
-            await refused.deploy(target(network, 1, name="old-python"))
-    finally:
-        await refused.aclose()
-    message = str(error.value)
-    assert "\n" not in message and "Python 3.9" in message and "needs Python 3.11" in message
-    assert not (workdir / "refused").exists()
-
-
-async def test_a_host_without_that_python_is_refused_in_one_line(
-    network: HostNetwork, workdir: Path, bundle_cache: Path
-) -> None:
-    refused = HostPool(deploy_options(workdir, bundle_cache, python="/nonexistent/python3"))
-    try:
-        with pytest.raises(SSHDeployError, match=r"cannot run /nonexistent/python3 on the host"):
-            await refused.deploy(target(network, 1, name="no-python"))
-    finally:
-        await refused.aclose()
 
 
 async def test_host_keys_are_checked_against_known_hosts(network: HostNetwork, workdir: Path) -> None:
