@@ -3,25 +3,30 @@
 Every call raises `AgentUnreachable` when the agent cannot be reached in time (the lifecycle maps it to
 INSTANCE_UNREACHABLE) and `AgentError` with the status code and the agent's message when it answers
 with an error.
+
+A client given `relocate` (the local agent's, worker.local_agent) asks where the agent is after a
+connection failure: a restarted agent may listen elsewhere (docs/jobs.md#a-restarted-agent). When that
+finds a restarted (or moved) agent, a request is sent to it once more if it is safe to: it never
+reached the old one (no connection), or it only reads (GET). Others are left to the caller's retry.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
+import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
-from urllib.parse import urlencode, urlsplit
 
 import websockets
 from pydantic import BaseModel
 from websockets.exceptions import ConnectionClosedError, InvalidStatus
 
+from activities.http1 import ConnectFailed, Http1Client, Response, TransportError
 from core.status import JobTerminationReason
 from core.wire.agent_api import (
     CODE_HASH_PARAM,
@@ -38,6 +43,20 @@ from core.wire.agent_api import (
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
+
+@dataclass(frozen=True)
+class AgentAddress:
+    """Where an agent is: its base URL and token, and what tells it from an earlier agent there (the local
+    agent's pid)."""
+
+    url: str
+    token: str
+    incarnation: int = 0
+
+
+Relocate = Callable[[], Awaitable[AgentAddress]]
+
+_log = logging.getLogger(__name__)
 # The agent closes a log stream with these codes to say what an HTTP call would have said.
 _WS_CLOSE_TO_STATUS = {4400: 400, 4401: 401, 4404: 404}
 
@@ -56,13 +75,25 @@ class AgentUnreachable(Exception):
 
 
 class AgentClient:
-    def __init__(self, base_url: str, token: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self, base_url: str, token: str, timeout: float = 30.0, relocate: Relocate | None = None
+    ) -> None:
+        self._timeout = timeout
+        self._relocate = relocate
+        self._relocating = asyncio.Lock()
+        self._address: AgentAddress | None = None  # as `relocate` last found it
+        self._found = 0  # how many agents (or addresses) it has found: a request's own is the one then
+        self._looked_at = float("-inf")  # when its last look began
+        self._closed = False
+        self._connect(base_url, token)
+
+    def _connect(self, base_url: str, token: str) -> None:
         self.base_url = base_url.rstrip("/")
         self._token = token
-        self._timeout = timeout
-        self._http = Http1Client(self.base_url, {"Authorization": f"Bearer {token}"}, timeout)
+        self._http = Http1Client(self.base_url, {"Authorization": f"Bearer {token}"}, self._timeout)
 
     async def aclose(self) -> None:
+        self._closed = True
         await self._http.aclose()
 
     async def __aenter__(self) -> AgentClient:
@@ -74,13 +105,49 @@ class AgentClient:
         await self.aclose()
 
     async def _request(self, method: str, path: str, model: type[ModelT], **kwargs: Any) -> ModelT:
+        found = self._found
         try:
             response = await self._http.request(method, path, **kwargs)
         except TransportError as exc:
-            raise AgentUnreachable(f"agent at {self.base_url} unreachable: {exc}") from exc
+            unreachable = AgentUnreachable(f"agent at {self.base_url} unreachable: {exc}")
+            await self._follow(time.monotonic())
+            if not (self._found != found and (isinstance(exc, ConnectFailed) or method == "GET")):
+                raise unreachable from exc
+            try:  # safe to send again (see the module's doc), to the agent found
+                response = await self._http.request(method, path, **kwargs)
+            except TransportError as again:
+                raise AgentUnreachable(f"agent at {self.base_url} unreachable: {again}") from again
         if response.status_code >= 400:
             raise AgentError(response.status_code, _error_message(response))
         return model.model_validate_json(response.content)
+
+    async def _follow(self, failed_at: float) -> None:
+        """After a connection failure at `failed_at`: where the agent is now, if this client can ask
+        (`relocate`). One look at a time, and none where a look begun since answers already (a thousand
+        watches failing at once, one look)."""
+        if self._relocate is None or self._closed:
+            return
+        async with self._relocating:
+            if self._looked_at >= failed_at:
+                return
+            self._looked_at = time.monotonic()
+            try:
+                found = await self._relocate()
+            except Exception as err:  # neither found nor started: the caller hears it is unreachable
+                _log.warning("the agent of %s is not found again: %s", self.base_url, err)
+                self._looked_at = time.monotonic()  # the failures meanwhile are answered: not now
+                return
+            if found != self._address:
+                self._address, self._found = found, self._found + 1
+                await self._move_to(found)
+
+    async def _move_to(self, found: AgentAddress) -> None:
+        """Later requests go to `found` (requests in flight end on the connections they have)."""
+        if (found.url.rstrip("/"), found.token) == (self.base_url, self._token) or self._closed:
+            return
+        previous = self._http
+        self._connect(found.url, found.token)
+        await previous.aclose()
 
     # --- shim role -------------------------------------------------------------------------------------
 
@@ -169,7 +236,9 @@ class AgentClient:
         except InvalidStatus as exc:
             raise AgentError(exc.response.status_code, f"log stream refused: {exc}") from exc
         except (OSError, TimeoutError) as exc:
-            raise AgentUnreachable(f"agent at {self.base_url} unreachable: {exc!r}") from exc
+            unreachable = AgentUnreachable(f"agent at {self.base_url} unreachable: {exc!r}")
+            await self._follow(time.monotonic())  # the caller's next stream goes where the agent is now
+            raise unreachable from exc
 
 
 def _json_body(model: BaseModel) -> dict[str, Any]:
@@ -183,211 +252,3 @@ def _error_message(response: Response) -> str:
         return response.text or response.reason_phrase
     detail = body.get("detail") if isinstance(body, dict) else body
     return detail if isinstance(detail, str) else str(detail)
-
-
-# --- HTTP/1.1 ---------------------------------------------------------------------------------------------
-#
-# The worker talks to each agent over plain HTTP, on loopback or through an SSH tunnel, and it does so a
-# great deal: every step of every job, and every watch. httpx spent about 1 ms of CPU per request there,
-# 15 times what this does (`python -m bench.run --profile` shows it), and made concurrent requests queue
-# for one of 100 connections, so that one watch per running job could time out waiting for a connection.
-# This speaks just the HTTP/1.1 the agent's server (uvicorn) speaks: requests with a Content-Length body;
-# responses with a Content-Length or chunked body; keep-alive unless told otherwise. Timeouts are per
-# step, as httpx's were: connecting, sending, and each wait for response bytes may take `timeout` seconds.
-
-_READ_CHUNK = 1 << 20
-# uvicorn closes a connection after 5 s idle: one idle longer than this is not reused (it may be closing).
-_IDLE_REUSE = 4.0
-_MAX_IDLE = 4096
-
-
-class TransportError(Exception):
-    """The server could not be reached, broke the connection, or was too slow."""
-
-
-@dataclass
-class Response:
-    status_code: int
-    reason_phrase: str
-    headers: dict[str, str]
-    content: bytes
-
-    @property
-    def text(self) -> str:
-        return self.content.decode(errors="replace")
-
-
-@dataclass
-class _Connection:
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    idle_since: float = 0.0
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
-
-
-# What a broken, refused, slow or garbled exchange raises (OSError covers resets and refusals).
-_BROKEN = (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
-
-
-class _Stale(Exception):
-    """A reused connection ended before any byte of the response: the server had closed it."""
-
-
-class Http1Client:
-    def __init__(self, base_url: str, headers: Mapping[str, str], timeout: float) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme != "http" or parts.hostname is None:
-            raise ValueError(f"not a plain http URL: {base_url!r}")
-        self.host = parts.hostname
-        self.port = parts.port or 80
-        self.prefix = parts.path.rstrip("/")
-        self.timeout = timeout
-        host = f"{self.host}:{self.port}" if ":" not in self.host else f"[{self.host}]:{self.port}"
-        fixed = {"Host": host, **headers}
-        self._head = "".join(f"{name}: {value}\r\n" for name, value in fixed.items())
-        self._idle: list[_Connection] = []
-        self._closed = False
-
-    async def aclose(self) -> None:
-        self._closed = True
-        idle, self._idle = self._idle, []
-        for connection in idle:
-            connection.close()
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, object] | None = None,
-        content: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> Response:
-        if self._closed:
-            raise RuntimeError("the client has been closed")
-        target = self.prefix + path + (f"?{urlencode(params)}" if params else "")
-        head = f"{method} {target} HTTP/1.1\r\n{self._head}"
-        for name, value in (headers or {}).items():
-            head += f"{name}: {value}\r\n"
-        if content is not None or method not in ("GET", "HEAD", "DELETE"):
-            head += f"Content-Length: {len(content or b'')}\r\n"
-        message = (head + "\r\n").encode("latin-1") + (content or b"")
-        limit = self.timeout if timeout is None else timeout
-        while True:
-            connection, reused = self._take()
-            if connection is None:
-                connection = await self._open(limit)
-            try:
-                response, keep = await self._exchange(connection, message, limit, reused)
-            except _Stale:
-                connection.close()
-                continue  # the request never reached the server: send it on a new connection
-            except BaseException:
-                connection.close()
-                raise
-            if keep and not self._closed and len(self._idle) < _MAX_IDLE:
-                connection.idle_since = time.monotonic()
-                self._idle.append(connection)
-            else:
-                connection.close()
-            return response
-
-    def _take(self) -> tuple[_Connection | None, bool]:
-        now = time.monotonic()
-        while self._idle:
-            connection = self._idle.pop()
-            if now - connection.idle_since < _IDLE_REUSE and not connection.reader.at_eof():
-                return connection, True
-            connection.close()
-        return None, False
-
-    async def _open(self, timeout: float) -> _Connection:
-        try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, limit=1 << 17), timeout
-            )
-        except (OSError, TimeoutError) as err:
-            raise TransportError(f"cannot connect to {self.host}:{self.port}: {err!r}") from err
-        return _Connection(reader, writer)
-
-    async def _exchange(
-        self, connection: _Connection, message: bytes, timeout: float, reused: bool
-    ) -> tuple[Response, bool]:
-        reader, writer = connection.reader, connection.writer
-        try:
-            try:
-                writer.write(message)
-                async with asyncio.timeout(timeout):
-                    await writer.drain()
-                async with asyncio.timeout(timeout):
-                    status_line = await reader.readuntil(b"\r\n")
-            except (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError) as err:
-                if reused and not getattr(err, "partial", b""):
-                    raise _Stale() from err
-                raise
-            async with asyncio.timeout(timeout):
-                header_block = await reader.readuntil(b"\r\n\r\n")
-            version, _, rest = status_line.decode("latin-1").rstrip("\r\n").partition(" ")
-            code, _, reason = rest.partition(" ")
-            headers: dict[str, str] = {}
-            for line in header_block.decode("latin-1").split("\r\n"):
-                name, sep, value = line.partition(":")
-                if sep:
-                    headers[name.strip().lower()] = value.strip()
-            if headers.get("transfer-encoding", "").lower() == "chunked":
-                body = await self._read_chunked(reader, timeout)
-            elif "content-length" in headers:
-                body = await self._read_exactly(reader, int(headers["content-length"]), timeout)
-            else:  # the body runs to the end of the connection
-                body = await self._read_to_end(reader, timeout)
-                headers["connection"] = "close"
-        except (
-            OSError,
-            TimeoutError,
-            asyncio.IncompleteReadError,
-            asyncio.LimitOverrunError,
-            ValueError,
-        ) as err:
-            raise TransportError(f"{self.host}:{self.port}: {err!r}") from err
-        connection_header = headers.get("connection", "").lower()
-        keep = connection_header != "close" and (version == "HTTP/1.1" or connection_header == "keep-alive")
-        return Response(int(code), reason, headers, body), keep
-
-    async def _read_exactly(self, reader: asyncio.StreamReader, size: int, timeout: float) -> bytes:
-        parts: list[bytes] = []
-        while size > 0:
-            async with asyncio.timeout(timeout):
-                part = await reader.read(min(size, _READ_CHUNK))
-            if not part:
-                raise asyncio.IncompleteReadError(b"".join(parts), size)
-            parts.append(part)
-            size -= len(part)
-        return b"".join(parts)
-
-    async def _read_chunked(self, reader: asyncio.StreamReader, timeout: float) -> bytes:
-        parts: list[bytes] = []
-        while True:
-            async with asyncio.timeout(timeout):
-                size_line = await reader.readuntil(b"\r\n")
-            size = int(size_line.split(b";", 1)[0].strip(), 16)
-            if size == 0:
-                async with asyncio.timeout(timeout):  # trailers, if any, then the empty line
-                    while await reader.readuntil(b"\r\n") != b"\r\n":
-                        pass
-                return b"".join(parts)
-            parts.append(await self._read_exactly(reader, size, timeout))
-            async with asyncio.timeout(timeout):
-                await reader.readexactly(2)
-
-    async def _read_to_end(self, reader: asyncio.StreamReader, timeout: float) -> bytes:
-        parts: list[bytes] = []
-        while True:
-            async with asyncio.timeout(timeout):
-                part = await reader.read(_READ_CHUNK)
-            if not part:
-                return b"".join(parts)
-            parts.append(part)

@@ -104,6 +104,11 @@ def foreground() -> int:
         typer.echo("Ctrl-C stops it.", err=True)
         while not done.wait(_WATCH_INTERVAL):
             dead = [p for p in stack.status().processes if not p.alive]
+            if [p.name for p in dead] == ["agent"]:
+                # Its jobs outlive it, and it re-adopts them: started again (docs/jobs.md#a-restarted-agent).
+                typer.echo(f"ferry server: the agent exited (see {dead[0].log}); starting it again", err=True)
+                stack.start()
+                continue
             if dead:
                 typer.echo(
                     f"ferry server: the {dead[0].name} exited (see {dead[0].log}); stopping the stack",

@@ -13,7 +13,6 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from activities.agent_client import AgentClient
 from activities.fleet import FleetActivities, InstanceResolver
 from activities.instances import LOCAL_INSTANCE, InstanceDirectory
 from activities.jobs import JobActivities
@@ -27,7 +26,7 @@ from activities.volumes import VolumeActivities
 from core.settings import TASK_QUEUE, Settings
 from core.wire.volumes import HostDirs
 from store import Store, open_store
-from worker.local_agent import agent_data_dir, ensure_local_agent
+from worker.local_agent import agent_data_dir, local_agent_client
 from worker.temporal import connect_from_settings
 from workflows.cycle import CycleWorkflow
 from workflows.fleet import FleetWorkflow
@@ -91,9 +90,9 @@ def ssh_options(settings: Settings) -> DeployOptions:
 
 def local_instances(settings: Settings, ssh: DeployOptions | None = None) -> InstanceDirectory:
     """The local agent (started if none runs), and the pool SSH fleets' hosts join (one per worker)."""
-    agent = ensure_local_agent(settings.home)
     instances = InstanceDirectory()
-    instances.add(LOCAL_INSTANCE, AgentClient(agent.url, agent.token, timeout=AGENT_REQUEST_TIMEOUT))
+    # It follows the agent through restarts (docs/jobs.md#a-restarted-agent).
+    instances.add(LOCAL_INSTANCE, local_agent_client(settings.home, timeout=AGENT_REQUEST_TIMEOUT))
     # The local agent runs as this user, started by a worker or the stack with this environment.
     home = os.path.expanduser("~")
     instances.set_dirs(LOCAL_INSTANCE, HostDirs(home=home, data_dir=str(agent_data_dir(settings.home))))

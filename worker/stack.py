@@ -7,9 +7,10 @@ the command) and returns the dev server's address. `ferry server` runs the same 
 
 Files under FERRY_HOME/stack: stack.json (ports and pids), temporal.pid, worker.pid, proxy.pid,
 worker.ready and proxy.ready (each the process's pid, written once it polls or listens), temporal.db (the
-dev server's SQLite), *.log. The agent keeps its
-own files under FERRY_HOME/agent (worker.local_agent). Everything under FERRY_HOME is private to the user
-(directories 0700, files 0600): checked, and fixed where it is not, whenever the stack is started.
+dev server's SQLite), *.log. The agent keeps its own files under FERRY_HOME/agent (worker.local_agent);
+one that died is started again by the next `start`, or by the worker as soon as it needs it, and its jobs
+go on (docs/jobs.md#a-restarted-agent). Everything under FERRY_HOME is private to the user (directories
+0700, files 0600): checked, and fixed where it is not, whenever the stack is started.
 Light to import: no Temporal SDK at module level.
 """
 

@@ -10,7 +10,8 @@ from datetime import timedelta
 from temporalio.common import RetryPolicy
 
 # Effects that talk to an agent or the store retry quickly and without end: a worker restart or a busy
-# agent must not cost seconds, and the activity's timeout (or the job's stop) bounds them.
+# agent must not cost seconds, and the activity's timeout (or the job's stop) bounds them. An agent's
+# error on a job's start ends them after a few attempts (activities/jobs.py, docs/jobs.md#agent-errors).
 QUICK = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=2))
 
 # One-off requests whose failure the caller handles (stop a task, clean or stop an instance): three tries.
