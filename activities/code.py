@@ -7,12 +7,16 @@ addresses it in the store and an unchanged repo is stored once.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import os
+import re
 import tarfile
 from pathlib import Path
 
 import pathspec
+
+from core.configuration.code_sources import FileMapping, RepoSpec, code_path, code_repo
 
 ALWAYS_IGNORED = [".git/", ".venv/", "__pycache__/", "*.pyc"]
 # The repo goes with every run into the store: a configuration file in a big directory (a home, /tmp)
@@ -57,12 +61,52 @@ def repo_files(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def pack_repo(root: Path) -> bytes:
+def repo_id(root: Path) -> str:
+    """The code's name in the job's `FERRY_REPO_ID`/`DSTACK_REPO_ID`: its directory's name, made a slug, and a
+    short hash of where it is on the user's machine (two `app` directories differ), as dstack names one."""
+    slug = re.sub(r"[^a-z0-9]+", "-", root.name.lower()).strip("-") or "repo"
+    return f"{slug[:40]}-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}"
+
+
+class MissingCodeSource(ValueError):
+    """A repo or a file the configuration names is not on this machine."""
+
+
+def code_sources(
+    config_dir: Path, repos: list[RepoSpec], files: list[FileMapping], working_dir: str | None
+) -> tuple[Path, list[tuple[Path, str]]]:
+    """The directory sent as the job's code, and the files added to it (each at its path in the code), as
+    the configuration's `repos` and `files` ask (docs/runs.md#code); what Ferry cannot place is left out
+    (the warning line names it). MissingCodeSource for a local path that is not there."""
+    local = code_repo(repos)
+    root = (config_dir / local).resolve() if local is not None else config_dir
+    if not root.is_dir():
+        raise MissingCodeSource(f"repos: {local}: no such directory ({root})")
+    extra = []
+    for mapping in files:
+        target = code_path(mapping, working_dir)
+        source = (config_dir / Path(mapping.local_path).expanduser()).resolve()
+        if target is None:
+            continue
+        if not source.exists():
+            raise MissingCodeSource(f"files: {mapping.local_path}: no such file or directory ({source})")
+        extra.append((source, target))
+    return root, extra
+
+
+def pack_repo(root: Path, extra: list[tuple[Path, str]] | None = None) -> bytes:
+    """The archive of `root`'s files, and of each `extra` file or directory at its path (over `root`'s)."""
+    entries = {rel.as_posix(): root / rel for rel in repo_files(root)}
+    for source, target in extra or []:
+        if source.is_dir():
+            entries.update({f"{target}/{rel.as_posix()}": source / rel for rel in repo_files(source)})
+        else:
+            entries[target] = source
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
-        for rel in repo_files(root):
-            path = root / rel
-            info = tarfile.TarInfo(rel.as_posix())
+        for name in sorted(entries):
+            path = entries[name]
+            info = tarfile.TarInfo(name)
             info.size = path.stat().st_size
             info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
             with path.open("rb") as handle:

@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.agent_client import AgentClient, AgentError, AgentUnreachable
 from activities.instances import InstanceDirectory
+from activities.secrets import SecretFiller
 from core.jobs.transitions import published_ports
 from core.status import JobTerminationReason
 from core.wire import activity_names as names
@@ -46,6 +47,10 @@ _PREPARING_POLL = 0.25
 _PULL_LIMIT = 4 * 1024 * 1024
 HTTP_CONFLICT = 409
 HTTP_NOT_FOUND = 404
+# An agent that answers a step of a job's start with an error is asked this many times in all (Temporal's
+# attempts), then the job fails with the agent's message (docs/jobs.md#agent-errors): a refusal seldom
+# changes, and a job must never wait on one for ever.
+AGENT_ERROR_ATTEMPTS = 3
 # The job workflow gives its steps a heartbeat timeout of 10 s (the watch 20 s): a lost worker is
 # noticed, and a stop that cancels a step is heard, within that.
 _HEARTBEAT_EVERY = 1.0
@@ -54,6 +59,14 @@ _HEARTBEAT_EVERY = 1.0
 def _reason_error(reason: JobTerminationReason, message: str, *, retry: bool = False) -> ApplicationError:
     """An activity failure the job workflow turns into a termination with `reason`."""
     return ApplicationError(message, type=reason.name, non_retryable=not retry)
+
+
+def _refused(err: AgentError, instance: str, what: str) -> ApplicationError:
+    """The agent's error on a step, as EXECUTOR_ERROR with its message: retried until the last attempt."""
+    message = " ".join(err.message.split()) or f"status {err.status_code}"
+    last = activity.info().attempt >= AGENT_ERROR_ATTEMPTS
+    note = f"the agent on {instance} refused {what}: {message}"
+    return _reason_error(JobTerminationReason.EXECUTOR_ERROR, note, retry=not last)
 
 
 @dataclass
@@ -110,6 +123,7 @@ class JobActivities:
     def __init__(self, instances: InstanceDirectory, store: Store) -> None:
         self._instances = instances
         self._store = store
+        self._secrets = SecretFiller(store)  # filled in here, at the last moment (docs/secrets.md)
 
     @activity.defn(name=names.PREPARE_TASK)
     async def prepare_task(self, request: PrepareTask) -> None:
@@ -124,18 +138,19 @@ class JobActivities:
             network=request.network,
             authorized_keys=request.authorized_keys,
             volumes=await self._mounts(request),
-            container=request.container,
+            container=await self._secrets.container(request.job_submission_id, request.container),
         )
-        try:
-            async with heartbeating():
-                await client.submit_task(submit)
-        except AgentError as err:
-            if err.status_code == HTTP_CONFLICT:
-                # Not enough free right now: the retry policy tries again, the job stays provisioning.
-                raise ApplicationError(
-                    f"waiting for capacity: {err.message}", type="WaitingForCapacity"
-                ) from err
-            raise
+        with self._secrets.masking():
+            try:
+                async with heartbeating():
+                    await client.submit_task(submit)
+            except AgentError as err:
+                if err.status_code == HTTP_CONFLICT:
+                    # Not enough free right now: the retry policy tries again, the job stays provisioning.
+                    raise ApplicationError(
+                        f"waiting for capacity: {err.message}", type="WaitingForCapacity"
+                    ) from err
+                raise _refused(err, request.instance_name, "the task") from err
 
     async def _mounts(self, request: PrepareTask) -> list[VolumeMount]:
         """The job's volumes at their paths on its instance (docs/volumes.md)."""
@@ -150,29 +165,37 @@ class JobActivities:
         ports its container published on other host ports, if any (`published_ports`)."""
         progress = Progress()
         async with heartbeating(progress):
-            return await self._start_job(request, progress)
+            with self._secrets.masking():
+                return await self._start_job(request, progress)
 
     async def _start_job(self, request: StartJob, progress: Progress) -> str | None:
         client = await self._instances.resolve(request.instance_name)
-        task = await client.get_task(request.job_submission_id)
-        if not task.job_submitted:
-            await client.submit_job(request.job_submission_id, request.spec)
-        if request.code_hash is not None and task.code_hash is None:
-            archive = await asyncio.to_thread(self._store.get_code, request.code_hash)
-            if archive is None:
-                raise _reason_error(
-                    JobTerminationReason.EXECUTOR_ERROR, f"code {request.code_hash} not in store"
-                )
-            await client.upload_code(
-                request.job_submission_id, archive, request.code_hash.removeprefix("sha256:")
-            )
-        if task.started_at is None:
-            task = await client.run(request.job_submission_id)
-        # An image pull may outlast one answer of `run`: the job is started once it is not preparing.
-        while task.status == TaskStatus.PREPARING:
-            progress.line = task.progress
-            await asyncio.sleep(_PREPARING_POLL)
-            task = await client.get_task(request.job_submission_id)
+        job_id, step = request.job_submission_id, "the job's start"
+        try:
+            task = await client.get_task(job_id)
+            if task.status == TaskStatus.TERMINATED:
+                return None  # ended before its start (its agent restarted, say): the watch tells why
+            if not task.job_submitted:
+                step = "the job's spec"
+                await client.submit_job(job_id, await self._secrets.spec(job_id, request.spec))
+            if request.code_hash is not None and task.code_hash is None:
+                archive = await asyncio.to_thread(self._store.get_code, request.code_hash)
+                if archive is None:
+                    raise _reason_error(
+                        JobTerminationReason.EXECUTOR_ERROR, f"code {request.code_hash} not in store"
+                    )
+                step = "the job's code"
+                await client.upload_code(job_id, archive, request.code_hash.removeprefix("sha256:"))
+            step = "the job's start"
+            if task.started_at is None:
+                task = await client.run(job_id)
+            # An image pull may outlast one answer of `run`: the job is started once it is not preparing.
+            while task.status == TaskStatus.PREPARING:
+                progress.line = task.progress
+                await asyncio.sleep(_PREPARING_POLL)
+                task = await client.get_task(job_id)
+        except AgentError as err:
+            raise _refused(err, request.instance_name, step) from err
         return published_ports(task.ports)
 
     @activity.defn(name=names.WATCH_JOB)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from agent.code import CodeArchiveError, extract_archive, receive_archive
 from agent.executors import Executor
+from agent.executors.environment import write_mpi_hostfile
 from agent.logs import OffsetOutOfRange, log_size, read_log
 from agent.records import TaskPaths, TaskRecord, load_job_spec, save_job_spec
 from agent.tasks import BadTaskRequest, TaskConflict, TaskRegistry
@@ -75,6 +76,7 @@ def _prepare(
     if paths.code_archive.exists():
         extract_archive(paths.code_archive, paths.workdir)
         paths.code_archive.unlink()
+    write_mpi_hostfile(paths.mpi_hostfile, spec.cluster_info)  # before a container's binds are made
     # A container gets its volumes as bind mounts; host processes see them through links.
     links = link_volumes(record.volumes, paths.workdir) if record.container is None else []
     try:
@@ -120,7 +122,7 @@ async def _prepare_and_start(registry: TaskRegistry, record: TaskRecord) -> None
     except VolumeError as exc:
         registry.finalize(record, JobTerminationReason.VOLUME_ERROR, str(exc), exit_status=None)
         return
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # whatever fails, the job fails with it rather than stay PREPARING for ever
         message = f"could not prepare the job: {exc}"
         registry.finalize(record, JobTerminationReason.EXECUTOR_ERROR, message, exit_status=None)
         return
@@ -135,7 +137,7 @@ async def _prepare_and_start(registry: TaskRegistry, record: TaskRecord) -> None
             handle = await asyncio.to_thread(executor.start, paths, record, spec, cwd, bool(registry.gpus))
         else:
             handle = executor.start(paths, record, spec, cwd, host_has_gpus=bool(registry.gpus))
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # likewise: a job that cannot start has failed
         message = f"could not start the job: {exc}"
         registry.finalize(record, JobTerminationReason.EXECUTOR_ERROR, message, exit_status=None)
         return

@@ -1,7 +1,8 @@
 """A task's state on disk, under `<data_dir>/tasks/<id>/`, written atomically at every transition.
 
-The job spec lives beside the record (mode 0600: it carries secrets) and is read only to start the job,
-so that a running task costs the agent little more than its record.
+The job spec lives beside the record (mode 0600) and is read only to start the job, so that a running task
+costs the agent little more than its record. Neither holds a secret's value: agent.secret_memory keeps
+them in memory only (docs/secrets.md).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, PrivateAttr
 
+from agent import secret_memory
 from core.status import JobTerminationReason
 from core.wire.agent_api import (
     ContainerSpec,
@@ -156,6 +158,10 @@ class TaskPaths:
     def workdir(self) -> Path:
         return self.root / "workdir"
 
+    @property
+    def mpi_hostfile(self) -> Path:
+        return self.root / "mpi_hostfile"
+
 
 def write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write a temporary file and rename it over `path`: readers see the old or the new content, whole."""
@@ -169,6 +175,9 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
 
 
 def save_record(paths: TaskPaths, record: TaskRecord) -> None:
+    written = secret_memory.written_container(paths.root, record.container)
+    if written is not record.container:
+        record = record.model_copy(update={"container": written})
     write_atomically(paths.record, record.model_dump_json().encode())
 
 
@@ -177,8 +186,9 @@ def load_record(paths: TaskPaths) -> TaskRecord:
 
 
 def save_job_spec(paths: TaskPaths, spec: JobSpec) -> None:
-    write_atomically(paths.job_spec, spec.model_dump_json().encode(), mode=0o600)
+    written = secret_memory.written_spec(paths.root, spec)
+    write_atomically(paths.job_spec, written.model_dump_json().encode(), mode=0o600)
 
 
 def load_job_spec(paths: TaskPaths) -> JobSpec:
-    return JobSpec.model_validate_json(paths.job_spec.read_bytes())
+    return secret_memory.read_spec(paths.root, JobSpec.model_validate_json(paths.job_spec.read_bytes()))

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agent import network, task_network
+from agent import network, secret_memory, task_network
 from agent.containers.engine import EngineFinder
 from agent.executors import Executors, JobHandle
 from agent.instance import HostCapacity
@@ -128,6 +128,10 @@ class TaskRegistry:
                 self.executors.container.connect()  # its engine, before its container is looked for
             if record.status != TaskStatus.TERMINATED:
                 self.ledger.restore(record.id, record.resources, record.gpu_indices)
+            pending = record.status == TaskStatus.PENDING
+            if pending and secret_memory.lost(paths.root, record.container, paths.job_spec):
+                self.finalize(record, JobTerminationReason.EXECUTOR_ERROR, secret_memory.LOST, None)
+                continue
             pending_isolated = record.status == TaskStatus.PENDING and record.netns is not None
             if pending_isolated and task_network.restore(record, self.paths(record.id).record):
                 self.save(record)  # its namespace was made again, at another address
@@ -158,7 +162,7 @@ class TaskRegistry:
         if existing is not None:
             # Idempotent for a retry of the same request; a different one under the same id is a
             # mistake the caller must hear of, not a task silently other than the one it asked for.
-            if _as_submitted(existing) != request:
+            if not secret_memory.same_request(_as_submitted(existing), request):
                 raise TaskConflict(f"task {request.id!r} already exists with a different request")
             return existing.to_info()  # the same id never starts a second task
         try:
@@ -311,6 +315,8 @@ class TaskRegistry:
     ) -> None:
         if kill_strays:
             self.executors.for_task(record).kill_strays(record)
+        message = secret_memory.masked(self.paths(record.id).root, message)
+        secret_memory.forget(self.paths(record.id).root)  # the job has ended: nothing needs them now
         now = time.time()
         record.status = TaskStatus.TERMINATED
         record.termination_reason = reason

@@ -36,6 +36,7 @@ from core.configuration import RunConfiguration, TaskConfiguration, parse_config
 from core.run_types import configurator_for
 from core.status import JobStatus, RunStatus
 from store import JobSubmissionRecord, LogChunkRecord, RunRecord, Store, open_store
+from store.keys import load_keys
 from worker.stack import Stack, StackStatus
 from worker.temporal import connect
 
@@ -152,7 +153,7 @@ class FerrySide:
         return None
 
     async def connect(self) -> None:
-        self._client = await connect(self.address)
+        self._client = await connect(self.address, keys=load_keys(self.env))  # the stack's key, in its home
         self._store = await asyncio.to_thread(open_store, f"sqlite:///{self.home / 'ferry.db'}")
 
     @property

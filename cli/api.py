@@ -12,9 +12,10 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from activities.code import RepoTooLarge, pack_repo
+from activities.code import MissingCodeSource, RepoTooLarge, code_sources, pack_repo, repo_id
 from cli.errors import FerryError, RunActive, RunNotFound
 from cli.fleet_api import FleetAPI, choose_fleet
+from cli.secret_api import check_secrets
 from cli.tasks import task_run
 from cli.volume_api import run_volumes
 from core.configuration import RunConfiguration
@@ -78,6 +79,7 @@ class FerryAPI:
         from core.configuration.loading import ensure_runnable  # here: YAML stays out of `ferry ps`
 
         ensure_runnable(configuration, f"run {name}")  # refused before anything is stored or started
+        await self.check_secrets([configuration], f"run {name}")
         await self._ensure_name_free(name)
         try:
             # `env` as applied, and each `${{ env.NAME }}` filled in (core.configuration.interpolation)
@@ -89,7 +91,7 @@ class FerryAPI:
         fleet = on or await choose_fleet(self.store, self.project, configuration)
         if fleet == LOCAL_FLEET:
             await self.fleets().ensure_local()
-        code_hash = await self._store_code(repo_dir)
+        code_hash, code_name = await self._store_code(repo_dir, configuration)
         now = time.time()
         record = await self._put_record(
             name,
@@ -107,6 +109,7 @@ class FerryAPI:
             user=record.user,
             configuration=configuration,
             code_hash=code_hash,
+            repo_id=code_name,
             submitted_at=now,
             fleet=fleet,
             dependencies=dependencies,
@@ -130,6 +133,9 @@ class FerryAPI:
         name = run_name or pipeline.name or generated_name()
         for index, task in enumerate(pipeline.tasks, start=1):
             ensure_runnable(task, f"run {name} task {index}")
+            if task.repos or task.files:  # one code directory for every task (docs/pipelines.md)
+                raise FerryError(f"run {name} task {index}: pipeline tasks take no `repos` or `files` yet")
+        await self.check_secrets(list(pipeline.tasks), f"run {name}")
         await self._ensure_name_free(name)
         try:
             tasks = [task.with_environment(dict(os.environ)) for task in pipeline.tasks]
@@ -142,7 +148,7 @@ class FerryAPI:
             volume_instances.update(instances)
         if LOCAL_FLEET in fleets:
             await self.fleets().ensure_local()
-        code_hash = await self._store_code(repo_dir)
+        code_hash, code_name = await self._store_code(repo_dir)
         now = time.time()
         data = pipeline.model_copy(update={"tasks": tasks}).model_dump_json()
         record = await self._put_record(name, user, PIPELINE_TYPE, data, code_hash, now)
@@ -155,11 +161,17 @@ class FerryAPI:
             fleets=fleets,
             volume_instances=volume_instances,
             code_hash=code_hash,
+            repo_id=code_name,
             submitted_at=now,
             authorized_keys=self.authorized_keys,
         )
         await self._start(PipelineWorkflow.run, inp, record, pipeline_search_attributes(inp))
         return record
+
+    async def check_secrets(self, configurations: list[RunConfiguration], what: str) -> None:
+        """FerryError naming each secret the configurations refer to that the project has not set
+        (docs/secrets.md): said before anything is stored or started."""
+        await asyncio.to_thread(check_secrets, self.store, self.project, list(configurations), what)
 
     async def _ensure_name_free(self, name: str) -> None:
         active = await asyncio.to_thread(self.store.find_run, self.project, name)
@@ -206,12 +218,21 @@ class FerryAPI:
             search_attributes=attributes,
         )
 
-    async def _store_code(self, repo_dir: Path) -> str:
+    async def _store_code(
+        self, repo_dir: Path, configuration: RunConfiguration | None = None
+    ) -> tuple[str, str]:
+        """The job's code in the store: `repo_dir` (the configuration file's directory), or the repo and
+        files the configuration names (docs/runs.md#code); its hash, and its name (repo_id)."""
         try:
-            archive = await asyncio.to_thread(pack_repo, repo_dir)
-        except RepoTooLarge as err:
+            root, extra = repo_dir, list[tuple[Path, str]]()
+            if configuration is not None:
+                root, extra = code_sources(
+                    repo_dir, configuration.repos, configuration.files, configuration.working_dir
+                )
+            archive = await asyncio.to_thread(pack_repo, root, extra)
+        except (RepoTooLarge, MissingCodeSource) as err:
             raise FerryError(str(err)) from None  # the user's to fix: said as it is, nothing submitted
-        return await asyncio.to_thread(self.store.put_code, archive)
+        return await asyncio.to_thread(self.store.put_code, archive), repo_id(root)
 
     def pipeline_task(self, record: RunRecord, task: int | None) -> RunRecord:
         """A pipeline's task run (cli.tasks.task_run)."""
@@ -269,6 +290,7 @@ class FerryAPI:
         (its next cycles); the store's record gets the new configuration, which the proxies read (auth,
         strip_prefix, model)."""
         record = await self.get_run(run_name)
+        await self.check_secrets([configuration], f"run {run_name}")
         request = DeployRequest(configuration=configuration)
         reply = await self._handle(record).execute_update(RunWorkflow.deploy, request)
         if reply.refused is None and reply.changed:

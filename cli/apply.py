@@ -22,6 +22,7 @@ from core.configuration import (
     FleetConfiguration,
     RunConfiguration,
     ServiceConfiguration,
+    TaskConfiguration,
     VolumeConfiguration,
 )
 from core.configuration.durations import format_duration
@@ -39,7 +40,14 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def apply(
-    file: str, *, yes: bool, detach: bool, name: str | None, env: list[str], after: list[str] | None = None
+    file: str,
+    *,
+    yes: bool,
+    detach: bool,
+    name: str | None,
+    env: list[str],
+    after: list[str] | None = None,
+    run_args: list[str] | None = None,
 ) -> int:
     """The command's body; its exit code: 0 only if the run ended DONE (or was submitted, with -d)."""
     ctx = Context.from_env()
@@ -48,6 +56,12 @@ def apply(
     warning = loaded.warning()
     if warning:
         typer.echo(warning, err=True)
+    takes_args = not isinstance(loaded, LoadedPipeline) and isinstance(
+        loaded.configuration, TaskConfiguration | ServiceConfiguration
+    )
+    if run_args and not takes_args:
+        # ${{ run.args }} is a task's or a service's (core.configuration.interpolation).
+        raise CommandError(f"{file}: only a task or a service takes arguments after --", USAGE_EXIT)
     if isinstance(loaded, LoadedPipeline):
         from cli.pipelines import apply_pipeline
 
@@ -62,6 +76,7 @@ def apply(
 
         return apply_volume(loaded, yes=yes, name=name)
     configuration = with_overrides(configuration, name=name, env=env, after=after or [])
+    configuration = configuration.with_run_args(run_args or [])  # shown resolved in the plan too
     console = render.console(stderr=True)
     console.print(plan_table(ctx, file, configuration))
     if not confirm("Submit the run?", yes=yes):
@@ -239,6 +254,7 @@ async def _submit(
     name = configuration.name
     if name is not None:
         await asyncio.to_thread(api.resolve_dependencies, name, configuration)  # a cycle: refused first
+        await api.check_secrets([configuration], f"run {name}")  # before an active run is stopped
         active = await asyncio.to_thread(api.store.find_run, ctx.project, name)
         if active is not None and RunStatus(active.status).is_active():
             rolled = await _deploy_in_place(api, active, configuration, console, yes=yes)

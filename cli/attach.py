@@ -37,8 +37,9 @@ from cli.ssh_hosts import (
 )
 from cli.tasks import run_jobs, task_run
 from cli.user_keys import user_key
-from core.configuration import FleetConfiguration, parse_configuration
+from core.configuration import FleetConfiguration, VolumeConfiguration, parse_configuration
 from core.configuration.fields import PortMapping
+from core.run_types import configurator_for
 from core.status import JobStatus, RunStatus
 from core.wire.messages import SSHEndpoint
 from core.wire.workflow_ids import LOCAL_FLEET, job_workflow_id
@@ -143,7 +144,10 @@ async def attach(
     await asyncio.to_thread(note_attached, home, alias, endpoint.user, working_dir)  # `ferry ps`'s link
     attached = Attached(alias=alias, config=config, forwards={}, working_dir=working_dir)
     conf = parse_configuration(record.configuration_data())
-    ports: list[PortMapping] = [] if isinstance(conf, FleetConfiguration) else getattr(conf, "ports", [])
+    ports: list[PortMapping] = []
+    if not isinstance(conf, FleetConfiguration | VolumeConfiguration):
+        # The job's own: a node group's ports are those of its nodes (docs/runs.md#node-groups).
+        ports = getattr(configurator_for(conf).for_node(job).configuration, "ports", [])
     if ports:
         attached.forwards = {
             _free_local_port(p.local_port or p.container_port): p.container_port for p in ports

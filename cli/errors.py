@@ -180,6 +180,10 @@ def describe(err: BaseException) -> str:
 
     if isinstance(err, StackError):
         return f"cannot start the embedded stack: {err}"
+    from store.keys import SealError
+
+    if isinstance(err, SealError):  # Ferry's key (docs/secrets.md): what is wrong with it, as it is
+        return str(err)
     text = " ".join(str(err).split())
     if isinstance(err, OSError) and err.strerror:
         name = f" {err.filename}" if err.filename else ""

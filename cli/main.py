@@ -15,6 +15,7 @@ import typer
 from cli.errors import FerryGroup, one_line_errors
 from cli.fleet import fleet_app
 from cli.schedules import schedule_app
+from cli.secret import secret_app
 from cli.volume import volume_app
 from core.status import RunStatus
 
@@ -87,6 +88,7 @@ app.add_typer(server_app, name="server")
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(volume_app, name="volume")
+app.add_typer(secret_app, name="secret")
 
 RUN = typer.Argument(..., metavar="RUN", help="The run's name (or id).", show_default=False)
 REPLICA = typer.Option(None, "--replica", help="Only this replica.", show_default=False)
@@ -159,6 +161,12 @@ def apply(
         help="Start once run NAME is done (or: finished, failed, started); repeatable.",
         show_default=False,
     ),
+    run_args: list[str] = typer.Argument(
+        None,
+        metavar="[-- ARGS]",
+        help="Arguments for ${{ run.args }} in the commands, after --.",
+        show_default=False,
+    ),
 ) -> None:
     """Run a configuration: validate, show the plan, submit, then show the run's logs until it finishes.
 
@@ -166,7 +174,10 @@ def apply(
     """
     from cli.apply import apply as apply_
 
-    raise typer.Exit(apply_(file, yes=yes, detach=detach, name=name, env=env or [], after=after or []))
+    code = apply_(
+        file, yes=yes, detach=detach, name=name, env=env or [], after=after or [], run_args=run_args or []
+    )
+    raise typer.Exit(code)
 
 
 @app.command()

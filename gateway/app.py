@@ -29,6 +29,7 @@ from gateway.request_stats import RequestStats
 from gateway.services_api import ServicesApi
 from gateway.tokens import TokenChecker
 from store.repository import Store
+from worker.codec_server import CodecEndpoint
 
 # The largest body read whole (a model request's JSON, to find its `model`); others stream at any size.
 MAX_READ_BODY = 64 * 1024 * 1024
@@ -62,6 +63,7 @@ class Gateway:
         app.router.add_get("/healthz", _healthz)
         self._services.add_routes(app.router)
         self._models.add_routes(app.router)
+        CodecEndpoint().add_routes(app.router)  # the Web UI's decoder of sealed payloads (docs/secrets.md)
         app.cleanup_ctx.append(self._running)
         app.on_shutdown.append(self._shutting_down)
         return app

@@ -1,5 +1,5 @@
 """The store's tables: runs, job submissions, eventlogs, log chunks, code archives, fleets, instances and
-volumes (and the services', below).
+volumes (and the services', below), and the projects' secrets, sealed.
 
 Every table has a migration in `store/migrations/versions`; a test checks that the two agree.
 There are no foreign keys on purpose: workers write records in whatever order their activities
@@ -255,3 +255,20 @@ class UserRecord(SQLModel, table=True):
     name: str = Field(primary_key=True)
     token_hash: str = Field(index=True, unique=True)  # sha256 hex of the token
     created_at: float = Field(default_factory=time.time)
+
+
+class SecretRecord(SQLModel, table=True):
+    """A project's secret (`ferry secret`, docs/secrets.md): its value sealed with Ferry's key
+    (store/keys.py), bound to its id, so that the store never holds it in clear nor a row passes for
+    another's."""
+
+    __tablename__ = "secrets"
+    __table_args__ = (Index("ix_secrets_project", "project"),)
+
+    id: str = Field(primary_key=True)  # <project>/<name>
+    project: str
+    name: str
+    key_id: str  # the key that sealed it
+    sealed: bytes = Field(sa_type=LargeBinary)  # nonce, ciphertext and tag
+    created_at: float = Field(default_factory=time.time)
+    updated_at: float = Field(default_factory=time.time)

@@ -30,6 +30,7 @@ from store.models import (
     LogChunkRecord,
     RunRecord,
 )
+from store.secret_repository import SecretRecords
 from store.service_repository import ServiceRecords
 from store.sql import insert_ignore, row_of, upsert
 from store.volume_repository import VolumeRecords
@@ -61,9 +62,9 @@ class RecordNotFoundError(LookupError):
     """An update named a record that is not stored."""
 
 
-class Store(FleetRecords, ServiceRecords, VolumeRecords):
+class Store(FleetRecords, ServiceRecords, VolumeRecords, SecretRecords):
     """The store's API over one engine (see store.opening.open_store); fleets and instances: FleetRecords;
-    services, proxies and users: ServiceRecords; named volumes: VolumeRecords."""
+    services, proxies and users: ServiceRecords; named volumes: VolumeRecords; secrets: SecretRecords."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

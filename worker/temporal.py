@@ -1,4 +1,5 @@
-"""Connecting to Temporal the way every Ferry process does: pydantic payloads, FERRY_* settings."""
+"""Connecting to Temporal the way every Ferry process does: pydantic payloads sealed with Ferry's key
+(worker/codec.py, docs/secrets.md), FERRY_* settings."""
 
 from __future__ import annotations
 
@@ -6,19 +7,22 @@ import asyncio
 import time
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from core.settings import Settings
+from store.keys import Keys
+from worker.codec import data_converter
 
 # A dev server opens its port a moment before its frontend answers ("Frontend is not healthy yet").
 _STARTING_GRACE = 30.0
 
 
-async def connect(address: str, namespace: str = "default") -> Client:
+async def connect(address: str, namespace: str = "default", keys: Keys | None = None) -> Client:
+    """A client whose payloads `keys` seal (default: this process's, store.keys)."""
+    converter = data_converter(keys)
     deadline = time.monotonic() + _STARTING_GRACE
     while True:
         try:
-            return await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
+            return await Client.connect(address, namespace=namespace, data_converter=converter)
         except RuntimeError as err:
             if "not healthy yet" not in str(err) or time.monotonic() > deadline:
                 raise

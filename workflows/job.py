@@ -99,6 +99,11 @@ class JobWorkflow:
     def queued(self, queued: Queued) -> None:
         self._control = self._control.on_queued()
 
+    @workflow.signal
+    def peers_started(self) -> None:
+        """From its run: the jobs this one waits for (`startup_order`) have started."""
+        self._control = self._control.on_peers_started()
+
     @workflow.update
     async def ssh_endpoint(self) -> SSHEndpoint:
         """`ferry attach`: where the job's agent lets its user in over SSH (docs/attach.md); refused, with
@@ -143,6 +148,7 @@ class JobWorkflow:
                 await self._agent.step(names.ATTACH_VOLUMES, attach, timeout=_STORE_STEP_TIMEOUT)
             prepare = job.prepare_task(inp, self._id, placement)
             await self._agent.step(names.PREPARE_TASK, prepare, timeout=_AGENT_STEP_TIMEOUT)
+            await self._wait_for_peers(inp)
             self._log("pull")
             self._news.publish(soon=True)
             start = job.start_job(inp, self._id, placement)
@@ -187,6 +193,19 @@ class JobWorkflow:
                 return None
             self._log("memo", waiting="capacity")
             self._news.publish()
+
+    async def _wait_for_peers(self, inp: JobInput) -> None:
+        """`startup_order`: hold, placed and prepared, until the run says the jobs this one waits for have
+        started (core.runs.startup); a stop ends the wait."""
+        if not inp.waits_for or self._control.peers_started:
+            return
+        self._log("memo", waiting=job.peers_memo(inp))
+        self._news.publish()
+        await workflow.wait_condition(
+            lambda: self._control.peers_started or self._control.terminate is not None
+        )
+        if self._control.terminate is not None:
+            raise Stopped()
 
     async def _watch(self, instance: str) -> JobOutcome:
         watch = self._agent.watch(instance)

@@ -124,6 +124,7 @@ class PipelineWorkflow:
             user=inp.user,
             configuration=configuration,
             code_hash=inp.code_hash,
+            repo_id=inp.repo_id,
             submitted_at=record.submitted_at,
             fleet=inp.fleets[task - 1],
             volume_instances=inp.volume_instances,

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.effects import (
         Effect,
         EndCycle,
+        PeersStarted,
         SetQueuedPriority,
         StartJob,
         TerminateJob,
@@ -275,6 +276,8 @@ class RunWorkflow:
                 await self._start_job(effect)
             elif isinstance(effect, TerminateJob):
                 signals.append(self._terminate_job(effect))
+            elif isinstance(effect, PeersStarted):
+                signals.append(self._tell_peers_started(effect))
             elif isinstance(effect, EndCycle):
                 signals.append(run_schedule.end_cycle(effect))
             elif isinstance(effect, WatchRun):
@@ -297,12 +300,18 @@ class RunWorkflow:
             parent_close_policy=workflow.ParentClosePolicy.ABANDON,
         )
 
-    async def _terminate_job(self, effect: TerminateJob) -> None:
+    def _job(self, effect: TerminateJob | PeersStarted) -> workflow.ExternalWorkflowHandle[Any]:
         job_id = job_workflow_id(
             workflow.info().workflow_id, effect.replica_num, effect.job_num, effect.submission_num
         )
+        return workflow.get_external_workflow_handle(job_id)
+
+    async def _terminate_job(self, effect: TerminateJob) -> None:
         request = TerminateJobRequest(reason=effect.reason, message=effect.message, abort=effect.abort)
-        await workflow.get_external_workflow_handle(job_id).signal(JobWorkflow.terminate, request)
+        await self._job(effect).signal(JobWorkflow.terminate, request)
+
+    async def _tell_peers_started(self, effect: PeersStarted) -> None:
+        await self._job(effect).signal(JobWorkflow.peers_started)
 
     async def _watch_run(self, effect: WatchRun) -> None:
         """A run this one waits for: its news now if it has ended, else it tells this run (`watch`)."""

@@ -23,6 +23,7 @@ from core.wire.agent_api import BYTES_PER_GB, JobSpec
 API_VERSION = "1.41"
 WORKFLOW_DIR = "/workflow"
 SCRIPT_PATH = "/.ferry/job.sh"
+MPI_HOSTFILE_PATH = "/.ferry/mpi_hostfile"
 TASK_LABEL = "ferry.task"
 AGENT_LABEL = "ferry.agent"
 PID_MAX = Path("/proc/sys/kernel/pid_max")
@@ -108,6 +109,8 @@ def create_request(
     binds = [f"{paths.workdir}:{WORKFLOW_DIR}:rw"]
     if spec.commands:
         binds.append(f"{paths.script}:{SCRIPT_PATH}:ro")
+    if paths.mpi_hostfile.exists():
+        binds.append(f"{paths.mpi_hostfile}:{MPI_HOSTFILE_PATH}:ro")
     binds += [f"{volume.host_path}:{mount_path(volume.path)}:rw" for volume in record.volumes]
     host: dict[str, Any] = {
         "binds": binds,

@@ -23,6 +23,8 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from requests.exceptions import RequestException
 
 from agent.containers.config import (
+    MPI_HOSTFILE_PATH,
+    WORKFLOW_DIR,
     ContainerConfigError,
     EngineTraits,
     agent_key,
@@ -35,7 +37,7 @@ from agent.containers.engine import Engine, EngineError, EngineFinder
 from agent.containers.output import ContainerOutput
 from agent.containers.pulls import PullProgress
 from agent.executors.base import Executor, JobCheck, JobContext, JobHandle, JobLiveness
-from agent.executors.environment import job_environment
+from agent.executors.environment import JobPlaces, job_environment
 from agent.records import TaskPaths, TaskRecord, write_atomically
 from core.wire.agent_api import ContainerSpec, JobSpec, python_image
 
@@ -177,7 +179,10 @@ class ContainerExecutor(Executor):
 
     def _environment(self, record: TaskRecord, spec: JobSpec) -> dict[str, str]:
         # The image's own environment (PATH...) stays: the engine adds these to it. The host's does not.
-        env = job_environment({}, record, spec, host_has_gpus=False)
+        places = JobPlaces(
+            repo_dir=WORKFLOW_DIR, working_dir=container_dir(spec), mpi_hostfile=MPI_HOSTFILE_PATH
+        )
+        env = job_environment({}, record, spec, False, places)
         # The container sees only its GPUs, numbered from 0: host indices would name ones it has not.
         env.pop("CUDA_VISIBLE_DEVICES", None)
         return env

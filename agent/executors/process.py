@@ -23,7 +23,7 @@ from pathlib import Path
 
 from agent import network
 from agent.executors.base import Executor, JobCheck, JobContext, JobHandle, JobLiveness
-from agent.executors.environment import job_environment
+from agent.executors.environment import JobPlaces, job_environment
 from agent.records import TaskPaths, TaskRecord
 from core.wire.agent_api import JobSpec
 
@@ -49,6 +49,11 @@ def working_directory(paths: TaskPaths, spec: JobSpec) -> Path:
     if spec.working_dir is None:
         return paths.workdir
     return paths.workdir / spec.working_dir  # an absolute working_dir replaces the workdir
+
+
+def _places(paths: TaskPaths, spec: JobSpec) -> JobPlaces:
+    cwd = str(working_directory(paths, spec))
+    return JobPlaces(repo_dir=str(paths.workdir), working_dir=cwd, mpi_hostfile=str(paths.mpi_hostfile))
 
 
 def write_script(paths: TaskPaths, spec: JobSpec) -> None:
@@ -166,7 +171,7 @@ class ProcessExecutor(Executor):
     def start(
         self, paths: TaskPaths, record: TaskRecord, spec: JobSpec, cwd: Path, host_has_gpus: bool
     ) -> JobHandle:
-        env = job_environment(os.environ, record, spec, host_has_gpus)
+        env = job_environment(os.environ, record, spec, host_has_gpus, _places(paths, spec))
         prefix: list[str] = []
         if record.network == "isolated" and record.netns is not None:
             prefix = network.exec_prefix(record.netns)  # NetworkError, an OSError, when it is gone
@@ -178,7 +183,7 @@ class ProcessExecutor(Executor):
         self, record: TaskRecord, paths: TaskPaths, spec: JobSpec, host_has_gpus: bool
     ) -> JobContext:
         # What `start` gives the job, so that a command run beside it sees what the job sees.
-        env = job_environment(os.environ, record, spec, host_has_gpus)
+        env = job_environment(os.environ, record, spec, host_has_gpus, _places(paths, spec))
         netns = record.netns if record.network == "isolated" else None
         prefix = network.exec_prefix(netns) if netns is not None else []
         return JobContext(prefix, env, working_directory(paths, spec), netns)

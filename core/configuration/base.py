@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import shlex
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple, Self
 
 from pydantic import Field, model_validator
 
+from core.configuration.code_sources import FileMapping, RepoSpec, files_placed, repos_placed
 from core.configuration.durations import OptionalDuration, format_duration
 from core.configuration.fields import (
     Commands,
@@ -34,7 +36,6 @@ from core.configuration.retry import RetryPolicy
 from core.configuration.specs import (
     Dependency,
     InstanceSelector,
-    LooseItem,
     PythonVersion,
     RegistryAuth,
     Retry,
@@ -65,9 +66,9 @@ CLOUD_FIELDS_NOT_ACTED_ON = frozenset(
 
 # Fields of every run that Ferry accepts but does not act on yet (each run type adds its own). `nvcc` and
 # `docker`: Ferry runs the user's `image` (or the official one of `python`), or `commands` on the host, and
-# has no images of its own (docs/containers.md). `startup_order`: the nodes of a task start as they are
-# placed (see asks_for). The container's settings are acted on in a container only, with `image` or
-# `python` (see asks_for); `image`, `python` and `volumes` always (docs/containers.md, docs/volumes.md).
+# has no images of its own (docs/containers.md). The container's settings are acted on in a container
+# only, with `image` or `python` (see asks_for); `image`, `python` and `volumes` always
+# (docs/containers.md, docs/volumes.md).
 CONTAINER_FIELDS = frozenset({"user", "privileged", "entrypoint", "registry_auth", "resources.shm_size"})
 RUN_FIELDS_NOT_ACTED_ON = (
     CLOUD_FIELDS_NOT_ACTED_ON
@@ -80,7 +81,6 @@ RUN_FIELDS_NOT_ACTED_ON = (
         "single_branch",
         "creation_policy",
         "utilization_policy",
-        "startup_order",
         # A run goes to a fleet, whose scheduler picks the instance (docs/fleets.md).
         "instances",
         # No dstack server to reach from a job.
@@ -128,8 +128,8 @@ class BaseRunConfiguration(ConfigModel):
     env: Env = Field(default_factory=dict)
     registry_auth: RegistryAuth | None = None
     docker: bool | None = None
-    repos: list[LooseItem] = Field(default_factory=list)
-    files: list[LooseItem] = Field(default_factory=list)
+    repos: list[RepoSpec] = Field(default_factory=list)  # docs/runs.md#code
+    files: list[FileMapping] = Field(default_factory=list)
     single_branch: bool | None = None
     dstack: bool = False
     home_dir: str | None = None
@@ -186,7 +186,7 @@ class BaseRunConfiguration(ConfigModel):
     @model_validator(mode="after")
     def _check_references(self) -> Self:
         """Every `${{ ... }}` is one its field takes (core.configuration.interpolation); `${{ env.NAME }}`
-        names a variable of `env`; `${{ run.args }}` is what `ferry apply` passes: nothing."""
+        names a variable of `env`. `${{ run.args }}` stays until the run is applied (with_run_args)."""
         for path, template, context in self.templates():
             try:
                 check_references(template, context)
@@ -195,8 +195,6 @@ class BaseRunConfiguration(ConfigModel):
             for name in env_names(template):
                 if name not in self.env:
                     raise ConfigFieldError(path, f"${{{{ env.{name} }}}}: `env` does not set {name}")
-        for commands in self._command_lists():
-            commands[:] = [substitute(command, {RUN_ARGS: ""}) for command in commands]
         return self
 
     def templates(self) -> Iterator[tuple[list[str | int], str, Context]]:
@@ -212,12 +210,21 @@ class BaseRunConfiguration(ConfigModel):
         """The lists of commands `${{ run.args }}` is resolved in (a task's and a service's)."""
         return []
 
+    def with_run_args(self, args: Sequence[str]) -> Self:
+        """`${{ run.args }}` in the commands replaced by `args` as one shell-quoted string (`ferry apply
+        -f FILE -- ARGS`, as dstack's `dstack apply ... ARGS`); nothing without them."""
+        applied = self.model_copy(deep=True)
+        for commands in applied._command_lists():
+            commands[:] = [substitute(command, {RUN_ARGS: shlex.join(args)}) for command in commands]
+        return applied
+
     def with_environment(self, environ: Mapping[str, str]) -> Self:
-        """This configuration as it is applied: `env` resolved (resolved_env) and each `${{ env.NAME }}`
-        replaced by its value; ValueError naming the variables `environ` lacks."""
+        """This configuration as it is applied: `env` resolved (resolved_env), each `${{ env.NAME }}`
+        replaced by its value, and `${{ run.args }}` left by `with_run_args` empty; ValueError naming the
+        variables `environ` lacks."""
         env = self.resolved_env(environ)
         values = {f"env.{key}": value for key, value in env.items()}
-        return self.model_copy(update={"env": env, **self._env_references(values)})
+        return self.with_run_args([]).model_copy(update={"env": env, **self._env_references(values)})
 
     def _env_references(self, values: Mapping[str, str]) -> dict[str, Any]:
         """The fields holding `${{ env.NAME }}`, with it replaced (for model_copy)."""
@@ -242,8 +249,10 @@ class BaseRunConfiguration(ConfigModel):
         return {key: environ[key] if value is None else value for key, value in self.env.items()}
 
     def asks_for(self, field: str) -> bool:
-        if field == "startup_order":
-            return self.startup_order != StartupOrder.ANY  # `any` is what Ferry does
+        if field == "repos":
+            return not repos_placed(self.repos)  # one local repo at the working dir: the job's code
+        if field == "files":
+            return not files_placed(self.files, self.working_dir)  # each one in the job's code
         if field in CONTAINER_FIELDS and (self.image is not None or self.python is not None):
             return False  # the container executor acts on it
         return super().asks_for(field)

@@ -3,13 +3,15 @@
 - a volume's name: `${{ dstack.node_rank }}` (alias `dstack.job_num`), each node's rank: a node of a
   multi-node task names its own volume (`data-${{ dstack.node_rank }}` is `data-0` on node 0,
   docs/volumes.md);
-- a task's or a service's `commands`: `${{ run.args }}`, the arguments given at apply (Ferry's apply takes
-  none, so it is empty, as in dstack without arguments); `${{ groups[i].nodes[j].IP_ADDRESS }}` (a task's node
-  groups) or `${{ groups[i].replicas[j].IP_ADDRESS }}` (a service's replica groups);
+- a task's or a service's `commands`: `${{ run.args }}`, the arguments given at apply after `--`, shell-quoted
+  (empty without them, as in dstack; BaseRunConfiguration.with_run_args);
+  `${{ groups[i].nodes[j].IP_ADDRESS }}` (a task's node groups: filled in once the replica is placed,
+  `node_addresses`) or `${{ groups[i].replicas[j].IP_ADDRESS }}` (a service's replica groups);
 - `registry_auth` and a probe's `url`, `body` and header values: `${{ env.NAME }}`, a variable of the
   configuration's `env`, taken at apply;
-- `env` values and `registry_auth`: `${{ secrets.NAME }}`, a secret of the project (Ferry has no secrets yet:
-  core.configuration.runnable refuses them with the reason).
+- `env` values and `registry_auth`: `${{ secrets.NAME }}`, a secret of the project (`ferry secret`), filled
+  in when the job is sent to its agent (docs/secrets.md); written in commands, as dstack's CLI lets it be,
+  core.configuration.runnable refuses it with the reason.
 
 Any other reference is an error that names it, said when the configuration is validated. `$${{` writes
 `${{` itself.
@@ -100,6 +102,18 @@ def group_addresses(template: str) -> list[tuple[int, str, int]]:
         if address:
             found.append((int(address.group(1)), address.group(2), int(address.group(3))))
     return found
+
+
+def node_addresses(node_groups: list[int], node_ips: list[str]) -> dict[str, str]:
+    """The value of each `groups[i].nodes[j].IP_ADDRESS` of a task's node groups (`node_groups`: each
+    group's node count): the address of the replica's node `sum(node_groups[:i]) + j`, by rank."""
+    values = {}
+    first = 0
+    for group, count in enumerate(node_groups):
+        for node in range(min(count, max(len(node_ips) - first, 0))):
+            values[f"groups[{group}].nodes[{node}].IP_ADDRESS"] = node_ips[first + node]
+        first += count
+    return values
 
 
 def env_names(template: str) -> list[str]:

@@ -38,12 +38,11 @@ def refusals(configuration: AnyConfiguration) -> list[Refusal]:
     if isinstance(configuration, FleetConfiguration):
         found = []
     else:
-        # A task of node groups is refused as a whole: its groups' addresses need no reason of their own.
-        grouped = isinstance(configuration, TaskConfiguration) and configuration.groups is not None
+        # A task's node addresses are filled in once its replica is placed; a service's are not yet.
         found = (
             _working_dir_refusals(configuration)
             + _shared_volume_refusals(configuration)
-            + _reference_refusals(configuration, addresses=not grouped)
+            + _reference_refusals(configuration, addresses=isinstance(configuration, ServiceConfiguration))
         )
     if isinstance(configuration, ServiceConfiguration):
         return found + [
@@ -52,11 +51,13 @@ def refusals(configuration: AnyConfiguration) -> list[Refusal]:
             for refusal in _commands_refusals(configuration, group.commands, at)
         ]
     if isinstance(configuration, TaskConfiguration) and configuration.groups is not None:
-        reason = (
-            "node groups are not run yet: Ferry runs a task's nodes alike, from its `nodes`, `commands` "
-            "and `resources`"
-        )
-        return [Refusal(("groups",), reason), *found]
+        return found + [
+            refusal
+            for index, group in enumerate(configuration.groups)
+            for refusal in _commands_refusals(
+                configuration, group.commands, ("groups", str(index), "commands")
+            )
+        ]
     if isinstance(configuration, TaskConfiguration):
         return found + _commands_refusals(configuration, configuration.commands, ("commands",))
     if isinstance(configuration, FleetConfiguration) and configuration.ssh_config is None:
@@ -96,14 +97,16 @@ def _volume_refusals(configuration: VolumeConfiguration) -> list[Refusal]:
 
 
 def _reference_refusals(configuration: RunConfiguration, *, addresses: bool) -> list[Refusal]:
-    """`${{ secrets.NAME }}`: dstack's server fills it from the project's secrets; Ferry has none yet. With
-    `addresses`, `${{ groups[i].<nodes|replicas>[j].IP_ADDRESS }}` too: no job knows another's address yet."""
+    """`${{ secrets.NAME }}` in commands: dstack fills secrets in `env` and `registry_auth` only, and a
+    command would write the value into the job's script on disk (docs/secrets.md). With `addresses`,
+    `${{ groups[i].<nodes|replicas>[j].IP_ADDRESS }}` too: no job knows another's address yet."""
     found = []
     for path, template, _ in configuration.templates():
+        in_commands = "commands" in path
         reasons = [
-            f"Ferry has no secrets yet, so ${{{{ {name} }}}} cannot be filled in: write the value in `env`, "
-            "or the variable's name alone to take it from your environment at apply"
-            for name in secrets_in(template)
+            f"${{{{ {name} }}}} is filled in `env` and `registry_auth` only, as in dstack: set "
+            f"`env: [NAME=${{{{ {name} }}}}]` and use $NAME in the command"
+            for name in (secrets_in(template) if in_commands else [])
         ]
         if addresses:
             reasons += [
@@ -118,7 +121,7 @@ def _reference_refusals(configuration: RunConfiguration, *, addresses: bool) -> 
 def _shared_volume_refusals(configuration: RunConfiguration) -> list[Refusal]:
     """A named volume is attached to one job at a time: the nodes of a multi-node task each need their own
     (`${{ dstack.node_rank }}` in its name), or all but one would fail."""
-    if not isinstance(configuration, TaskConfiguration) or configuration.nodes == 1:
+    if not isinstance(configuration, TaskConfiguration) or configuration.nodes_num() == 1:
         return []
     found = []
     for index, volume in enumerate(configuration.volumes):
@@ -129,8 +132,9 @@ def _shared_volume_refusals(configuration: RunConfiguration) -> list[Refusal]:
             found.append(
                 Refusal(
                     ("volumes", str(index), "name"),
-                    f"the {configuration.nodes} nodes cannot share volume {shared[0]}: a volume is attached "
-                    f"to one job at a time; name one per node, e.g. {shared[0]}-${{{{ dstack.node_rank }}}}",
+                    f"the {configuration.nodes_num()} nodes cannot share volume {shared[0]}: a volume is "
+                    "attached to one job at a time; name one per node, "
+                    f"e.g. {shared[0]}-${{{{ dstack.node_rank }}}}",
                 )
             )
     return found

@@ -10,9 +10,7 @@ from croniter import croniter
 from pydantic import (
     AfterValidator,
     BeforeValidator,
-    Discriminator,
     Field,
-    Tag,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -20,7 +18,7 @@ from pydantic import (
 
 from core.configuration.durations import Duration
 from core.configuration.fields import Name, Reference
-from core.configuration.model import ConfigFieldError, ConfigModel, shape_of
+from core.configuration.model import ConfigFieldError, ConfigModel
 from core.configuration.retry import RetryPolicy
 
 # --- replicas ----------------------------------------------------------------------------------------
@@ -219,15 +217,6 @@ class RegistryAuth(ConfigModel):
 class UtilizationPolicy(ConfigModel):
     min_gpu_utilization: int = Field(ge=0, le=100)
     time_window: Duration
-
-
-# repos and files: not acted on yet, so only their shape is checked (a string or a map).
-LooseItem = Annotated[
-    Annotated[str, Tag("<string>")] | Annotated[dict[str, Any], Tag("<map>")],
-    Discriminator(
-        shape_of, custom_error_type="item_shape", custom_error_message="expected a string or a map"
-    ),
-]
 
 
 # --- instances ---------------------------------------------------------------------------------------

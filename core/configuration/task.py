@@ -1,8 +1,9 @@
 """`type: task`: commands run to completion, on one node or several.
 
 A task of node groups (`groups`: a head and its workers, each group with its own `nodes`, `commands`,
-`resources` and `ports`) is validated as dstack validates it, `${{ groups[i].nodes[j].IP_ADDRESS }}` included,
-but not run yet: core.configuration.runnable refuses it with the reason.
+`resources` and `ports`) is validated as dstack validates it, `${{ groups[i].nodes[j].IP_ADDRESS }}` included
+(a task without `groups` is its one group, `groups[0]`), and runs as one replica whose jobs are the groups'
+nodes in order, placed as one gang (core.run_types.task, docs/runs.md#node-groups).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from core.configuration.base import RUN_FIELDS_NOT_ACTED_ON, BaseRunConfiguration, ConfigSummary
 from core.configuration.fields import Commands, Port
@@ -34,7 +35,7 @@ class NodeGroup(ConfigModel):
 
 
 class TaskConfiguration(BaseRunConfiguration):
-    # `ports`: `ferry attach` forwards them to localhost (docs/attach.md). `groups`: refused (runnable).
+    # `ports`: `ferry attach` forwards them to localhost (docs/attach.md); a node group's, those of its nodes.
     NOT_ACTED_ON: ClassVar[frozenset[str]] = RUN_FIELDS_NOT_ACTED_ON
 
     type: Literal["task"] = "task"
@@ -50,10 +51,21 @@ class TaskConfiguration(BaseRunConfiguration):
             raise ConfigFieldError(["groups"], "cannot be used with `nodes`: each group gives its own")
         return data
 
+    @model_serializer(mode="wrap")
+    def _without_nodes_beside_groups(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # `nodes` and `groups` exclude each other: a dump (a workflow's input, the store's copy) that
+        # loads again leaves out the default `nodes` when `groups` gives the nodes.
+        data = handler(self)
+        if isinstance(data, dict) and self.groups is not None:
+            data.pop("nodes", None)
+        return data
+
     @model_validator(mode="after")
     def _check_commands(self) -> TaskConfiguration:
         if self.groups is None:
             self._needs_commands(self.commands)
+            # Without `groups`, the task's nodes are its one group, `groups[0]`, as in dstack.
+            self._check_addresses([self.nodes], [(["commands"], self.commands)])
             return self
         self._check_groups(self.groups)
         return self
@@ -73,16 +85,28 @@ class TaskConfiguration(BaseRunConfiguration):
         for name, count in Counter(group.name for group in groups).items():
             if count > 1:
                 raise ConfigFieldError(["groups"], f"two groups are named {name!r}")
-        sizes = [group.nodes for group in groups]
-        for index, group in enumerate(groups):
-            for at, command in enumerate(group.commands):
+        self._check_addresses(
+            [group.nodes for group in groups],
+            [(["groups", index, "commands"], group.commands) for index, group in enumerate(groups)],
+        )
+
+    @staticmethod
+    def _check_addresses(sizes: list[int], command_lists: list[tuple[list[str | int], list[str]]]) -> None:
+        """Each `${{ groups[i].nodes[j].IP_ADDRESS }}` names a node of the task (`sizes`: each group's)."""
+        for path, commands in command_lists:
+            for at, command in enumerate(commands):
                 for number, _, node in group_addresses(command):
                     if number >= len(sizes) or node >= sizes[number]:
+                        have = ", ".join(map(str, sizes))
                         raise ConfigFieldError(
-                            ["groups", index, "commands", at],
+                            [*path, at],
                             f"${{{{ groups[{number}].nodes[{node}].IP_ADDRESS }}}} names no node: "
-                            f"the groups have {', '.join(map(str, sizes))} nodes",
+                            f"the task's groups have {have} node{'s' if sizes != [1] else ''}",
                         )
+
+    def nodes_num(self) -> int:
+        """The task's nodes: `nodes`, or every node group's."""
+        return self.nodes if self.groups is None else sum(group.nodes for group in self.groups)
 
     def templates(self) -> Iterator[tuple[list[str | int], str, Context]]:
         yield from super().templates()

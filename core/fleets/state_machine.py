@@ -63,22 +63,23 @@ def replica_enqueue(
     """A replica's placement request: one node per job (node j at submission `submissions[j]`, on
     `instances[j]` when that is set: the instance of its volumes)."""
     configurator = configurator_for(configuration)
-    resources = configurator.resources()
     container = configurator.container_spec() is not None
     job_ids = [job_submission_id(run_id, replica_num, job, s) for job, s in enumerate(submissions)]
     only = instances or [None] * len(job_ids)
+    # Each node with its own resources: a task's node groups differ (docs/runs.md#node-groups).
+    nodes = [configurator.for_node(job_num) for job_num in range(len(job_ids))]
     request = PlacementRequest(
         request_id=placement_request_id(run_id, replica_num, submissions[0]),
         priority=priority,
         nodes=[
             NodeRequest(
                 job_id=job,
-                resources=resources,
-                spec=configuration.resources,
+                resources=node.resources(),
+                spec=node.configuration.resources,
                 instance=instance,
                 container=container,
             )
-            for job, instance in zip(job_ids, only, strict=True)
+            for job, instance, node in zip(job_ids, only, nodes, strict=True)
         ],
     )
     return Enqueue(request=request, notify=dict(zip(job_ids, job_workflow_ids, strict=True)))
@@ -346,6 +347,7 @@ def schedule(book: FleetBook) -> Step:
                 master_node_ip=addresses[0],
                 node_ips=addresses,
                 gpus_per_node=node.resources.gpu,
+                node_gpus=[n.resources.gpu for n in request.nodes],
             )
             notices.append(
                 Notice(

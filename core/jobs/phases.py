@@ -47,6 +47,7 @@ class JobControl(BaseModel):
     queued: bool = False  # the fleet said it is queued
     terminate: TerminateJob | None = None
     lost: bool = False  # the fleet lost the instance: no stop to send, no task to remove
+    peers_started: bool = False  # the jobs it waits for (`startup_order`) have started: its run said so
 
     # --- the messages it hears -----------------------------------------------------------------
 
@@ -68,6 +69,9 @@ class JobControl(BaseModel):
 
     def on_queued(self) -> JobControl:
         return self.model_copy(update={"queued": True})
+
+    def on_peers_started(self) -> JobControl:
+        return self.model_copy(update={"peers_started": True})
 
     # --- placement --------------------------------------------------------------------------------
 

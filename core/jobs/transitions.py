@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.configuration.interpolation import node_addresses, substitute
 from core.eventlog import Event
 from core.jobs.state_machine import JobState
 from core.status import JobStatus, JobTerminationReason
@@ -88,13 +89,26 @@ def last_note(state: JobState) -> str | None:
 
 
 WAITING_FOR_CAPACITY = "waiting for capacity"
+# A job held by `startup_order` (core.runs.startup), by what its memo says it waits for.
+_WAITING_FOR_PEERS = {
+    "master": "waiting for the master node to start (startup_order: master-first)",
+    "workers": "waiting for the worker nodes to start (startup_order: workers-first)",
+}
+
+
+def peers_memo(inp: JobInput) -> str:
+    """What a job held by `startup_order` logs it waits for: the master (job 0), or the workers."""
+    return "master" if inp.waits_for == [0] else "workers"
 
 
 def job_status_message(state: JobState) -> str | None:
     """A job's one-line status message beside its status: a submitted job its fleet has queued waits; a
     running one whose ports are published on other host ports says which (`ports 8000->41234`)."""
-    if state.status == JobStatus.SUBMITTED and state.memo.get("waiting") == "capacity":
+    waiting = state.memo.get("waiting")
+    if state.status == JobStatus.SUBMITTED and waiting == "capacity":
         return WAITING_FOR_CAPACITY
+    if state.status == JobStatus.PROVISIONING and waiting in _WAITING_FOR_PEERS:
+        return _WAITING_FOR_PEERS[waiting]
     if state.status == JobStatus.RUNNING and state.memo.get("ports"):
         return f"ports {state.memo['ports']}"
     return None
@@ -157,11 +171,13 @@ def publish_address(placement: Placement) -> str:
 
 def start_job(inp: JobInput, job_id: str, placement: Placement) -> StartJob:
     """The agent's second step: the job started with its code, knowing its cluster (every node's IP)."""
+    cluster = placement.cluster
+    spec = inp.spec.model_copy(update={"cluster_info": cluster})
+    if inp.node_groups:  # `${{ groups[i].nodes[j].IP_ADDRESS }}`: known now that the replica is placed
+        addresses = node_addresses(inp.node_groups, cluster.node_ips or [cluster.master_node_ip])
+        spec = spec.model_copy(update={"commands": [substitute(c, addresses) for c in spec.commands]})
     return StartJob(
-        job_submission_id=job_id,
-        instance_name=placement.instance_name,
-        spec=inp.spec.model_copy(update={"cluster_info": placement.cluster}),
-        code_hash=inp.code_hash,
+        job_submission_id=job_id, instance_name=placement.instance_name, spec=spec, code_hash=inp.code_hash
     )
 
 

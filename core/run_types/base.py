@@ -46,8 +46,18 @@ class RunConfigurator(ABC, Generic[ConfigurationT]):
         """What each job runs, one shell line each."""
 
     def for_group(self, group: str | None) -> RunConfigurator[ConfigurationT]:
-        """The configurator of a replica group's jobs; only a service has groups."""
+        """The configurator of a replica group's jobs; only a service has replica groups."""
         return self
+
+    def for_node(self, job_num: int) -> RunConfigurator[ConfigurationT]:
+        """The configurator of one node's job: its node group's commands, resources and ports when a
+        task has node groups; only a task has them."""
+        return self
+
+    def node_groups(self) -> list[int]:
+        """The node count of each node group, in order ([] without groups): node j of group i is the
+        replica's job `sum(groups[:i]) + j`, whose address `${{ groups[i].nodes[j].IP_ADDRESS }}` names."""
+        return []
 
     def service_job(self) -> ServiceJob | None:
         """What a service replica's job knows of serving; None for the other run types."""
@@ -62,13 +72,14 @@ class RunConfigurator(ABC, Generic[ConfigurationT]):
         wanted = allocation(self.configuration.resources)
         return Resources(cpu=wanted.cpu, memory=wanted.memory_gb, gpu=wanted.gpu_count)
 
-    def job_spec(self, *, run_name: str, replica_num: int, job_num: int) -> JobSpec:
+    def job_spec(self, *, run_name: str, replica_num: int, job_num: int, repo_id: str = "") -> JobSpec:
         """What the agent runs for one job; its cluster info is filled in once the job is placed."""
         configuration = self.configuration
         return JobSpec(
             run_name=run_name,
             replica_num=replica_num,
             job_num=job_num,
+            repo_id=repo_id,
             commands=self.commands(),
             env=self.env(),
             working_dir=configuration.working_dir,

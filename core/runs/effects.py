@@ -35,6 +35,15 @@ class TerminateJob(_Effect):
     abort: bool = False
 
 
+class PeersStarted(_Effect):
+    """Tell a job that waits for others of its replica to start (`startup_order`) that they have: it may
+    start now (core.runs.startup)."""
+
+    replica_num: int
+    job_num: int
+    submission_num: int
+
+
 class SetQueuedPriority(_Effect):
     """Move the run's replicas still waiting in their fleet's queue to a new priority."""
 
@@ -64,4 +73,4 @@ class WatchRun(_Effect):
     workflow_id: str
 
 
-Effect = StartJob | TerminateJob | SetQueuedPriority | EndCycle | UpdateSchedule | WatchRun
+Effect = StartJob | TerminateJob | PeersStarted | SetQueuedPriority | EndCycle | UpdateSchedule | WatchRun

@@ -20,7 +20,7 @@ from core.configuration import ServiceConfiguration
 from core.configuration.replica_groups import ServiceGroup
 from core.eventlog import Event
 from core.run_types import configurator_for
-from core.runs import active, cycles, dependencies, deploying, pending, scaling, terminating
+from core.runs import active, cycles, dependencies, deploying, pending, scaling, startup, terminating
 from core.runs.effects import SetQueuedPriority
 from core.runs.machine import GroupPlan, RunMachine, RunPlan, Step, StepBuilder, StopKind, stronger_stop
 from core.runs.state_machine import RunState, apply_run_event
@@ -71,6 +71,7 @@ def plan_of(inp: RunInput) -> RunPlan:
         groups=groups,
         schedule=tuple(conf.schedule.cron) if conf.schedule is not None else (),
         dependencies=tuple(inp.dependencies),
+        startup_order=conf.startup_order.value,
     )
 
 
@@ -153,8 +154,15 @@ def _hear(b: StepBuilder, update: JobUpdate) -> None:
         b.heard_last_word(key)
     if b.state.status.is_finished():
         return
+    was_started = startup.started(b.state, update.replica_num, update.job_num)
     for name, context in update_events(b.state, update):
         b.log(name, **context)
+    if not was_started and startup.started(b.state, update.replica_num, update.job_num):
+        # The jobs that waited for this one (`startup_order`) may start once all theirs have.
+        for release in startup.releases(
+            b.plan.startup_order, b.state, update.replica_num, update.job_num, b.plan.nodes
+        ):
+            b.effect(release)
 
 
 def _set_priority(b: StepBuilder, priority: int) -> None:

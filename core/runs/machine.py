@@ -70,6 +70,7 @@ class RunPlan(BaseModel):
     groups: tuple[GroupPlan, ...] = ()  # a service's replica groups; () for the single form
     schedule: tuple[str, ...] = ()  # a scheduled run's cron expressions (UTC); () for any other run
     dependencies: tuple[DependencyTarget, ...] = ()  # the runs it waits for (docs/dependencies.md)
+    startup_order: str = "any"  # which nodes of a replica wait for others (core.runs.startup)
 
     def replica_groups(self) -> tuple[GroupPlan | None, ...]:
         """The groups a run keeps replicas of: (None,) for a run without groups (one homogeneous set of

@@ -9,6 +9,7 @@ from __future__ import annotations
 from core.fleets.state_machine import replica_enqueue
 from core.run_types import configurator_for
 from core.run_types.volumes import job_volumes, volumes_instance
+from core.runs import startup
 from core.runs.state_machine import RunState
 from core.status import JobStatus
 from core.wire.job_messages import JobInput
@@ -25,9 +26,10 @@ def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int
     """The latest submission of (replica, job), as its JobWorkflow starts."""
     current = state.job(replica, job)
     assert current is not None
-    run_type = configurator_for(inp.configuration).for_group(current.group)
-    conf = run_type.configuration  # a replica group's: its commands and resources
-    nodes = run_type.nodes_per_replica()
+    replica_type = configurator_for(inp.configuration).for_group(current.group)
+    conf = replica_type.configuration  # a replica group's: its commands and resources
+    nodes = replica_type.nodes_per_replica()
+    run_type = replica_type.for_node(job)  # a node group's: its commands, resources and ports
     siblings = [state.job(replica, n) for n in range(nodes)]
     assert all(s is not None for s in siblings)
     submissions = [s.submission_num for s in siblings if s is not None]
@@ -56,7 +58,7 @@ def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int
         job_num=job,
         submission_num=current.submission_num,
         nodes_num=nodes,
-        spec=run_type.job_spec(run_name=inp.run_name, replica_num=replica, job_num=job),
+        spec=run_type.job_spec(run_name=inp.run_name, replica_num=replica, job_num=job, repo_id=inp.repo_id),
         container=run_type.container_spec(),
         resources=run_type.resources(),
         code_hash=inp.code_hash,
@@ -69,6 +71,8 @@ def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int
         service=service,
         authorized_keys=inp.authorized_keys,
         volumes=volumes[job],
+        node_groups=replica_type.node_groups(),
+        waits_for=startup.still_waits_for(conf.startup_order, state, replica, job, nodes),
     )
 
 

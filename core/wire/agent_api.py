@@ -239,17 +239,26 @@ class ClusterInfo(_Model):
     gpus_per_node: int | None = Field(
         default=None, ge=0, le=MAX_GPUS, description="the task's GPU count when None"
     )
+    node_gpus: list[Annotated[int, Field(ge=0, le=MAX_GPUS)]] = Field(
+        default_factory=list,
+        max_length=MAX_COUNT,
+        description="each node's GPU count, by rank (node groups differ); [] when not known",
+    )
 
 
 class JobSpec(_Model):
     run_name: str
+    repo_id: str = Field(default="", max_length=256, description="the code's name (FERRY_REPO_ID)")
     replica_num: int = Field(default=0, ge=0, le=MAX_COUNT)
     job_num: int = Field(default=0, ge=0, le=MAX_COUNT)
     commands: list[str] = Field(
         default_factory=list, description="none: a container runs its image's entrypoint"
     )
     env: dict[str, str] = Field(default_factory=dict)
-    secrets: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description="env values naming secrets, filled in (docs/secrets.md): the agent keeps them in memory",
+    )
     working_dir: ConfinedPath | None = Field(
         default=None, description="relative to the workdir, which an absolute one replaces"
     )

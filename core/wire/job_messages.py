@@ -45,6 +45,10 @@ class JobInput(Message):
     authorized_keys: list[str] = Field(default_factory=list)  # who may SSH into the job (docs/attach.md)
     container: ContainerSpec | None = None  # its image, when it runs as a container (docs/containers.md)
     volumes: list[JobVolume] = Field(default_factory=list)  # docs/volumes.md
+    # A task's node groups: each group's node count, where `${{ groups[i].nodes[j].IP_ADDRESS }}` points.
+    node_groups: list[int] = Field(default_factory=list)
+    # The jobs of its replica that must run before it starts (`startup_order`, core.runs.startup).
+    waits_for: list[int] = Field(default_factory=list)
 
 
 class TerminateJob(Message):

@@ -33,6 +33,7 @@ class RunInput(Message):
     user: str
     configuration: RunConfiguration
     code_hash: str | None = None
+    repo_id: str = ""  # the code's name, for the job's FERRY_REPO_ID (activities.code.repo_id)
     submitted_at: float
     fleet: str = LOCAL_FLEET  # where its jobs are placed, decided once at submission
     carry: RunCarry | None = None
@@ -55,6 +56,7 @@ class PipelineInput(Message):
     fleets: list[str]  # each task's fleet, decided at submission
     volume_instances: dict[str, str] = Field(default_factory=dict)  # the tasks' (RunInput.volume_instances)
     code_hash: str | None = None
+    repo_id: str = ""  # the code's name, for the job's FERRY_REPO_ID (activities.code.repo_id)
     submitted_at: float
     authorized_keys: list[str] = Field(default_factory=list)  # each task's (RunInput.authorized_keys)
 

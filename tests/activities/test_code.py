@@ -11,6 +11,8 @@ import pytest
 
 from activities import code
 from activities.code import pack_repo, repo_files
+from core.configuration import TaskConfiguration, parse_configuration
+from core.configuration.code_sources import FileMapping
 
 
 def _make_repo(root: Path) -> None:
@@ -67,3 +69,58 @@ def test_a_directory_too_big_for_a_run_is_refused_and_gitignore_narrows_it(
     (tmp_path / "big.txt").write_bytes(b"y" * 11)
     with pytest.raises(code.RepoTooLarge, match="MiB"):
         repo_files(tmp_path)
+
+
+def _names(archive: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        return {m.name: (tar.extractfile(m) or io.BytesIO()).read() for m in tar.getmembers()}
+
+
+def test_repos_and_files_choose_and_extend_the_code(tmp_path: Path) -> None:
+    """dstack's `repos: [..]` sends that directory instead; `files` adds to it at paths relative to the
+    working dir (docs/runs.md#code); what Ferry cannot place is left out, and the warning names it."""
+    project = tmp_path / "project"
+    _make_repo(project)
+    config_dir = project / "configs"
+    config_dir.mkdir()
+    (tmp_path / "token").write_text("hf")
+    (config_dir / "extra").mkdir()
+    (config_dir / "extra" / "a.txt").write_text("a")
+    task = parse_configuration(
+        {
+            "type": "task",
+            "commands": ["x"],
+            "working_dir": "src",
+            "repos": [".."],
+            "files": ["../../token:secrets/token", "extra", "extra:/abs/extra", "~/.ssh/id_rsa"],
+        }
+    )
+    assert isinstance(task, TaskConfiguration)
+    root, extra = code.code_sources(config_dir, task.repos, task.files, task.working_dir)
+    assert root == project
+    assert [(source.name, target) for source, target in extra] == [
+        ("token", "src/secrets/token"),
+        ("extra", "src/extra"),
+    ]
+    names = _names(pack_repo(root, extra))
+    assert names["src/secrets/token"] == b"hf" and names["src/extra/a.txt"] == b"a"
+    assert "src/train.py" in names
+    assert task.unsupported_fields() == ["files"]  # the absolute and the home paths stay warned
+    with pytest.raises(code.MissingCodeSource, match="files: nowhere: no such file or directory"):
+        code.code_sources(config_dir, [], [FileMapping(local_path="nowhere", path="x")], None)
+
+
+@pytest.mark.parametrize(
+    ("repos", "warned"),
+    [
+        (["."], False),
+        ([{"local_path": ".."}], False),
+        (["..:/my-repo"], True),  # checked out elsewhere than the working dir
+        (["https://github.com/dstackai/dstack"], True),  # a clone on the instance
+        ([".", ".."], True),
+    ],
+)
+def test_which_repos_ferry_places(repos: list[object], warned: bool) -> None:
+    task = parse_configuration({"type": "task", "commands": ["x"], "repos": repos})
+    assert isinstance(task, TaskConfiguration)
+    assert ("repos" in task.unsupported_fields()) is warned

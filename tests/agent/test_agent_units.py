@@ -8,13 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from agent.executors.environment import job_environment
+from agent.executors.environment import JobPlaces, job_environment, write_mpi_hostfile
 from agent.executors.process import is_same_process_alive, process_start_time
 from agent.gpus import parse_nvidia_smi
 from agent.main import is_loopback
 from agent.records import TaskRecord
 from agent.resources import InsufficientResources, ResourceLedger
 from core.wire.agent_api import ClusterInfo, JobSpec, Resources, TaskStatus
+
+PLACES = JobPlaces(repo_dir="/code", working_dir="/code/sub", mpi_hostfile="/task/mpi_hostfile")
 
 
 def test_nvidia_smi_lines_are_parsed_even_with_commas_in_names() -> None:
@@ -76,7 +78,7 @@ def test_ferry_variables_and_gpus_cannot_be_overridden_by_the_job() -> None:
         secrets={"TOKEN": "secret"},
         cluster_info=ClusterInfo(nodes_num=2),
     )
-    env = job_environment({"PATH": "/bin", "SHARED": "base"}, record, spec, host_has_gpus=True)
+    env = job_environment({"PATH": "/bin", "SHARED": "base"}, record, spec, True, PLACES)
     assert env["PATH"] == "/bin"
     assert env["FROM_TASK"] == "task"
     assert env["SHARED"] == "spec"
@@ -99,8 +101,32 @@ def test_no_cuda_visible_devices_on_a_host_without_gpus() -> None:
         env={},
         created_at=0,
     )
-    env = job_environment({}, record, JobSpec(run_name="r", commands=["true"]), host_has_gpus=False)
+    env = job_environment({}, record, JobSpec(run_name="r", commands=["true"]), False, PLACES)
     assert "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_node_groups_gpus_and_the_mpi_hostfile(tmp_path: Path) -> None:
+    """Node groups differ in GPUs: GPUS_NUM sums each node's, the hostfile gives each its slots (a node
+    without GPUs: MPI's default); the places the job is told are its twins' too."""
+    record = TaskRecord(
+        id="t", name="", status=TaskStatus.PENDING, resources=Resources(gpu=4), gpu_indices=[0, 1, 2, 3],
+        ports=[], volumes=[], env={}, created_at=0,
+    )  # fmt: skip
+    cluster = ClusterInfo(
+        node_rank=1, nodes_num=3, master_node_ip="10.0.0.1", node_ips=["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+        gpus_per_node=4, node_gpus=[0, 4, 4],
+    )  # fmt: skip
+    env = job_environment(
+        {}, record, JobSpec(run_name="r", commands=["true"], cluster_info=cluster), False, PLACES
+    )
+    assert env["DSTACK_GPUS_NUM"] == env["FERRY_GPUS_NUM"] == "8"
+    assert env["DSTACK_GPUS_PER_NODE"] == "4"
+    assert [env[f"DSTACK_{name}"] for name in ("REPO_DIR", "WORKING_DIR", "MPI_HOSTFILE")] == list(PLACES)
+    hostfile = tmp_path / "hostfile"
+    write_mpi_hostfile(hostfile, cluster)
+    assert hostfile.read_text() == "10.0.0.1\n10.0.0.2 slots=4\n10.0.0.3 slots=4\n"
+    write_mpi_hostfile(hostfile, ClusterInfo(gpus_per_node=2))  # one node, no list from its placement
+    assert hostfile.read_text() == "127.0.0.1 slots=2\n"
 
 
 def test_process_identity_uses_the_start_time(tmp_path: Path) -> None:

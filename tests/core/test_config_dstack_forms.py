@@ -29,12 +29,16 @@ def refusals(text: str) -> list[str]:
 # --- ${{ ... }} ---------------------------------------------------------------------------------------
 
 
-def test_run_args_are_what_ferry_apply_passes_nothing() -> None:
+def test_run_args_are_what_ferry_apply_passes_after_the_double_dash() -> None:
     task = loaded(
         "type: task\ncommands: ['python train.py ${{ run.args }}', 'echo $${{ x }}']\n"
     ).configuration
     assert isinstance(task, TaskConfiguration)
-    assert task.commands == ["python train.py ", "echo $${{ x }}"]
+    assert task.commands[0] == "python train.py ${{ run.args }}"  # until it is applied
+    applied = task.with_run_args(["--lr", "0.1", "two words"])
+    assert applied.commands == ["python train.py --lr 0.1 'two words'", "echo $${{ x }}"]
+    assert task.with_environment({}).commands[0] == "python train.py "  # no arguments: empty, as in dstack
+    assert task.commands[0] == "python train.py ${{ run.args }}"  # the loaded one is left as it was
 
 
 @pytest.mark.parametrize(
@@ -86,9 +90,10 @@ def test_env_references_are_filled_in_at_apply() -> None:
     assert applied.probes[0].headers[0].value == "s3cret"
 
 
-def test_secrets_are_refused_with_the_reason() -> None:
-    [reason] = refusals("type: task\ncommands: [x]\nenv: ['HF_TOKEN=${{ secrets.hf_token }}']\n")
-    assert reason.startswith("x.yml:3: env.HF_TOKEN: Ferry has no secrets yet, so ${{ secrets.hf_token }}")
+def test_secrets_are_taken_in_env_and_refused_in_commands_with_the_reason() -> None:
+    assert refusals("type: task\ncommands: [x]\nenv: ['HF_TOKEN=${{ secrets.hf_token }}']\n") == []
+    [reason] = refusals("type: task\ncommands: ['login ${{ secrets.hf_token }}']\n")
+    assert reason.startswith("x.yml:2: commands.0: ${{ secrets.hf_token }} is filled in `env` and")
 
 
 # --- groups -------------------------------------------------------------------------------------------
@@ -104,15 +109,13 @@ groups:
 """
 
 
-def test_node_groups_are_validated_and_refused_with_the_reason() -> None:
+def test_node_groups_are_validated_and_run() -> None:
     config = loaded(NODE_GROUPS)
     assert isinstance(config.configuration, TaskConfiguration)
     assert [group.name for group in config.configuration.groups or []] == ["head", "1"]
     assert config.configuration.summary().scale == "node groups head 1, 1 2"
-    assert refusals(NODE_GROUPS) == [
-        "x.yml:2: groups: node groups are not run yet: Ferry runs a task's nodes alike, from its `nodes`, "
-        "`commands` and `resources`"
-    ]
+    assert config.configuration.nodes_num() == 3
+    assert refusals(NODE_GROUPS) == []  # tests/core/test_node_groups.py: how they run
 
 
 @pytest.mark.parametrize(

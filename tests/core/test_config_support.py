@@ -47,14 +47,16 @@ def warned(text: str) -> list[str]:
 
 # The fields Ferry acts on, and where: core.run_types (commands, init, env, working_dir, shell, nodes,
 # replicas' minimum, max_duration, stop_duration, resources, volumes), core.runs.submissions and workflows.run
-# (priority, retry, stop_criteria), cli.fleet_api.choose_fleet (fleets), activities.ssh_config (ssh_config,
-# blocks). Every other field must be in the model's NOT_ACTED_ON: a new field has to be put on one side.
+# (priority, retry, stop_criteria), core.runs.startup (startup_order), cli.fleet_api.choose_fleet (fleets),
+# activities.ssh_config (ssh_config, blocks). Every other field must be in the model's NOT_ACTED_ON: a new
+# field has to be put on one side.
 _RUN_ACTED_ON = {
     "name", "image", "python", "working_dir", "shell", "env", "resources", "volumes", "fleets",
     "priority", "retry", "max_duration", "stop_duration", "stop_criteria", "schedule", "depends_on",
+    "startup_order",
 }  # fmt: skip
-# A task's node groups (`groups`) are refused, with the reason (core.configuration.runnable); a dev
-# environment's `setup` runs before its `init`.
+# A task's node groups (`groups`) run as its replica's jobs (core.run_types.task); a dev environment's
+# `setup` runs before its `init`.
 ACTED_ON: dict[type[ConfigModel], set[str]] = {
     TaskConfiguration: _RUN_ACTED_ON | {"type", "commands", "nodes", "ports", "groups"},
     ServiceConfiguration: _RUN_ACTED_ON
@@ -132,10 +134,11 @@ def test_a_separate_gateway_and_rate_limits_are_not_acted_on() -> None:
     assert warned(RUN_TYPES["service"] + "rate_limits: [{rps: 5}]\n") == ["rate_limits"]
 
 
-def test_startup_order_only_when_it_asks_for_an_order() -> None:
+def test_startup_order_is_acted_on() -> None:
+    # core.runs.startup holds the waiting nodes (docs/runs.md#startup-order).
     task = RUN_TYPES["task"] + "nodes: 2\n"
-    assert warned(task + "startup_order: any\n") == []
-    assert warned(task + "startup_order: master-first\n") == ["startup_order"]
+    for order in ("any", "master-first", "workers-first"):
+        assert warned(task + f"startup_order: {order}\n") == []
 
 
 def test_ports_of_tasks_and_dev_environments() -> None:

@@ -53,10 +53,8 @@ DSTACK_REFUSES = {
 FERRY_CANNOT = {
     "nodes: Ferry cannot create instances yet": 25,  # a cloud fleet: Ferry has no cloud backend
     "router: not supported: Ferry's proxy balances across every group": 8,  # a prefill/decode router
-    "groups: node groups are not run yet": 6,  # a task of node groups (a head and workers)
     "Ferry cannot register a Kubernetes volume claim": 2,
     "Ferry cannot register a cloud disk": 1,
-    "Ferry has no secrets yet": 2,  # ${{ secrets.NAME }}
     "the 4 nodes cannot share volume": 1,  # a named volume is attached to one job at a time
 }
 
@@ -93,8 +91,8 @@ def test_the_warning_line_names_only_what_ferry_does_not_do() -> None:
     leaves this list)."""
     warned = Counter(field for entry in FILES.values() for field in set(entry.get("warned", [])))
     assert set(warned) <= {
-        "repos", "files", "resources.shm_size", "docker", "nvcc", "utilization_policy", "startup_order",
-        "dstack", "placement", "size", "backend", "region", "rate_limits", "privileged", "spot_policy",
+        "repos", "files", "resources.shm_size", "docker", "nvcc", "utilization_policy", "dstack",
+        "placement", "size", "backend", "region", "rate_limits", "privileged", "spot_policy",
         "gateway", "https", "env", "backends", "instances", "storage_class_name", "access_modes",
     }  # fmt: skip
 

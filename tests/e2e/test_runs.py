@@ -42,6 +42,22 @@ def test_overrides_and_a_multi_node_task(ferry: Ferry, configs: Path) -> None:
     assert only_one.stdout == "rank 1 says hi\n"
 
 
+def test_run_args_after_the_double_dash(ferry: Ferry, configs: Path) -> None:
+    # dstack's `${{ run.args }}`: the arguments after --, shell-quoted as one string; none without them.
+    conf = task(configs, "args", "printf '%s|' ${{ run.args }}; echo")
+    result = ferry("apply", "-y", "-f", conf, "--", "--lr", "0.1", "two words")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "--lr|0.1|two words|\n"
+    assert ferry("apply", "-y", "-f", conf).stdout == "|\n"
+    dev = configs / "dev.yml"
+    dev.write_text("type: dev-environment\nide: vscode\n")
+    refused = ferry("apply", "-y", "-f", str(dev), "--", "x")
+    assert (refused.returncode, last_line(refused.stderr)) == (
+        2,
+        f"ferry apply: {dev}: only a task or a service takes arguments after --",
+    )
+
+
 def test_ps_lists_runs_with_their_jobs(ferry: Ferry) -> None:
     table = ferry("ps", "-a")
     assert table.returncode == 0

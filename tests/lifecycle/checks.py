@@ -6,7 +6,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from cli.api import FerryAPI
@@ -68,7 +67,8 @@ async def check_eventlogs(ferry: FerryAPI, record: RunRecord) -> None:
 
 async def check_histories_replay(ferry: FerryAPI, record: RunRecord) -> None:
     """The run's and its jobs' recorded histories replay on today's workflow code: no nondeterminism."""
-    replayer = Replayer(workflows=[RunWorkflow, JobWorkflow], data_converter=pydantic_data_converter)
+    # The client's converter: the histories' payloads are sealed (docs/secrets.md).
+    replayer = Replayer(workflows=[RunWorkflow, JobWorkflow], data_converter=ferry.client.data_converter)
     for workflow_id in [record.workflow_id, *_job_handles(ferry, record)]:
         history = await ferry.client.get_workflow_handle(workflow_id).fetch_history()
         result = await replayer.replay_workflow(history, raise_on_replay_failure=True)

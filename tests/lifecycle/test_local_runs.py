@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from cli.api import FerryAPI
@@ -60,3 +61,62 @@ async def test_two_node_task_prints_each_rank(ferry: FerryAPI, tmp_path: Path) -
     assert ferry.logs(final, job=0)[0] == b"rank=0 of 2 master=127.0.0.1\n"
     assert ferry.logs(final, job=1)[0] == b"rank=1 of 2 master=127.0.0.1\n"
     await check_finished_run(ferry, final)
+
+
+async def test_node_groups_run_their_own_commands_the_workers_first(ferry: FerryAPI, tmp_path: Path) -> None:
+    """A head and two workers (docs/runs.md#node-groups): each group its own commands and addresses; under
+    `workers-first` the head starts only once both workers run (docs/runs.md#startup-order)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    worker = f"touch {marks}/worker-$FERRY_NODE_RANK; sleep 3"
+    head = f"echo head {{rank=$FERRY_NODE_RANK, worker=${{{{ groups[1].nodes[1].IP_ADDRESS }}}}}}; ls {marks}"
+    conf = parse_configuration(
+        {
+            "type": "task",
+            "startup_order": "workers-first",
+            "groups": [
+                {"name": "head", "commands": [head], "resources": {**SMALL, "cpu": "1.."}},
+                {"name": "workers", "nodes": 2, "commands": [worker], "resources": SMALL},
+            ],
+        }
+    )
+    assert not isinstance(conf, FleetConfiguration | VolumeConfiguration)
+    final = await ferry.wait((await ferry.submit(conf, repo_dir=tmp_path)).run_name)
+    assert final.status == RunStatus.DONE
+    assert ferry.logs(final, job=0)[0] == b"head {rank=0, worker=127.0.0.1}\nworker-1\nworker-2\n"
+    assert ferry.logs(final, job=2)[0] == b""
+    await check_finished_run(ferry, final)
+
+
+async def test_master_first_workers_start_once_the_master_runs(ferry: FerryAPI, tmp_path: Path) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    command = f'if [ "$FERRY_NODE_RANK" = 0 ]; then touch {marks}/master; sleep 3; else ls {marks}; fi'
+    conf = task([command], nodes=3, startup_order="master-first")
+    final = await ferry.wait((await ferry.submit(conf, repo_dir=tmp_path)).run_name)
+    assert final.status == RunStatus.DONE
+    assert [ferry.logs(final, job=n)[0] for n in (1, 2)] == [b"master\n", b"master\n"]
+    await check_finished_run(ferry, final)
+
+
+async def test_repos_and_files_make_the_jobs_code(ferry: FerryAPI, tmp_path: Path) -> None:
+    """dstack's `repos: [..]` and `files` (docs/runs.md#code): the parent directory is the code, with a file
+    from elsewhere added under the working directory."""
+    (tmp_path / "train.py").write_text("print('training')\n")
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "params.yml").write_text("lr: 0.1\n")
+    commands = [
+        "ls",
+        "cat inputs/params.yml",
+        'test "$DSTACK_REPO_ID" = "$FERRY_REPO_ID"',
+        "echo $FERRY_REPO_ID",
+    ]
+    conf = task(commands, repos=[".."], files=["params.yml:inputs/params.yml"])
+    assert conf.unsupported_fields() == []
+    final = await ferry.wait((await ferry.submit(conf, repo_dir=configs)).run_name)
+    assert final.status == RunStatus.DONE
+    listing, repo = ferry.logs(final)[0].decode().rsplit("lr: 0.1\n", 1)
+    assert listing == "configs\ninputs\ntrain.py\n"
+    # The code's name: its directory's, and a hash of where it is (activities.code.repo_id).
+    assert re.fullmatch(rf"{re.escape(tmp_path.name.replace('_', '-'))}-[0-9a-f]{{8}}\n", repo), repo

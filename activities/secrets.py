@@ -1,0 +1,95 @@
+"""A job's secrets filled in at the last moment (docs/secrets.md): by the steps that send the job to its agent
+(activities/jobs.py: PREPARE_TASK its registry credentials, START_JOB its `env`), from the store, opened with
+Ferry's key. Nothing before them holds a value: the workflows and their history carry the references.
+
+What leaves here holds no value either: a failure's message is masked (core.secrets.mask) before Temporal
+and the worker's log see it, and every log record of this process is (core.secrets.LOG_MASKING). A secret
+that is not set fails the job at once, naming it, as dstack's server does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Callable, Iterator
+
+from temporalio.exceptions import ApplicationError
+
+from core.secrets import LOG_MASKING, credentials_secrets, fill_credentials, fill_spec, mask, spec_secrets
+from core.status import JobTerminationReason
+from core.wire.agent_api import ContainerSpec, JobSpec
+from store import Store
+from store.keys import Keys, SealError, process_keys
+from store.secret_repository import open_secret
+
+_RUN_OF_JOB = re.compile(r"^(?P<run>.+)-r\d+-j\d+-s\d+$")  # core.wire.workflow_ids.job_submission_id
+
+
+class SecretFiller:
+    def __init__(self, store: Store, keys: Callable[[], Keys] = process_keys) -> None:
+        self._store = store
+        self._keys = keys
+        self._values: set[str] = set()  # every value this process has opened: what `masking` hides
+
+    async def spec(self, job_submission_id: str, spec: JobSpec) -> JobSpec:
+        names = spec_secrets(spec)
+        if not names:
+            return spec
+        return fill_spec(spec, await self._open(job_submission_id, names))
+
+    async def container(
+        self, job_submission_id: str, container: ContainerSpec | None
+    ) -> ContainerSpec | None:
+        names = credentials_secrets(container.registry_auth if container is not None else None)
+        if not names:
+            return container
+        assert container is not None and container.registry_auth is not None  # it names secrets
+        credentials = fill_credentials(container.registry_auth, await self._open(job_submission_id, names))
+        return container.model_copy(update={"registry_auth": credentials})
+
+    @contextlib.contextmanager
+    def masking(self) -> Iterator[None]:
+        """An error raised inside says what it says with every value masked, and without its cause (whose
+        message may hold one), before Temporal or a log gets it."""
+        try:
+            yield
+        except Exception as err:
+            message = str(err)
+            masked = mask(message, self._values)
+            if masked == message:
+                raise
+            if isinstance(err, ApplicationError):
+                raise ApplicationError(masked, type=err.type, non_retryable=err.non_retryable) from None
+            raise ApplicationError(masked, type=type(err).__name__) from None
+
+    async def _open(self, job_submission_id: str, names: list[str]) -> dict[str, str]:
+        project = await asyncio.to_thread(self._project, job_submission_id)
+        records = await asyncio.to_thread(self._store.list_secrets, project, names)
+        missing = sorted(set(names) - {record.name for record in records})
+        if missing:
+            raise ApplicationError(
+                f"secret{'s' if len(missing) > 1 else ''} {', '.join(missing)} not set in project "
+                f"{project} (ferry secret set NAME)",
+                type=JobTerminationReason.TERMINATED_BY_SERVER.name,
+                non_retryable=True,
+            )
+        try:
+            keys = self._keys()
+            values = {record.name: open_secret(keys, record) for record in records}
+        except SealError as err:
+            raise ApplicationError(
+                f"cannot open the job's secrets: {err}",
+                type=JobTerminationReason.TERMINATED_BY_SERVER.name,
+                non_retryable=True,
+            ) from None
+        self._values.update(values.values())
+        LOG_MASKING.add(values.values())
+        return values
+
+    def _project(self, job_submission_id: str) -> str:
+        matched = _RUN_OF_JOB.match(job_submission_id)
+        run = self._store.get_run(matched["run"]) if matched else None
+        if run is None:  # written before the run's workflow starts: a retry finds it
+            raise ApplicationError(f"the run of job {job_submission_id} is not in the store")
+        return run.project

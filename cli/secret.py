@@ -1,0 +1,131 @@
+"""`ferry secret set|list|delete` and `ferry secret codec` (docs/secrets.md).
+
+Thin commands over cli.secret_api; they read and write the store only (no Temporal needed). A value is
+never an argument (a command line is visible to every user of the machine and kept in shell histories):
+`set` reads it from a prompt that does not echo it, or whole from stdin.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from cli.errors import FerryGroup, one_line_errors
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from store import SecretRecord
+
+secret_app = typer.Typer(
+    cls=FerryGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    help="Secrets: values a run names as ${{ secrets.NAME }} in `env` and `registry_auth`, filled in when "
+    "its jobs start. Stored sealed with Ferry's key, never shown again.",
+)  # fmt: skip
+
+NAME = typer.Argument(..., metavar="NAME", help="The secret's name.", show_default=False)
+
+
+@secret_app.command("set")
+@one_line_errors
+def secret_set(name: str = NAME) -> None:
+    """Set a secret, or change its value: typed at a prompt that does not echo it, or piped to stdin."""
+    from cli.context import Context
+    from cli.secret_api import set_secret
+
+    value = _read_value(name)
+    ctx = Context.from_env()
+    created = set_secret(ctx.store(), ctx.project, name, value)
+    typer.echo(f"secret {name} {'set' if created else 'changed'}", err=True)
+
+
+def _read_value(name: str) -> str:
+    from cli.errors import CommandError
+
+    if sys.stdin.isatty():
+        import getpass
+
+        value = getpass.getpass(f"Value of {name} (not shown): ", stream=sys.stderr)
+    else:
+        value = sys.stdin.read()
+        # `echo VALUE | ferry secret set NAME`: the line's end is not the secret's.
+        value = value.removesuffix("\n").removesuffix("\r")
+    if not value:
+        raise CommandError("the value is empty: type it at the prompt, or pipe it to stdin")
+    return value
+
+
+@secret_app.command("list")
+@one_line_errors
+def secret_list(as_json: bool = typer.Option(False, "--json", help="JSON, for scripts.")) -> None:
+    """Secrets: their names, the key each is sealed with, when each was set. Never their values."""
+    from cli import render
+    from cli.context import Context
+    from cli.secret_api import list_secrets
+
+    ctx = Context.from_env()
+    listed = list_secrets(ctx.store(), ctx.project)
+    if not as_json:
+        render.console().print(secrets_table(listed))
+    else:
+        typer.echo(json.dumps([secret_json(secret) for secret in listed], indent=2))
+
+
+@secret_app.command("delete")
+@one_line_errors
+def secret_delete(
+    name: str = NAME, yes: bool = typer.Option(False, "-y", "--yes", help="Do not ask for confirmation.")
+) -> None:
+    """Delete a secret: a job that names it fails to start from then on."""
+    from cli.context import Context, confirm
+    from cli.secret_api import delete_secret
+
+    ctx = Context.from_env()
+    if not confirm(f"Delete secret {name}?", yes=yes):
+        raise typer.Exit(1)
+    delete_secret(ctx.store(), ctx.project, name)
+    typer.echo(f"secret {name} deleted", err=True)
+
+
+@secret_app.command("codec")
+@one_line_errors
+def secret_codec() -> None:
+    """The Web UI's codec endpoint (its Data Encoder setting), to see what Ferry seals; keep it private."""
+    from cli.context import Context
+    from cli.errors import CommandError
+    from cli.services import proxy_url
+    from store.keys import process_keys
+    from worker.codec_server import codec_endpoint
+
+    base = proxy_url(Context.from_env().store())
+    if base is None:
+        raise CommandError("no proxy is running, and it serves the codec endpoint: start it (ferry server)")
+    typer.echo(codec_endpoint(base, process_keys()))
+
+
+# --- what is shown ---------------------------------------------------------------------------------------
+
+
+def secrets_table(secrets: list[SecretRecord]) -> Table:
+    from rich.table import Table
+
+    from cli.render import ago
+
+    table = Table(box=None, pad_edge=False)
+    for column in ("NAME", "KEY", "UPDATED"):
+        table.add_column(column, no_wrap=True)
+    for secret in secrets:
+        table.add_row(secret.name, secret.key_id, ago(secret.updated_at))
+    return table
+
+
+def secret_json(secret: SecretRecord) -> dict[str, Any]:
+    return {
+        "name": secret.name,
+        "key": secret.key_id,
+        "created_at": secret.created_at,
+        "updated_at": secret.updated_at,
+    }

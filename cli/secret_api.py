@@ -1,0 +1,60 @@
+"""Secrets in Ferry's Python API (docs/secrets.md): set, list, delete, and the check that every secret a run
+names is set before it is submitted.
+
+A secret is a SecretRecord in the store, its value sealed with Ferry's key (store/keys.py): the value is
+sealed here, before the store sees it, and opened only by the step that sends a job to its agent
+(activities/secrets.py). Nothing here needs Temporal.
+"""
+
+from __future__ import annotations
+
+import time
+
+from cli.errors import FerryError
+from core.configuration import BaseRunConfiguration
+from core.secrets import check_secret_name, check_secret_value, configuration_secrets
+from store import SecretRecord, Store
+from store.keys import Keys, process_keys
+from store.secret_repository import seal_secret
+
+
+class SecretNotFound(FerryError):
+    pass
+
+
+def set_secret(store: Store, project: str, name: str, value: str, keys: Keys | None = None) -> bool:
+    """The secret stored, sealed, replacing the value of one of its name; True if it is new."""
+    try:
+        check_secret_name(name)
+        check_secret_value(value)
+    except ValueError as err:
+        raise FerryError(str(err)) from None
+    created = store.get_secret(project, name) is None
+    store.put_secret(seal_secret(keys or process_keys(), project, name, value, time.time()))
+    return created
+
+
+def list_secrets(store: Store, project: str) -> list[SecretRecord]:
+    return store.list_secrets(project)
+
+
+def delete_secret(store: Store, project: str, name: str) -> None:
+    if not store.delete_secret(project, name):
+        raise SecretNotFound(f"no secret named {name} in project {project!r} (see ferry secret list)")
+
+
+def check_secrets(store: Store, project: str, configurations: list[BaseRunConfiguration], what: str) -> None:
+    """FerryError naming the secrets these configurations refer to that the project has not set."""
+    wanted = sorted({name for c in configurations for name in configuration_secrets(c)})
+    if not wanted:
+        return
+    missing = sorted(set(wanted) - {record.name for record in store.list_secrets(project, wanted)})
+    if len(missing) == 1:
+        raise FerryError(
+            f"{what}: secret {missing[0]} is not set in project {project!r}: ferry secret set {missing[0]}"
+        )
+    if missing:
+        raise FerryError(
+            f"{what}: secrets {', '.join(missing)} are not set in project {project!r}: "
+            "ferry secret set NAME for each"
+        )

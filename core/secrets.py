@@ -1,0 +1,137 @@
+"""Secrets (docs/secrets.md): the names a configuration refers to as `${{ secrets.NAME }}`, a job's filled in
+at the last moment, and the values masked in what Ferry itself prints or logs.
+
+A configuration keeps its references all the way through the workflows; only the step that sends a job to
+its agent (activities/secrets.py) fills them in: `env` values into JobSpec.secrets, `registry_auth` into
+the task's ContainerSpec. `LOG_MASKING` is the one process-wide effect here: every log record of a process
+that has held a secret is masked.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from core.configuration import BaseRunConfiguration
+from core.configuration.interpolation import secrets_in, substitute
+from core.wire.agent_api import JobSpec, RegistryCredentials
+
+# dstack's limits (a name also has to be one a reference can write: `${{ secrets.NAME }}`).
+SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
+MAX_SECRET_BYTES = 5000
+MASK = "***"
+# Shorter values are left in what is printed: masking every "ab" would garble it, and hide nothing worth it.
+MIN_MASKED = 4
+_PREFIX = "secrets."
+
+
+def check_secret_name(name: str) -> str:
+    if not SECRET_NAME.match(name):
+        raise ValueError(
+            f"{name!r} is not a secret name: letters, digits and _, not starting with a digit, at most 200"
+        )
+    return name
+
+
+def check_secret_value(value: str) -> str:
+    if "\0" in value:
+        raise ValueError("a secret cannot hold a NUL character: no environment variable can")
+    if len(value.encode()) > MAX_SECRET_BYTES:
+        raise ValueError(f"a secret holds at most {MAX_SECRET_BYTES} bytes")
+    return value
+
+
+def names_in(templates: Iterable[str]) -> list[str]:
+    """The secrets these texts refer to, each once, sorted."""
+    return sorted({name.removeprefix(_PREFIX) for text in templates for name in secrets_in(text)})
+
+
+def configuration_secrets(configuration: BaseRunConfiguration) -> list[str]:
+    """The secrets a configuration refers to (its `env` and `registry_auth`: validation takes them nowhere
+    else, core.configuration.runnable refuses them in commands)."""
+    return names_in(template for _, template, _ in configuration.templates())
+
+
+def spec_secrets(spec: JobSpec) -> list[str]:
+    return names_in(spec.env.values())
+
+
+def credentials_secrets(credentials: RegistryCredentials | None) -> list[str]:
+    return [] if credentials is None else names_in([credentials.username, credentials.password])
+
+
+def _fill(template: str, values: Mapping[str, str]) -> str:
+    return substitute(template, {_PREFIX + name: value for name, value in values.items()})
+
+
+def fill_spec(spec: JobSpec, values: Mapping[str, str]) -> JobSpec:
+    """The spec with each `env` value that refers to a secret moved into `secrets`, filled in from `values`
+    (which holds every secret it names): the agent keeps `secrets` in memory only."""
+    env, secrets = {}, dict(spec.secrets)
+    for key, template in spec.env.items():
+        if secrets_in(template):
+            secrets[key] = _fill(template, values)
+        else:
+            env[key] = template
+    return spec.model_copy(update={"env": env, "secrets": secrets})
+
+
+def fill_credentials(credentials: RegistryCredentials, values: Mapping[str, str]) -> RegistryCredentials:
+    return RegistryCredentials(
+        username=_fill(credentials.username, values), password=_fill(credentials.password, values)
+    )
+
+
+def mask(text: str, values: Iterable[str]) -> str:
+    """`text` with each value (of MIN_MASKED characters or more) replaced by MASK, the longest first."""
+    for value in sorted({v for v in values if len(v) >= MIN_MASKED}, key=len, reverse=True):
+        text = text.replace(value, MASK)
+    return text
+
+
+class LogMasking:
+    """Masks the values it is given in every log record of this process, its traceback included."""
+
+    def __init__(self) -> None:
+        self._values: frozenset[str] = frozenset()
+        self._lock = threading.Lock()
+        self._installed = False
+
+    def add(self, values: Iterable[str]) -> None:
+        fresh = {value for value in values if len(value) >= MIN_MASKED} - self._values
+        if not fresh:
+            return
+        with self._lock:
+            self._values = self._values | fresh
+            if not self._installed:
+                self._installed = True
+                previous = logging.getLogRecordFactory()
+
+                def masked_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+                    record = previous(*args, **kwargs)
+                    self._scrub(record)
+                    return record
+
+                logging.setLogRecordFactory(masked_record)
+
+    def _scrub(self, record: logging.LogRecord) -> None:
+        values = self._values
+        try:
+            message = record.getMessage()
+        except Exception:  # a record whose arguments do not fit: its handler says so, as it would have
+            return
+        masked = mask(message, values)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            text = logging.Formatter().formatException(record.exc_info)
+            if mask(text, values) != text:
+                record.exc_text = mask(text, values)  # what handlers print in place of the traceback
+        if record.stack_info:
+            record.stack_info = mask(record.stack_info, values)
+
+
+LOG_MASKING = LogMasking()

@@ -1,0 +1,112 @@
+"""`ferry secret set|list|delete|codec` on a store of their own (no server: secrets need none), and
+the check of a run's secrets before its submission. docs/secrets.md."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from cli.errors import FerryError
+from cli.main import app
+from cli.secret_api import check_secrets
+from core.configuration import TaskConfiguration, parse_configuration
+from store import Store, open_store
+from store.keys import process_keys
+from store.secret_repository import open_secret
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """The store of FERRY_HOME `home` (below), as the commands open it."""
+    opened = open_store(f"sqlite:///{tmp_path / 'ferry-home' / 'ferry.db'}")
+    yield opened
+    opened.engine.dispose()
+
+
+@pytest.fixture
+def home(tmp_path: Path, store: Store) -> Path:
+    return tmp_path / "ferry-home"
+
+
+def ferry(home: Path, *args: str, stdin: str | None = None) -> Result:
+    env = {
+        "FERRY_HOME": str(home),
+        "FERRY_DATABASE_URL": f"sqlite:///{home / 'ferry.db'}",
+        "FERRY_PROJECT": "p",
+        "FERRY_TEMPORAL_ADDRESS": "",
+        "FERRY_GATEWAY_URL": "",
+    }
+    return runner.invoke(app, list(args), env=env, input=stdin)
+
+
+def test_set_from_stdin_list_names_only_and_delete(home: Path, store: Store) -> None:
+    set_ = ferry(home, "secret", "set", "HF_TOKEN", stdin="hf_first-value\n")
+    assert (set_.exit_code, set_.stderr) == (0, "secret HF_TOKEN set\n")
+    changed = ferry(home, "secret", "set", "HF_TOKEN", stdin="hf_second-value\n")
+    assert changed.stderr == "secret HF_TOKEN changed\n"
+    record = store.get_secret("p", "HF_TOKEN")
+    assert record is not None
+    assert open_secret(process_keys(), record) == "hf_second-value"  # sealed, its line end dropped
+
+    listed = ferry(home, "secret", "list", "--json")
+    [shown] = json.loads(listed.stdout)
+    assert set(shown) == {"name", "key", "created_at", "updated_at"} and shown["name"] == "HF_TOKEN"
+    table = ferry(home, "secret", "list").stdout
+    assert table.split()[:3] == ["NAME", "KEY", "UPDATED"] and "value" not in table
+
+    assert ferry(home, "secret", "delete", "-y", "HF_TOKEN").stderr == "secret HF_TOKEN deleted\n"
+    gone = ferry(home, "secret", "delete", "-y", "HF_TOKEN")
+    assert (gone.exit_code, gone.stderr) == (
+        1,
+        "ferry secret delete: no secret named HF_TOKEN in project 'p' (see ferry secret list)\n",
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "stdin", "says"),
+    [
+        (
+            "hf-token",
+            "v",
+            "'hf-token' is not a secret name: letters, digits and _, not starting with a digit",
+        ),
+        ("HF_TOKEN", "", "the value is empty: type it at the prompt, or pipe it to stdin"),
+        ("HF_TOKEN", "a\0b", "a secret cannot hold a NUL character: no environment variable can"),
+    ],
+)
+def test_what_set_refuses_in_one_line(home: Path, name: str, stdin: str, says: str) -> None:
+    refused = ferry(home, "secret", "set", name, stdin=stdin)
+    assert refused.exit_code == 1
+    assert refused.stderr.splitlines()[-1].startswith(f"ferry secret set: {says}")
+
+
+def test_the_codec_endpoint_needs_a_running_proxy(home: Path) -> None:
+    refused = ferry(home, "secret", "codec")
+    assert (refused.exit_code, refused.stderr) == (
+        1,
+        "ferry secret codec: no proxy is running, and it serves the codec endpoint: start it "
+        "(ferry server)\n",
+    )
+
+
+def test_a_run_s_secrets_are_checked_before_it_is_submitted(home: Path, store: Store) -> None:
+    ferry(home, "secret", "set", "HF_TOKEN", stdin="v-1")
+    named = parse_configuration(
+        {"type": "task", "commands": ["x"], "env": ["HF_TOKEN=${{ secrets.HF_TOKEN }}", "B=${{ secrets.B }}"]}
+    )
+    assert isinstance(named, TaskConfiguration)
+    with pytest.raises(FerryError) as missing:
+        check_secrets(store, "p", [named], "run train")
+    assert str(missing.value) == "run train: secret B is not set in project 'p': ferry secret set B"
+    ferry(home, "secret", "set", "B", stdin="v-2")
+    check_secrets(store, "p", [named], "run train")
+    with pytest.raises(
+        FerryError, match="secrets B, HF_TOKEN are not set in project 'other': ferry secret set"
+    ):
+        check_secrets(store, "other", [named], "run train")
