@@ -122,5 +122,8 @@ class TaskConfiguration(BaseRunConfiguration):
     def summary(self) -> ConfigSummary:
         if self.groups is not None:
             shown = ", ".join(f"{group.name} {group.nodes}" for group in self.groups)
-            return self._summary("task", f"node groups {shown}")
+            summary = self._summary("task", f"node groups {shown}")
+            # Each node gets its group's resources, not the task's (as in dstack).
+            resources = "; ".join(f"{group.name}: {group.resources.pretty()}" for group in self.groups)
+            return summary._replace(resources=resources)
         return self._summary("task", f"nodes {self.nodes}")

@@ -72,6 +72,12 @@ def test_a_task_of_node_groups_loads_again_from_its_dump() -> None:
     assert again == conf and parse_configuration(conf.model_dump()) == conf
 
 
+def test_the_plan_shows_each_groups_resources() -> None:
+    summary = grouped().summary()
+    assert summary.scale == "node groups head 1, 1 2"
+    assert summary.resources.startswith("head: cpu=2 mem=1GB") and "; 1: cpu=1 mem=1GB" in summary.resources
+
+
 def test_the_replica_is_one_gang_with_each_nodes_own_request() -> None:
     enqueue = replica_enqueue(
         grouped(),
