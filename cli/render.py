@@ -154,10 +154,12 @@ def ago(timestamp: float | None, now: float | None = None) -> str:
 
 def resources_of(run: RunRecord) -> str:
     try:
-        from core.configuration import VolumeConfiguration, parse_configuration
+        from core.configuration import FleetConfiguration, VolumeConfiguration, parse_configuration
 
         configuration = parse_configuration(run.configuration_data())
-        return "" if isinstance(configuration, VolumeConfiguration) else configuration.resources.pretty()
+        if isinstance(configuration, VolumeConfiguration | FleetConfiguration):
+            return "" if isinstance(configuration, VolumeConfiguration) else configuration.resources.pretty()
+        return configuration.summary().resources  # as the plan showed it: a node group's each (docs/runs.md)
     except ValueError:
         return ""
 

@@ -117,3 +117,14 @@ def test_a_job_queued_in_its_fleet_is_waiting_for_capacity() -> None:
     assert render.job_record_message(queued, run_record("submitted")) == "waiting for capacity"
     # A pending run's message says why it waits: it is retrying, not queued.
     assert render.job_record_message(queued, run_record("pending")) != "waiting for capacity"
+
+
+def test_a_runs_resources_as_its_plan_showed_them() -> None:
+    task = '{"type": "task", "commands": ["x"], "resources": {"cpu": 3}}'
+    assert render.resources_of(run_record("running", configuration=task)).startswith("cpu=3 ")
+    grouped = (
+        '{"type": "task", "groups": [{"name": "head", "commands": ["x"], "resources": {"cpu": 1}},'
+        ' {"nodes": 2, "commands": ["y"], "resources": {"cpu": 4}}]}'
+    )
+    shown = render.resources_of(run_record("running", configuration=grouped))
+    assert shown.startswith("head: cpu=1 ") and "; 1: cpu=4 " in shown  # each node group's, not the task's
