@@ -34,8 +34,14 @@ NAME = typer.Argument(..., metavar="NAME", help="The secret's name.", show_defau
 def secret_set(name: str = NAME) -> None:
     """Set a secret, or change its value: typed at a prompt that does not echo it, or piped to stdin."""
     from cli.context import Context
+    from cli.errors import CommandError
     from cli.secret_api import set_secret
+    from core.secrets import check_secret_name
 
+    try:
+        check_secret_name(name)  # before the value is asked for: a bad name wastes no typing
+    except ValueError as err:
+        raise CommandError(str(err)) from None
     value = _read_value(name)
     ctx = Context.from_env()
     created = set_secret(ctx.store(), ctx.project, name, value)

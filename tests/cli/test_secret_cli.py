@@ -76,6 +76,11 @@ def test_set_from_stdin_list_names_only_and_delete(home: Path, store: Store) -> 
             "v",
             "'hf-token' is not a secret name: letters, digits and _, not starting with a digit",
         ),
+        (  # the name is refused before any value is read
+            "hf-token",
+            "",
+            "'hf-token' is not a secret name: letters, digits and _, not starting with a digit",
+        ),
         ("HF_TOKEN", "", "the value is empty: type it at the prompt, or pipe it to stdin"),
         ("HF_TOKEN", "a\0b", "a secret cannot hold a NUL character: no environment variable can"),
     ],
