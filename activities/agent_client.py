@@ -37,6 +37,7 @@ from core.wire.agent_api import (
     PullResponse,
     TaskInfo,
     TaskList,
+    TaskMetrics,
     TaskSubmitRequest,
     TerminateRequest,
 )
@@ -165,6 +166,11 @@ class AgentClient:
 
     async def get_task(self, task_id: str) -> TaskInfo:
         return await self._request("GET", f"/api/tasks/{task_id}", TaskInfo)
+
+    async def task_metrics(self, task_id: str) -> TaskMetrics:
+        """The running job's CPU, memory and GPU use now (docs/jobs.md#metrics); AgentError 409 unless it
+        runs. The agent may take half a second to measure the CPU."""
+        return await self._request("GET", f"/api/tasks/{task_id}/metrics", TaskMetrics)
 
     async def terminate(
         self,

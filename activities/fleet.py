@@ -196,6 +196,7 @@ class FleetActivities:
                 blocks=view.blocks,
                 busy_blocks=view.busy_blocks,
                 jobs=view.jobs,
+                in_use=view.in_use.model_dump_json(),
                 updated_at=now,
             )
             for view in request.instances

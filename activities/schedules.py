@@ -61,6 +61,7 @@ class ScheduleActivities:
                 id=f"{request.run_workflow_id}/cycle",
                 task_queue=self.task_queue,
                 typed_search_attributes=attributes,
+                static_summary=f"a cycle of {request.run_type} {request.run_name}",  # docs/runs.md#the-web-ui
             ),
             spec=ScheduleSpec(cron_expressions=list(request.crons)),  # UTC: no time zone given
             policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP, catchup_window=CATCHUP_WINDOW),

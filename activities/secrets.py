@@ -64,7 +64,10 @@ class SecretFiller:
             raise ApplicationError(masked, type=type(err).__name__) from None
 
     async def _open(self, job_submission_id: str, names: list[str]) -> dict[str, str]:
-        project = await asyncio.to_thread(self._project, job_submission_id)
+        return await self.open_in(await asyncio.to_thread(self._project, job_submission_id), names)
+
+    async def open_in(self, project: str, names: list[str]) -> dict[str, str]:
+        """The values of `names` in `project`; a non-retryable ApplicationError if one is not set."""
         records = await asyncio.to_thread(self._store.list_secrets, project, names)
         missing = sorted(set(names) - {record.name for record in records})
         if missing:

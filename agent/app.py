@@ -19,6 +19,7 @@ from starlette.websockets import WebSocketDisconnect
 from agent import jobs
 from agent.instance import disk_usage
 from agent.logs import OffsetOutOfRange, read_log
+from agent.metrics import MetricsSampler
 from agent.ssh_server import AgentSSHServer
 from agent.task_watch import watch_forever
 from agent.tasks import BadTaskRequest, TaskConflict, TaskNotFound, TaskRegistry
@@ -33,6 +34,7 @@ from core.wire.agent_api import (
     PullResponse,
     TaskInfo,
     TaskList,
+    TaskMetrics,
     TaskStatus,
     TaskSubmitRequest,
     TerminateRequest,
@@ -186,6 +188,13 @@ def create_app(registry: TaskRegistry, token: str, ssh_server: AgentSSHServer | 
     @api.post("/tasks/{task_id}/run")
     async def run_job(task_id: str) -> TaskInfo:
         return await jobs.run(registry, task_id)
+
+    metrics = MetricsSampler(registry)
+
+    @api.get("/tasks/{task_id}/metrics")
+    async def task_metrics(task_id: str) -> TaskMetrics:
+        """The running job's CPU, memory and GPU use now (docs/jobs.md#metrics); 409 unless it runs."""
+        return await metrics.sample(task_id)
 
     @api.get("/tasks/{task_id}/pull", response_model=PullResponse)
     async def pull(

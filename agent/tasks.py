@@ -128,6 +128,10 @@ class TaskRegistry:
                 self.executors.container.connect()  # its engine, before its container is looked for
             if record.status != TaskStatus.TERMINATED:
                 self.ledger.restore(record.id, record.resources, record.gpu_indices)
+            if record.status == TaskStatus.PREPARING:
+                self._recover_preparing(record)  # running, or pending again if it had not started
+            elif record.status == TaskStatus.RUNNING:
+                self._watched.add(record.id)  # the watcher's first pass reattaches it or reports it gone
             pending = record.status == TaskStatus.PENDING
             if pending and secret_memory.lost(paths.root, record.container, paths.job_spec):
                 self.finalize(record, JobTerminationReason.EXECUTOR_ERROR, secret_memory.LOST, None)
@@ -135,25 +139,23 @@ class TaskRegistry:
             pending_isolated = record.status == TaskStatus.PENDING and record.netns is not None
             if pending_isolated and task_network.restore(record, self.paths(record.id).record):
                 self.save(record)  # its namespace was made again, at another address
-            if record.status == TaskStatus.PREPARING:
-                self._recover_preparing(record)
-            elif record.status == TaskStatus.RUNNING:
-                self._watched.add(record.id)  # the watcher's first pass reattaches it or reports it gone
         logger.info("loaded %d tasks, %d running", len(self._records), len(self._watched))
 
     def _recover_preparing(self, record: TaskRecord) -> None:
-        """The previous agent died while starting the job: find the job it may have started."""
+        """The previous agent died while starting the job: find the job it may have started. One that had
+        not started is PENDING again: nothing of it ran, and the start its client retries (`run`) prepares
+        and starts it (docs/jobs.md#a-restarted-agent)."""
         paths = self.paths(record.id)
         handle = self.executors.for_task(record).find_started(paths)
-        if handle is None:
-            self.finalize(
-                record,
-                JobTerminationReason.EXECUTOR_ERROR,
-                "agent restarted while preparing the job, before it started",
-                exit_status=None,
-            )
-            return
-        self.mark_running(record, handle, load_job_spec(paths).max_duration)
+        if handle is None and record.stop is not None:  # stopped while it was prepared: it never starts
+            stop = record.stop
+            self.finalize(record, stop.reason, stop.message or stop.reason.message(), exit_status=None)
+        elif handle is None:
+            logger.warning("task %s: the agent died before its job started; it waits for its start", record.id)
+            record.status = TaskStatus.PENDING
+            self.save(record)
+        else:
+            self.mark_running(record, handle, load_job_spec(paths).max_duration)
 
     # --- shim role -------------------------------------------------------------------------------------
 

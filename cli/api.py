@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from activities.code import MissingCodeSource, RepoTooLarge, code_sources, pack_repo, repo_id
@@ -24,14 +24,17 @@ from core.eventlog import Event
 from core.runs.pipelines import PIPELINE_TYPE
 from core.runs.state_machine import WAITING_FOR
 from core.runs.watching import DependencyTarget, dependency_cycle
+from core.services.replicas import service_url
 from core.settings import DEFAULT_PROJECT, TASK_QUEUE
 from core.status import RunStatus
+from core.web_ui import pipeline_metadata, run_metadata
 from core.wire.run_messages import DeployReply, DeployRequest, PipelineInput, RunInput, StopReply, StopRequest
 from core.wire.workflow_ids import LOCAL_FLEET, run_workflow_id
 from store import EventRecord, RunRecord, Store
 from workflows.pipeline import PipelineWorkflow
 from workflows.run import RunWorkflow
 from workflows.search_attributes import pipeline_search_attributes, run_search_attributes
+from workflows.web_ui import failed_run_result
 
 __all__ = ["FerryAPI", "FerryError", "RunActive", "RunNotFound", "default_user", "generated_name"]
 
@@ -116,8 +119,17 @@ class FerryAPI:
             volume_instances=volume_instances,
             authorized_keys=self.authorized_keys,
         )
-        await self._start(RunWorkflow.run, inp, record, run_search_attributes(inp, RunStatus.SUBMITTED))
+        # What the Web UI shows of it (docs/runs.md#the-web-ui): a service's URL as of its submission.
+        url = await asyncio.to_thread(self._service_url, name) if configuration.type == "service" else None
+        attributes = run_search_attributes(inp, RunStatus.SUBMITTED)
+        await self._start(RunWorkflow.run, inp, record, attributes, run_metadata(inp, url))
         return record
+
+    def _service_url(self, run_name: str) -> str | None:
+        from cli.services import proxy_url
+
+        base = proxy_url(self.store)
+        return None if base is None else service_url(base, self.project, run_name)
 
     async def submit_pipeline(
         self,
@@ -165,7 +177,8 @@ class FerryAPI:
             submitted_at=now,
             authorized_keys=self.authorized_keys,
         )
-        await self._start(PipelineWorkflow.run, inp, record, pipeline_search_attributes(inp))
+        attributes = pipeline_search_attributes(inp)
+        await self._start(PipelineWorkflow.run, inp, record, attributes, pipeline_metadata(inp))
         return record
 
     async def check_secrets(self, configurations: list[RunConfiguration], what: str) -> None:
@@ -206,7 +219,12 @@ class FerryAPI:
         return record
 
     async def _start(
-        self, run: Any, inp: RunInput | PipelineInput, record: RunRecord, attributes: TypedSearchAttributes
+        self,
+        run: Any,
+        inp: RunInput | PipelineInput,
+        record: RunRecord,
+        attributes: TypedSearchAttributes,
+        metadata: tuple[str, str],  # the Web UI's summary and details (core.web_ui)
     ) -> None:
         await self.client.start_workflow(
             run,
@@ -216,6 +234,8 @@ class FerryAPI:
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             search_attributes=attributes,
+            static_summary=metadata[0],
+            static_details=metadata[1],
         )
 
     async def _store_code(
@@ -304,7 +324,11 @@ class FerryAPI:
         handle = self._handle(record)
         desc = await handle.describe()
         if desc.status == WorkflowExecutionStatus.RUNNING:
-            await handle.result()
+            try:
+                await handle.result()
+            except WorkflowFailureError as err:
+                if failed_run_result(err.cause) is None:  # a FAILED run's workflow fails: no error
+                    raise
         return await self.get_run(run_name)
 
     def logs(

@@ -14,7 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from cli import render
+from cli import exit_codes, render
 from cli.context import Context, confirm
 from cli.errors import ABORTS, USAGE_EXIT, CommandError
 from core.configuration import (
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from cli.api import FerryAPI
     from store import RunRecord, Store
 
-INTERRUPTED_EXIT = 130
+INTERRUPTED_EXIT = exit_codes.INTERRUPTED
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -211,13 +211,13 @@ def schedule_line(crons: list[str], count: int = 3) -> str:
 
 def plan_table(ctx: Context, file: str, configuration: RunConfiguration) -> Table:
     from cli.api import default_user
+    from cli.fleet import runs_on
 
     summary = configuration.summary()
-    where = (
-        "this machine (the local backend of the embedded stack)"
-        if ctx.embedded
-        else f"the workers of {ctx.settings.temporal_address}"
-    )
+    # The fleet it goes to, as the submission will choose it (docs/fleets.md); by which workers.
+    where = runs_on(ctx.store(), ctx.project, configuration)
+    if not ctx.embedded:
+        where += f", by the workers of {ctx.settings.temporal_address}"
     rows = [
         ("Project", ctx.project),
         ("User", default_user()),

@@ -15,6 +15,7 @@ from core.settings import DEFAULT_PROJECT, Settings
 
 if TYPE_CHECKING:
     from cli.api import FerryAPI
+    from core.temporal_connection import TemporalConnection
     from store import RunRecord, Store
 
 
@@ -30,8 +31,13 @@ class Context:
 
     @property
     def embedded(self) -> bool:
-        """Whether runs go to the embedded stack (no FERRY_TEMPORAL_ADDRESS)."""
+        """Whether runs go to the embedded stack (no FERRY_TEMPORAL_ADDRESS or TEMPORAL_ADDRESS)."""
         return self.settings.temporal_address is None
+
+    def connection(self) -> TemporalConnection:
+        """How to reach Temporal, TLS and API key included (the embedded stack started first if that is
+        what is used); ConnectionSettingsError for settings that cannot work (docs/deployment.md)."""
+        return self.settings.temporal_connection(self.ensure_stack())
 
     def store(self) -> Store:
         from store import open_store
@@ -90,13 +96,13 @@ class Context:
         self.prepare_stack()
         from cli.api import FerryAPI
         from cli.errors import UnreachableServer, connect_problem
-        from worker.temporal import connect
+        from worker.temporal import connect_to
 
-        address, store = await asyncio.gather(
-            asyncio.to_thread(self.ensure_stack), asyncio.to_thread(self.store)
+        connection, store = await asyncio.gather(
+            asyncio.to_thread(self.connection), asyncio.to_thread(self.store)
         )
         try:
-            client = await connect(address, self.settings.temporal_namespace)
+            client = await connect_to(connection)
         except RuntimeError as err:
             problem = str(err)
         else:
@@ -104,7 +110,7 @@ class Context:
 
             keys = [await asyncio.to_thread(public_key_line, self.settings.home)]
             return FerryAPI(client, store, project=self.project, authorized_keys=keys)
-        raise UnreachableServer(connect_problem(address, problem))
+        raise UnreachableServer(connect_problem(connection.address, problem))
 
     def find_run(self, store: Store, name: str) -> RunRecord:
         """The latest run of this name in the project (or the run with this id); RunNotFound if none."""
@@ -124,10 +130,12 @@ def confirm(question: str, *, yes: bool) -> bool:
     """Ask on the terminal (`-y` answers yes); with no terminal to ask on, a clear error."""
     if yes:
         return True
-    from cli.errors import CommandError
+    from cli.errors import USAGE_EXIT, CommandError
 
     if not sys.stdin.isatty():
-        raise CommandError("no terminal to ask for confirmation on: pass -y to go ahead without asking")
+        raise CommandError(
+            "no terminal to ask for confirmation on: pass -y to go ahead without asking", USAGE_EXIT
+        )
     import typer
 
     return typer.confirm(question, default=False, err=True)

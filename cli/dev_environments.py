@@ -25,6 +25,7 @@ from core.wire.workflow_ids import job_workflow_id
 if TYPE_CHECKING:
     from temporalio.client import Client
 
+    from core.temporal_connection import TemporalConnection
     from store import JobSubmissionRecord, RunRecord
 
 ASK_EVERY = 30.0  # seconds between two asks of the same job by `ferry ps -w`
@@ -151,10 +152,9 @@ async def ask_connections(
 class DevEnvironments:
     """`ferry ps`'s views of dev environments; each job's agent asked again after ASK_EVERY seconds."""
 
-    def __init__(self, home: Path, address: str, namespace: str) -> None:
+    def __init__(self, home: Path, connection: TemporalConnection) -> None:
         self._home = home
-        self._address = address
-        self._namespace = namespace
+        self._connection = connection
         self._told: dict[str, tuple[float, SSHEndpoint | None]] = {}  # by job id: when asked, the answer
 
     def views(self, runs: Runs) -> dict[str, DevView]:
@@ -170,10 +170,10 @@ class DevEnvironments:
         return told is None or now - told[0] >= ASK_EVERY
 
     async def _ask(self, jobs: list[tuple[RunRecord, JobSubmissionRecord]]) -> dict[str, SSHEndpoint | None]:
-        from worker.temporal import connect
+        from worker.temporal import connect_to
 
         try:
-            client = await connect(self._address, self._namespace)
+            client = await connect_to(self._connection)
         except RuntimeError:  # ps shows the store's runs regardless; nothing known of their connections
             return {job.id: None for _, job in jobs}
         return await ask_connections(client, jobs)

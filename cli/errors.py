@@ -2,8 +2,8 @@
 
 `FerryGroup` turns usage errors (a bad flag, a missing argument) into `ferry <cmd>: <message>` with exit
 code 2; `one_line_errors` wraps each command so that Ferry's own errors, configuration errors and an
-unreachable server come out as `ferry <cmd>: <message>` with exit code 1. FERRY_DEBUG=1 shows the
-traceback of an unexpected error instead.
+unreachable server come out as `ferry <cmd>: <message>`, each with its exit code (cli/exit_codes.py,
+docs/cli.md#exit-codes). FERRY_DEBUG=1 shows the traceback of an unexpected error instead.
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from typing import Any, ParamSpec, TypeVar
 import typer
 from typer.core import TyperGroup
 
+from cli import exit_codes
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
-USAGE_EXIT = 2
+USAGE_EXIT = exit_codes.USAGE
 
 
 def _click_aborts() -> tuple[type[BaseException], ...]:
@@ -38,10 +40,18 @@ ABORTS = _click_aborts()
 
 
 class FerryError(Exception):
-    """Something a user can fix; its message is one clear line."""
+    """Something a user can fix; its message is one clear line. A refusal: exit code 2 (USAGE)."""
+
+    exit_code = exit_codes.USAGE
 
 
-class RunNotFound(FerryError):
+class NotFound(FerryError):
+    """No such run, fleet, volume or secret: exit code 3."""
+
+    exit_code = exit_codes.NOT_FOUND
+
+
+class RunNotFound(NotFound):
     pass
 
 
@@ -52,13 +62,14 @@ class RunActive(FerryError):
 class CommandError(Exception):
     """An error of the command line itself, with its exit code (1 unless said)."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
+    def __init__(self, message: str, exit_code: int = exit_codes.FAILED) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 
 
 class UnreachableServer(CommandError):
-    pass
+    def __init__(self, message: str, exit_code: int = exit_codes.UNREACHABLE) -> None:
+        super().__init__(message, exit_code)
 
 
 def say(command: str, message: str) -> None:
@@ -125,7 +136,7 @@ def _sentence(message: str) -> str:
 
 
 def one_line_errors(function: Callable[P, R]) -> Callable[P, R]:
-    """Wrap a command: its errors become one line on stderr and exit code 1 (or the error's own).
+    """Wrap a command: its errors become one line on stderr and their exit code (exit_code_of).
 
     The line starts with `ferry <command>`, from the function's name (`server_start`: `ferry server start`).
     """
@@ -134,7 +145,7 @@ def one_line_errors(function: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(function)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         problem: str | None = None
-        code = 1
+        code = exit_codes.FAILED
         try:
             return function(*args, **kwargs)
         except typer.Exit:
@@ -144,12 +155,12 @@ def one_line_errors(function: Callable[P, R]) -> Callable[P, R]:
         except CommandError as err:
             problem, code = str(err), err.exit_code
         except KeyboardInterrupt:
-            problem, code = "interrupted", 130
+            problem, code = "interrupted", exit_codes.INTERRUPTED
         except BrokenPipeError:
             # The reader went away (`ferry ps --json | head`): nothing more to say, and nowhere to say it.
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
-            raise typer.Exit(1) from None
+            raise typer.Exit(exit_codes.FAILED) from None
         except Exception as err:
             if os.environ.get("FERRY_DEBUG") or _is_click_exception(err):
                 raise
@@ -164,12 +175,28 @@ def one_line_errors(function: Callable[P, R]) -> Callable[P, R]:
                 problem = str(err.issues[-1])
             else:
                 problem = describe(err)
+            code = exit_code_of(err)
         # The error is reported and the exit raised outside the except block: an exception that holds
         # the Temporal SDK's runtime (a failed connect) must not live on into interpreter shutdown.
         say(command, problem)
         raise typer.Exit(code)
 
     return wrapper
+
+
+def exit_code_of(err: BaseException) -> int:
+    """A refusal or an invalid configuration 2, what does not exist 3, no server 4, anything else 1."""
+    from core.configuration.loading import ConfigurationError
+    from core.temporal_connection import ConnectionSettingsError
+    from worker.stack import StackError
+
+    if isinstance(err, FerryError | CommandError):
+        return err.exit_code
+    if isinstance(err, ConfigurationError | ConnectionSettingsError):  # a file's, or TEMPORAL_TLS_*'s
+        return exit_codes.USAGE
+    if isinstance(err, StackError):
+        return exit_codes.UNREACHABLE
+    return exit_codes.FAILED
 
 
 def describe(err: BaseException) -> str:
@@ -184,6 +211,10 @@ def describe(err: BaseException) -> str:
 
     if isinstance(err, SealError):  # Ferry's key (docs/secrets.md): what is wrong with it, as it is
         return str(err)
+    from core.temporal_connection import ConnectionSettingsError
+
+    if isinstance(err, ConnectionSettingsError):  # TEMPORAL_TLS_*, TEMPORAL_API_KEY (docs/deployment.md)
+        return str(err)
     text = " ".join(str(err).split())
     if isinstance(err, OSError) and err.strerror:
         name = f" {err.filename}" if err.filename else ""
@@ -192,7 +223,11 @@ def describe(err: BaseException) -> str:
 
 
 def connect_problem(address: str, message: str) -> str:
-    """`Client.connect`'s Rust error, in a few words."""
+    """`Client.connect`'s Rust error, in a few words (a TLS problem in words that name its setting)."""
+    from core.temporal_connection import tls_problem
+
     found = re.search(r'message: "([^"]+)"', message) or re.search(r'error: "([^"]+)"', message)
-    reason = found.group(1) if found else message.removeprefix("Failed client connect: ")
-    return f"cannot reach the Temporal server at {address}: {reason[:200]}"
+    reason = tls_problem(message) or (
+        found.group(1) if found else message.removeprefix("Failed client connect: ")
+    )
+    return f"cannot reach the Temporal server at {address}: {' '.join(reason.split())[:200]}"

@@ -13,16 +13,17 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from cli.errors import FerryGroup, one_line_errors
+from cli.tables import Column, FittedTable, Row
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
     from cli.context import Context
-    from core.configuration import FleetConfiguration
+    from core.configuration import FleetConfiguration, RunConfiguration
     from core.configuration.loading import LoadedConfiguration
     from core.fleets.messages import FleetDescription
-    from store import FleetRecord, InstanceRecord
+    from store import FleetRecord, InstanceRecord, Store
 
 DEPLOY_WAIT = 600.0  # seconds `ferry apply` follows a fleet's deployment
 DELETE_WAIT = 120.0
@@ -36,8 +37,12 @@ fleet_app = typer.Typer(
 
 @fleet_app.command("list")
 @one_line_errors
-def fleet_list(as_json: bool = typer.Option(False, "--json", help="JSON, for scripts.")) -> None:
-    """Fleets and their instances: status, address, resources, busy and free blocks, jobs."""
+def fleet_list(
+    as_json: bool = typer.Option(False, "--json", help="JSON, for scripts (schema: docs/cli.md)."),
+    wide: bool = typer.Option(False, "-v", "--wide", help="Every column, however wide."),
+) -> None:
+    """Fleets and their instances: status, address, the CPUs, memory and GPUs in use and free, busy
+    blocks, jobs."""
     from cli import render
     from cli.context import Context
     from cli.fleet_api import list_fleets
@@ -47,7 +52,7 @@ def fleet_list(as_json: bool = typer.Option(False, "--json", help="JSON, for scr
     if as_json:
         typer.echo(json.dumps(fleets_json(fleets), indent=2))
         return
-    render.console().print(fleets_table(fleets))
+    render.console().print(fleets_table(fleets, wide=wide))
 
 
 @fleet_app.command("delete")
@@ -136,6 +141,29 @@ def _deployment_result(described: FleetDescription, console: Console) -> int:
 # --- what is shown ---------------------------------------------------------------------------------------
 
 
+def runs_on(store: Store, project: str, configuration: RunConfiguration) -> str:
+    """The plan's `Runs on`: the fleet a run submitted now goes to (choose_fleet, or its volumes' fleet,
+    docs/volumes.md), and why that one; or why it would be refused."""
+    from cli.errors import FerryError
+    from cli.fleet_api import pick_fleet
+    from cli.volume_api import run_volumes
+    from core.wire.workflow_ids import LOCAL_FLEET
+
+    try:
+        on, _ = run_volumes(store, project, configuration)
+        if on is not None:
+            return f"fleet {on} (where its volumes are)"
+        fleet = pick_fleet(store.list_fleets(project), project, configuration.fleets)
+    except FerryError as err:
+        return f"nowhere: {err}"
+    wanted = configuration.fleets or []
+    why = (
+        f" (the first of {', '.join(wanted)} that exists)" if len(wanted) > 1
+        else "" if wanted else " (the project's newest SSH fleet)" if fleet != LOCAL_FLEET else ""
+    )  # fmt: skip
+    return f"fleet {fleet}{why}" if fleet != LOCAL_FLEET else "this machine (fleet local)"
+
+
 def plan_table(ctx: Context, file: str, configuration: FleetConfiguration, name: str | None) -> Table:
     from cli import render
 
@@ -154,44 +182,79 @@ def plan_table(ctx: Context, file: str, configuration: FleetConfiguration, name:
     )
 
 
-def resources_text(resources: dict[str, Any]) -> str:
-    """`cpu=4 mem=15.5GB` (with `gpu=N` when it has GPUs)."""
-    cpu, memory, gpu = resources.get("cpu", 0), resources.get("memory", 0), resources.get("gpu", 0)
-    text = f"cpu={cpu:g} mem={memory:.1f}GB"
-    return f"{text} gpu={gpu}" if gpu else text
+def instance_use(instance: InstanceRecord) -> dict[str, dict[str, float]]:
+    """The instance's total, what its jobs hold (`used`) and the rest (`free`): cpu, memory (GB), gpu."""
+    total, used = instance.resources_data(), instance.in_use_data()
+    keys = ("cpu", "memory", "gpu")
+    totals = {key: round(total.get(key, 0), 3) for key in keys}  # to the MB: no float noise in `free`
+    held = {key: round(used.get(key, 0), 3) for key in keys}
+    return {
+        "total": totals,
+        "used": held,
+        "free": {key: round(max(totals[key] - held[key], 0), 3) for key in keys},
+    }
 
 
-def _blocks(instance: InstanceRecord) -> tuple[str, str]:
+def _amount(value: float) -> str:
+    return f"{value:.1f}".removesuffix(".0")
+
+
+def _use_cells(instance: InstanceRecord) -> tuple[str, str, str]:
+    """Its total, what is in use and what is free: `8cpu 62.7GB 4gpu`, `4cpu 32GB 2gpu`, `4cpu 30.7GB
+    2gpu` (no gpu word without GPUs); `-` while its resources are unknown (a host not deployed)."""
+    if not instance.resources_data():
+        return "-", "-", "-"
+    use = instance_use(instance)
+    gpus = bool(use["total"]["gpu"])
+
+    def text(amounts: dict[str, float]) -> str:
+        words = f"{_amount(amounts['cpu'])}cpu {_amount(amounts['memory'])}GB"
+        return f"{words} {_amount(amounts['gpu'])}gpu" if gpus else words
+
+    return text(use["total"]), text(use["used"]), text(use["free"])
+
+
+def _blocks(instance: InstanceRecord) -> str:
+    """`busy/total` blocks; `shared` for an instance shared by exact needs (the local one)."""
     if instance.blocks is None:
-        return "-", "shared"
-    return str(instance.busy_blocks), str(max(instance.blocks - instance.busy_blocks, 0))
+        return "shared" if instance.resources_data() else "-"
+    return f"{instance.busy_blocks}/{instance.blocks}"
 
 
-def fleets_table(fleets: list[tuple[FleetRecord, list[InstanceRecord]]]) -> Table:
-    from rich.table import Table
+FLEET_COLUMNS = (
+    Column("FLEET"),
+    Column("INSTANCE"),
+    Column("STATUS"),
+    Column("BACKEND", wide=True),
+    Column("ADDRESS", optional=1),
+    Column("RESOURCES", wide=True),
+    Column("USED"),
+    Column("FREE"),
+    Column("BLOCKS"),
+    Column("JOBS"),
+)
 
-    table = Table(box=None, pad_edge=False)
-    for column in ("FLEET", "INSTANCE", "STATUS", "ADDRESS", "RESOURCES", "BUSY", "FREE", "JOBS"):
-        table.add_column(column, no_wrap=column != "RESOURCES")
+
+def fleets_table(
+    fleets: list[tuple[FleetRecord, list[InstanceRecord]]], *, wide: bool = False
+) -> FittedTable:
+    """One row per fleet, then one per instance: the CPUs, memory and GPUs its jobs use and those free,
+    busy blocks, jobs; an unreachable instance's reason under its row (docs/cli.md#ferry-fleet-list)."""
+    rows = []
     for fleet, instances in fleets:
-        table.add_row(fleet.name, "", fleet.status, "", fleet.backend, "", "", "")
+        rows.append(Row((fleet.name, "", fleet.status, fleet.backend, "", "", "", "", "", "")))
         for instance in instances:
-            busy, free = _blocks(instance)
-            status = instance.status + (f" ({instance.status_message})" if instance.status_message else "")
-            table.add_row(
-                "",
-                instance.name,
-                status,
-                instance.address,
-                resources_text(instance.resources_data()),
-                busy,
-                free,
-                str(instance.jobs),
-            )
-    return table
+            notes = [f"{instance.status}: {instance.status_message}"] if instance.status_message else []
+            cells = (
+                "", instance.name, instance.status, "", instance.address or "-", *_use_cells(instance),
+                _blocks(instance), str(instance.jobs),
+            )  # fmt: skip
+            rows.append(Row(cells, notes))
+    return FittedTable(FLEET_COLUMNS, rows, wide=wide)
 
 
 def fleets_json(fleets: list[tuple[FleetRecord, list[InstanceRecord]]]) -> list[dict[str, Any]]:
+    """`ferry fleet list --json`: its schema is in docs/cli.md#ferry-fleet-list---json."""
     return [
         {
             "name": fleet.name,
@@ -204,6 +267,7 @@ def fleets_json(fleets: list[tuple[FleetRecord, list[InstanceRecord]]]) -> list[
                     "message": i.status_message,
                     "address": i.address,
                     "resources": i.resources_data(),
+                    **instance_use(i),
                     "blocks": i.blocks,
                     "busy_blocks": i.busy_blocks,
                     "free_blocks": None if i.blocks is None else max(i.blocks - i.busy_blocks, 0),

@@ -15,9 +15,11 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from cli.errors import FerryError, RunNotFound
+from cli.errors import FerryError, NotFound, RunNotFound
 from core.configuration import FleetConfiguration, RunConfiguration
 from core.fleets.messages import FleetDescription
+from core.fleets.offers import FleetOffer
+from core.fleets.placement import PlacementRequest
 from core.fleets.state_machine import FleetInput, instance_name
 from core.fleets.status import FleetStatus
 from core.status import RunStatus
@@ -31,7 +33,7 @@ from workflows.run import RunWorkflow
 _POLL = 0.1
 
 
-class FleetNotFound(FerryError):
+class FleetNotFound(NotFound):
     pass
 
 
@@ -44,7 +46,11 @@ async def choose_fleet(store: Store, project: str, configuration: RunConfigurati
 async def first_fleet(store: Store, project: str, wanted: list[str] | None) -> str:
     """The first of the `wanted` fleets that exists (FleetNotFound if none does); without any, the
     project's newest SSH fleet, else this machine (`local`)."""
-    fleets = await asyncio.to_thread(store.list_fleets, project)
+    return pick_fleet(await asyncio.to_thread(store.list_fleets, project), project, wanted)
+
+
+def pick_fleet(fleets: list[FleetRecord], project: str, wanted: list[str] | None) -> str:
+    """first_fleet's choice among the project's fleets (newest first)."""
     active = {f.name: f for f in fleets if f.status == FleetStatus.ACTIVE}
     if wanted:
         for name in wanted:
@@ -170,6 +176,16 @@ class FleetAPI:
         handle = self.client.get_workflow_handle_for(FleetWorkflow.run, fleet_workflow_id(self.project, name))
         try:
             return await handle.query(FleetWorkflow.describe)
+        except RPCError as err:
+            raise FleetNotFound(
+                f"fleet {name} is not running in project {self.project!r}: {err.message}"
+            ) from None
+
+    async def offer(self, name: str, request: PlacementRequest) -> FleetOffer:
+        """What the fleet's scheduler would do with the request now (`ferry offer`); nothing is queued."""
+        handle = self.client.get_workflow_handle_for(FleetWorkflow.run, fleet_workflow_id(self.project, name))
+        try:
+            return await handle.query(FleetWorkflow.answer_offer, request)
         except RPCError as err:
             raise FleetNotFound(
                 f"fleet {name} is not running in project {self.project!r}: {err.message}"

@@ -122,7 +122,8 @@ class LogStream:
         if not self._prefixed:
             self.out.write(data)
             return len(data)
-        label = render.job_label(job.replica_num, job.job_num, several_replicas=self._several_replicas)
+        label = f"job {job.job_num}"  # a log line's prefix: `[job 1]`, `[replica 0 job 1]`
+        label = f"replica {job.replica_num} {label}" if self._several_replicas else label
         prefix = self._prefix.setdefault(job.id, f"[{label}] ".encode())
         *lines, rest = (self._partial.pop(job.id, b"") + data).split(b"\n")
         for line in lines:
@@ -171,8 +172,11 @@ def _status_view(run: RunRecord, jobs: list[JobSubmissionRecord]) -> Group:
     message = render.run_message(run, jobs)
     head = Spinner("dots", text=f"run {run.run_name}: {run.status}{f' ({message})' if message else ''}")
     table = Table(box=None, show_header=False, pad_edge=False)
-    for job in render.latest_jobs(jobs):
-        label = render.job_label(job.replica_num, job.job_num, several_replicas=True)
+    latest = render.latest_jobs(jobs)
+    shape = render.label_shape(run, latest)
+    for job in latest:
+        # `node 1` of a multi-node task, `replica 0` of a service; a run's only job by the run's name.
+        label = render.job_label(job.replica_num, job.job_num, *shape) or run.run_name
         table.add_row(f"  {label}", render.job_record_message(job, run), job.instance_name or "")
     return Group(head, table)
 

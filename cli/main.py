@@ -1,7 +1,9 @@
 """The `ferry` command line (typer): thin commands over the modules beside this one.
 
 Commands that need Temporal start the embedded stack (`ferry server`) in the background when no
-FERRY_TEMPORAL_ADDRESS is set and none is running. Errors a user can cause are one line on stderr.
+FERRY_TEMPORAL_ADDRESS is set and none is running. Errors a user can cause are one line on stderr, with
+the exit codes of cli/exit_codes.py (docs/cli.md#exit-codes). typer's --install-completion and
+--show-completion give shell completion (docs/cli.md#shell-completion).
 """
 
 from __future__ import annotations
@@ -12,17 +14,21 @@ from typing import Any, NoReturn
 
 import typer
 
+from cli import exit_codes
 from cli.errors import FerryGroup, one_line_errors
 from cli.fleet import fleet_app
 from cli.schedules import schedule_app
 from cli.secret import secret_app
+from cli.server_commands import server_app, worker
 from cli.volume import volume_app
 from core.status import RunStatus
 
 HELP = (
     "Ferry runs tasks, services and dev environments as durable Temporal workflows.\n\n"
     "Without FERRY_TEMPORAL_ADDRESS, commands use the embedded stack under FERRY_HOME (default ~/.ferry), "
-    "started in the background when needed: see `ferry server`."
+    "started in the background when needed: see `ferry server`.\n\n"
+    "Exit codes: 0 ok, 1 failed (a run, a wait that timed out), 2 usage error or refused, 3 not found, "
+    "4 server unreachable (docs/cli.md)."
 )
 
 _SDK_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"  # the SDK's native module: its Rust runtime
@@ -76,13 +82,8 @@ def _leave(code: int) -> NoReturn:
 
 
 app = FerryTyper(
-    name="ferry", cls=FerryGroup, no_args_is_help=True, add_completion=False, help=HELP,
+    name="ferry", cls=FerryGroup, no_args_is_help=True, add_completion=True, help=HELP,
     pretty_exceptions_enable=False,
-)  # fmt: skip
-server_app = typer.Typer(
-    cls=FerryGroup, invoke_without_command=True, add_completion=False, pretty_exceptions_enable=False,
-    help="The embedded stack: a Temporal dev server (with its Web UI), one worker and the local agent. "
-    "Without a subcommand, runs it in the foreground until Ctrl-C.",
 )  # fmt: skip
 app.add_typer(server_app, name="server")
 app.add_typer(fleet_app, name="fleet")
@@ -102,9 +103,24 @@ TASK = typer.Option(
 )
 
 
+def _version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"ferry {version('ferry')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            typer.echo("ferry (version unknown: not installed)")
+        raise typer.Exit(exit_codes.OK)
+
+
 @app.callback()
-def _ferry() -> None:
-    # The group's own callback: nothing to do before a command.
+def _ferry(
+    show_version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_version, help="Print Ferry's version and exit."
+    ),
+) -> None:
+    # The group's own callback: nothing to do before a command (--version is eager: it exits first).
     pass
 
 
@@ -122,15 +138,17 @@ def validate(
         help="A configuration file to check (repeatable).",
         show_default=False,
     ),
+    as_json: bool = typer.Option(False, "--json", help="The valid files' summaries as JSON (docs/cli.md)."),
+    wide: bool = typer.Option(False, "-v", "--wide", help="Every column, however wide."),
 ) -> None:
-    """Check configuration files; exit 0 only if every one is valid."""
+    """Check configuration files; exit 0 only if every one is valid (2 if one is not)."""
     from cli.validate import validate_files
 
     paths = [*(file_options or []), *(files or [])]
     if not paths:
         typer.echo("ferry validate: name at least one file (FILE... or -f FILE)", err=True)
-        raise typer.Exit(2)
-    raise typer.Exit(validate_files(paths))
+        raise typer.Exit(exit_codes.USAGE)
+    raise typer.Exit(validate_files(paths, as_json=as_json, wide=wide))
 
 
 @app.command()
@@ -185,13 +203,31 @@ def apply(
 def ps(
     all_runs: bool = typer.Option(False, "-a", "--all", help="Finished runs too."),
     watch: bool = typer.Option(False, "-w", "--watch", help="Keep the table live until Ctrl-C."),
-    as_json: bool = typer.Option(False, "--json", help="JSON, for scripts."),
+    as_json: bool = typer.Option(False, "--json", help="JSON, for scripts (schema: docs/cli.md)."),
     limit: int = typer.Option(50, "--limit", help="At most this many runs, newest first."),
+    wide: bool = typer.Option(False, "-v", "--wide", help="Every column, however wide."),
 ) -> None:
-    """Runs and their jobs: status, message, resources, instance, when submitted, error."""
+    """Runs and their jobs: status, message, resources, instance, when submitted; errors under their row.
+
+    Fits the terminal (or COLUMNS) by leaving out columns; -v shows them all."""
     from cli.ps import ps as ps_
 
-    ps_(all_runs=all_runs, watch=watch, as_json=as_json, limit=limit)
+    ps_(all_runs=all_runs, watch=watch, as_json=as_json, limit=limit, wide=wide)
+
+
+@app.command()
+@one_line_errors
+def metrics(
+    run: str = RUN,
+    watch: bool = typer.Option(
+        False, "-w", "--watch", help="Refresh every 2 s until Ctrl-C or the run ends."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="JSON, for scripts (with -w, one object per line)."),
+) -> None:
+    """CPU, memory and GPU use of each job of a run, sampled by its agent now (docs/jobs.md#metrics)."""
+    from cli.metrics import metrics as metrics_
+
+    raise typer.Exit(metrics_(run, watch=watch, as_json=as_json))
 
 
 @app.command()
@@ -263,6 +299,33 @@ def stop(
 
 @app.command()
 @one_line_errors
+def delete(
+    run: str = RUN,
+    yes: bool = typer.Option(False, "-y", "--yes", help="Do not ask for confirmation."),
+) -> None:
+    """Forget a finished run: its records, events, logs and Temporal workflows (not an active run)."""
+    from cli.delete import delete as delete_
+
+    raise typer.Exit(delete_(run, yes=yes))
+
+
+@app.command()
+@one_line_errors
+def offer(
+    file: str = typer.Option(
+        ..., "-f", "--file", metavar="FILE", help="The configuration to place.", show_default=False
+    ),
+    as_json: bool = typer.Option(False, "--json", help="JSON, for scripts (docs/cli.md#offer)."),
+    wide: bool = typer.Option(False, "-v", "--wide", help="Every column, however wide."),
+) -> None:
+    """Which instances could run FILE now, which once others' jobs end, which never, and why."""
+    from cli.offer import offer as offer_
+
+    raise typer.Exit(offer_(file, as_json=as_json, wide=wide))
+
+
+@app.command()
+@one_line_errors
 def events(
     run: str = RUN,
     replica: int = REPLICA,
@@ -300,77 +363,12 @@ def wait(
 ) -> None:
     """Wait until the run reaches a status, logs an event, or (by default) finishes.
 
-    Exits 0 when reached, 1 on timeout, 2 when it can no longer happen (the run finished first).
+    Exits 0 when reached, 1 on timeout, 2 when it can no longer happen (the run finished first), 3 if
+    there is no such run.
     """
     from cli.wait import wait as wait_
 
     raise typer.Exit(wait_(run, status=status, event=event, timeout=timeout))
-
-
-@app.command()
-@one_line_errors
-def worker() -> None:
-    """Run a worker: Ferry's workflows and activities on task queue `ferry`, until SIGTERM.
-
-    Connects to FERRY_TEMPORAL_ADDRESS (namespace FERRY_TEMPORAL_NAMESPACE) and the store at
-    FERRY_DATABASE_URL (SQLite under FERRY_HOME by default); starts the local agent if none runs.
-    """
-    import asyncio
-
-    from core.settings import Settings
-    from worker.main import run_worker
-
-    settings = Settings.from_env()
-    if settings.temporal_address is None:
-        typer.echo("ferry worker: set FERRY_TEMPORAL_ADDRESS (host:port of the Temporal server)", err=True)
-        raise typer.Exit(2)
-    try:
-        asyncio.run(run_worker(settings))
-        return
-    except RuntimeError as err:
-        problem = str(err)  # leave the except block first: the SDK's runtime must not outlive the error
-    if problem.startswith("Failed client connect"):
-        from cli.errors import connect_problem
-
-        problem = connect_problem(settings.temporal_address, problem)
-    typer.echo(f"ferry worker: {problem}", err=True)
-    raise typer.Exit(1)
-
-
-@server_app.callback()
-@one_line_errors
-def server(context: typer.Context) -> None:
-    if context.invoked_subcommand is None:
-        from cli.server import foreground
-
-        raise typer.Exit(foreground())
-
-
-@server_app.command("start")
-@one_line_errors
-def server_start() -> None:
-    """Start the stack in the background (if it is not running) and print its addresses."""
-    from cli.server import start
-
-    start()
-
-
-@server_app.command("stop")
-@one_line_errors
-def server_stop() -> None:
-    """Stop the background stack: the worker, then the dev server, then the agent."""
-    from cli.server import stop as stop_server
-
-    stop_server()
-
-
-@server_app.command("status")
-@one_line_errors
-def server_status(as_json: bool = typer.Option(False, "--json", help="JSON, for scripts.")) -> None:
-    """The stack's processes, addresses and Web UI URL; exits 3 if it is not running."""
-    from cli.server import status
-
-    raise typer.Exit(status(as_json=as_json))
 
 
 @app.command("set-priority")
@@ -383,3 +381,6 @@ def set_priority(
     from cli.fleet import set_priority as set_priority_
 
     set_priority_(run, priority)
+
+
+app.command()(worker)  # cli/server_commands.py: listed last, after the run commands

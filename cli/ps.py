@@ -29,12 +29,12 @@ def collect(store: Store, project: str, *, all_runs: bool, limit: int) -> Runs:
     return [(run, store.list_job_submissions(task_run(store, run, None).id)) for run in runs]
 
 
-def ps(*, all_runs: bool, watch: bool, as_json: bool, limit: int) -> None:
+def ps(*, all_runs: bool, watch: bool, as_json: bool, limit: int, wide: bool = False) -> None:
     ctx = Context.from_env()
-    address = ctx.ensure_stack()  # runs move on only while the stack is up
+    connection = ctx.connection()  # runs move on only while the stack is up
     store = ctx.store()
-    devs = DevEnvironments(ctx.settings.home, address, ctx.settings.temporal_namespace)
-    pulls = Pulls(address, ctx.settings.temporal_namespace)
+    devs = DevEnvironments(ctx.settings.home, connection)
+    pulls = Pulls(connection)
 
     def current() -> tuple[Runs, dict[str, ServiceView], dict[str, DevView], dict[str, str]]:
         runs = collect(store, ctx.project, all_runs=all_runs, limit=limit)
@@ -45,20 +45,20 @@ def ps(*, all_runs: bool, watch: bool, as_json: bool, limit: int) -> None:
         return
     console = render.console()
     if not watch:
-        console.print(render.runs_table(*current()))
+        console.print(render.runs_table(*current(), wide=wide))
         return
     try:
         if console.is_terminal:
             with Live(console=console, auto_refresh=False) as live:
                 while True:
-                    live.update(render.runs_table(*current()), refresh=True)
+                    live.update(render.runs_table(*current(), wide=wide), refresh=True)
                     time.sleep(WATCH_INTERVAL)
         shown = ""
         while True:  # piped: a new table only when a status or message changed, not the ages
             shown_now = current()
             key = json.dumps(render.runs_json(*shown_now))
             if key != shown:
-                console.print(render.runs_table(*shown_now))
+                console.print(render.runs_table(*shown_now, wide=wide))
                 shown = key
             time.sleep(WATCH_INTERVAL)
     except KeyboardInterrupt:

@@ -18,6 +18,7 @@ from core.wire.workflow_ids import job_workflow_id
 if TYPE_CHECKING:
     from temporalio.client import Client
 
+    from core.temporal_connection import TemporalConnection
     from store import JobSubmissionRecord, RunRecord
 
 Runs = Sequence[tuple["RunRecord", Sequence["JobSubmissionRecord"]]]
@@ -54,19 +55,18 @@ async def pull_lines(client: Client, jobs: Sequence[tuple[RunRecord, JobSubmissi
 class Pulls:
     """`ferry ps`'s pull lines: asked of the server only while some job is PULLING."""
 
-    def __init__(self, address: str, namespace: str) -> None:
-        self._address = address
-        self._namespace = namespace
+    def __init__(self, connection: TemporalConnection) -> None:
+        self._connection = connection
 
     def lines(self, runs: Runs) -> dict[str, str]:
         jobs = pulling_jobs(runs)
         return asyncio.run(self._ask(jobs)) if jobs else {}
 
     async def _ask(self, jobs: list[tuple[RunRecord, JobSubmissionRecord]]) -> dict[str, str]:
-        from worker.temporal import connect
+        from worker.temporal import connect_to
 
         try:
-            client = await connect(self._address, self._namespace)
+            client = await connect_to(self._connection)
         except RuntimeError:  # ps shows the store's runs regardless: a pulling job says `pulling`
             return {}
         return await pull_lines(client, jobs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from cli.tables import Column, FittedTable, Row
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
 if TYPE_CHECKING:
@@ -21,7 +23,8 @@ if TYPE_CHECKING:
 
 # A job provisioning longer than this is waiting for its instance to have room (the agent refused it).
 CAPACITY_PATIENCE = 3.0
-_PIPED_WIDTH = 240
+# A piped console's width: no table row is ever that long, so none wraps (docs/cli.md#tables).
+UNLIMITED_WIDTH = 100_000
 
 _REASON_WORDS: dict[JobTerminationReason, str] = {
     JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY: "no capacity",
@@ -115,8 +118,9 @@ def final_line(run: RunRecord, jobs: Sequence[JobSubmissionRecord]) -> str:
     if job is None or run.status == RunStatus.DONE or by_user:
         return line
     message = job_record_message(job, run)
-    if len(latest_jobs(jobs)) > 1:
-        message = f"{job_label(job.replica_num, job.job_num, several_replicas=True)} {message}"
+    latest = latest_jobs(jobs)
+    label = job_label(job.replica_num, job.job_num, *label_shape(run, latest)) if len(latest) > 1 else ""
+    message = f"{label} {message}".strip()
     line += f": {message}"
     reason = JobTerminationReason(job.termination_reason) if job.termination_reason else None
     quiet = (
@@ -138,8 +142,17 @@ def note(job: JobSubmissionRecord) -> str:
     return text
 
 
-def job_label(replica: int, job: int, *, several_replicas: bool) -> str:
-    return f"replica {replica} job {job}" if several_replicas else f"job {job}"
+def label_shape(run: RunRecord, jobs: Sequence[JobSubmissionRecord]) -> tuple[bool, bool]:
+    """Whether a run's jobs are told apart by replica (a service's always), and by node."""
+    replicas = {job.replica_num for job in jobs}
+    nodes = {job.job_num for job in jobs}
+    return run.type == "service" or len(replicas) > 1, len(nodes) > 1
+
+
+def job_label(replica: int, job: int, by_replica: bool, by_node: bool) -> str:
+    """`replica 1`, `node 0`, `replica 1 node 0`; "" for a run's only job."""
+    words = [f"replica {replica}"] if by_replica else []
+    return " ".join([*words, *([f"node {job}"] if by_node else [])])
 
 
 def ago(timestamp: float | None, now: float | None = None) -> str:
@@ -165,9 +178,24 @@ def resources_of(run: RunRecord) -> str:
 
 
 def console(*, stderr: bool = False) -> Console:
-    """A console that does not wrap when piped: scripts and logs read it, not an 80-column window."""
+    """A console as wide as the terminal, or COLUMNS; piped with no COLUMNS, of no width limit: a table's
+    row is one line of plain text there, for scripts and logs (docs/cli.md#tables)."""
     out = Console(stderr=stderr)
-    return out if out.is_terminal else Console(stderr=stderr, width=_PIPED_WIDTH)
+    if out.is_terminal or os.environ.get("COLUMNS", "").strip().isdigit():  # rich reads COLUMNS itself
+        return out
+    return Console(stderr=stderr, width=UNLIMITED_WIDTH)
+
+
+RUN_COLUMNS = (
+    Column("NAME"),
+    Column("JOB"),
+    Column("SUB", wide=True),
+    Column("STATUS"),
+    Column("MESSAGE", flexible=True),
+    Column("RESOURCES", optional=1, flexible=True),
+    Column("INSTANCE", optional=3),
+    Column("SUBMITTED", optional=2),
+)
 
 
 def runs_table(
@@ -175,33 +203,31 @@ def runs_table(
     services: Mapping[str, ServiceView] | None = None,
     devs: Mapping[str, DevView] | None = None,
     pulls: Mapping[str, str] | None = None,
-) -> Table:
-    """The runs and their latest jobs; a service's row shows its URL, its replicas their probe state; a dev
-    environment's its IDE link, its job whether someone is attached or when inactivity stops it; a pulling
-    job how far its image pull is (`pulls`, by job id: cli/pulls.py)."""
+    *,
+    wide: bool = False,
+    now: float | None = None,
+) -> FittedTable:
+    """The runs and their latest jobs; a service's URL and a dev environment's IDE link under its row, its
+    replicas' probe state, its job whether someone is attached or when inactivity stops it; a pulling job
+    how far its image pull is (`pulls`, by job id: cli/pulls.py); a failed job's error under its row."""
     services = services or {}
     devs = devs or {}
     pulls = pulls or {}
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("NAME", "REPLICA", "JOB", "SUB", "STATUS", "MESSAGE", "RESOURCES", "INSTANCE"):
-        table.add_column(column, no_wrap=column == "NAME")
-    table.add_column("SUBMITTED", no_wrap=True)
-    table.add_column("ERROR", overflow="fold")
-    now = time.time()
+    rows: list[Row] = []
+    now = time.time() if now is None else now
     for run, jobs in runs:
         service = services.get(run.id)
-        message = run_message(run, jobs, now)
+        notes = []
         if service is not None and service.url and RunStatus(run.status).is_active():
-            message = f"{message} {service.url}".strip()
+            notes.append(f"url: {service.url}")
         dev = devs.get(run.id)
         if dev is not None and dev.link is not None:
-            message = f"{message} {dev.link}".strip()
-        table.add_row(
-            run.run_name, "", "", "", run.status, message, resources_of(run), "",
-            ago(run.submitted_at, now), "",
-        )  # fmt: skip
-        for job in latest_jobs(jobs):
-            failed = job.status == JobStatus.FAILED
+            notes.append(f"ide: {dev.link}")
+        cells = (run.run_name, "", "", run.status, run_message(run, jobs, now), resources_of(run))
+        rows.append(Row((*cells, "", ago(run.submitted_at, now)), notes))
+        latest = latest_jobs(jobs)
+        shape = label_shape(run, latest)
+        for job in latest:
             job_message = job_record_message(job, run, now)
             if service is not None and job.id in service.replicas and job.status == JobStatus.RUNNING:
                 # Its state in the proxies, and where its port is published: "ready 1/1, ports 8000->...".
@@ -209,12 +235,16 @@ def runs_table(
             if dev is not None and dev.job_id == job.id:
                 job_message = dev.ssh_message(now) or job_message  # "attached", "idle: stops in 4m 10s"
             job_message = pulls.get(job.id, job_message)  # "pulling IMAGE: 2/5 layers, 12.3/27.0 MB"
-            table.add_row(
-                "", str(job.replica_num), str(job.job_num), str(job.submission_num), job.status,
-                job_message, "", job.instance_name or "", ago(job.submitted_at, now),
-                note(job) if failed else "",
-            )  # fmt: skip
-    return table
+            error = note(job) if job.status == JobStatus.FAILED else ""
+            label = job_label(job.replica_num, job.job_num, *shape) or "job"
+            cells = ("", label, str(job.submission_num), job.status, job_message, "")
+            rows.append(
+                Row(
+                    (*cells, job.instance_name or "", ago(job.submitted_at, now)),
+                    [f"error: {error}"] if error else [],
+                )
+            )
+    return FittedTable(RUN_COLUMNS, rows, wide=wide)
 
 
 def runs_json(

@@ -34,14 +34,14 @@ NAME = typer.Argument(..., metavar="NAME", help="The secret's name.", show_defau
 def secret_set(name: str = NAME) -> None:
     """Set a secret, or change its value: typed at a prompt that does not echo it, or piped to stdin."""
     from cli.context import Context
-    from cli.errors import CommandError
+    from cli.errors import USAGE_EXIT, CommandError
     from cli.secret_api import set_secret
     from core.secrets import check_secret_name
 
     try:
         check_secret_name(name)  # before the value is asked for: a bad name wastes no typing
     except ValueError as err:
-        raise CommandError(str(err)) from None
+        raise CommandError(str(err), USAGE_EXIT) from None
     value = _read_value(name)
     ctx = Context.from_env()
     created = set_secret(ctx.store(), ctx.project, name, value)
@@ -49,7 +49,7 @@ def secret_set(name: str = NAME) -> None:
 
 
 def _read_value(name: str) -> str:
-    from cli.errors import CommandError
+    from cli.errors import USAGE_EXIT, CommandError
 
     if sys.stdin.isatty():
         import getpass
@@ -60,7 +60,7 @@ def _read_value(name: str) -> str:
         # `echo VALUE | ferry secret set NAME`: the line's end is not the secret's.
         value = value.removesuffix("\n").removesuffix("\r")
     if not value:
-        raise CommandError("the value is empty: type it at the prompt, or pipe it to stdin")
+        raise CommandError("the value is empty: type it at the prompt, or pipe it to stdin", USAGE_EXIT)
     return value
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from cli.errors import FerryError
+from cli.errors import FerryError, NotFound
 from core.configuration import BaseRunConfiguration
 from core.secrets import check_secret_name, check_secret_value, configuration_secrets
 from store import SecretRecord, Store
@@ -18,7 +18,7 @@ from store.keys import Keys, process_keys
 from store.secret_repository import seal_secret
 
 
-class SecretNotFound(FerryError):
+class SecretNotFound(NotFound):
     pass
 
 

@@ -9,12 +9,12 @@ from types import FrameType
 import typer
 from rich.table import Table
 
-from cli import render
+from cli import exit_codes, render
 from cli.context import Context
 from cli.errors import CommandError
 from worker.stack import Stack, StackStatus
 
-NOT_RUNNING_EXIT = 3  # as LSB init scripts say "not running"
+NOT_RUNNING_EXIT = exit_codes.NOT_FOUND  # 3, as LSB init scripts say "not running"
 _WATCH_INTERVAL = 0.5
 
 

@@ -6,23 +6,25 @@ accepts but does not act on yet are named in one warning line per file.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from cli import exit_codes
+from cli.tables import Column, FittedTable, Row
 from core.configuration.loading import ConfigurationError, LoadedConfiguration
 from core.configuration.pipeline import LoadedPipeline, load_run_file
 
-_PIPED_WIDTH = 240
 
-
-def validate_files(files: Sequence[str]) -> int:
-    """Print a summary table of the valid files and every issue of the others, one per line on stderr;
-    return the exit code: 0 only if every file is valid and runnable."""
+def validate_files(files: Sequence[str], *, as_json: bool = False, wide: bool = False) -> int:
+    """Print a summary of the valid files (a table, or JSON) and every issue of the others, one per line
+    on stderr; return the exit code: 0 only if every file is valid and runnable, 2 if one is not, 1 if
+    Ferry itself failed on one (cli/exit_codes.py)."""
     valid: list[LoadedConfiguration] = []
     failed = 0
+    broken = 0
     for file in files:
         try:
             found = load_run_file(file)
@@ -36,7 +38,7 @@ def validate_files(files: Sequence[str]) -> int:
         except (
             Exception
         ) as exc:  # a bug of ours must still read as one line about the file, never a traceback
-            failed += 1
+            broken += 1
             typer.echo(f"{file}: internal error while validating: {type(exc).__name__}: {exc}", err=True)
             continue
         # A pipeline's file: one row per task (docs/pipelines.md).
@@ -44,28 +46,29 @@ def validate_files(files: Sequence[str]) -> int:
         warning = found.warning()
         if warning:
             typer.echo(warning, err=True)
-    if valid:
-        console = Console()
-        if not console.is_terminal:
-            # Piped output is read by scripts and logs, not by a person at an 80-column window: no wrapping.
-            console = Console(width=_PIPED_WIDTH)
-        console.print(summary_table(valid))
-    return 0 if failed == 0 else 1
+    if as_json:
+        typer.echo(json.dumps(summary_json(valid), indent=2))
+    elif valid:
+        from cli.render import console
+
+        console().print(summary_table(valid, wide=wide))
+    return exit_codes.USAGE if failed else exit_codes.FAILED if broken else exit_codes.OK
 
 
-def summary_table(loaded: Sequence[LoadedConfiguration]) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("FILE", "TYPE", "NAME", "RESOURCES", "SCALE", "RETRY", "SCHEDULE"):
-        table.add_column(column, overflow="fold", no_wrap=column == "FILE")
-    for item in loaded:
-        summary = item.configuration.summary()
-        table.add_row(
-            item.file,
-            summary.type,
-            summary.name,
-            summary.resources,
-            summary.scale,
-            summary.retry,
-            summary.schedule,
-        )
-    return table
+# At 80 columns RETRY goes first, then SCALE, then SCHEDULE; RESOURCES wraps (docs/cli.md#tables).
+SUMMARY_COLUMNS = (
+    *map(Column, ("FILE", "TYPE", "NAME")),
+    Column("RESOURCES", flexible=True),
+    *(Column(header, optional=order) for header, order in (("SCALE", 2), ("RETRY", 1), ("SCHEDULE", 3))),
+)
+
+
+def summary_table(loaded: Sequence[LoadedConfiguration], *, wide: bool = False) -> FittedTable:
+    # A summary's fields are the columns after FILE, in order (core.configuration.base.ConfigSummary).
+    rows = [Row((item.file, *item.configuration.summary())) for item in loaded]
+    return FittedTable(SUMMARY_COLUMNS, rows, wide=wide)
+
+
+def summary_json(loaded: Sequence[LoadedConfiguration]) -> list[dict[str, Any]]:
+    """`ferry validate --json`: one object per valid configuration (docs/cli.md#ferry-validate---json)."""
+    return [{"file": item.file, **item.configuration.summary()._asdict()} for item in loaded]

@@ -13,7 +13,7 @@ import time
 
 from pydantic import TypeAdapter, ValidationError
 
-from cli.errors import FerryError
+from cli.errors import FerryError, NotFound
 from core.configuration import FleetConfiguration, RunConfiguration, VolumeConfiguration
 from core.configuration.fields import Name
 from core.fleets.state_machine import instance_name
@@ -25,7 +25,7 @@ from store import Store, VolumeRecord
 from store.volume_repository import VolumeInUse, volume_id
 
 
-class VolumeNotFound(FerryError):
+class VolumeNotFound(NotFound):
     pass
 
 

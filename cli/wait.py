@@ -1,6 +1,7 @@
 """`ferry wait RUN [--status S | --event NAME] [--timeout DURATION]`, like `flux job wait-event`.
 
-Exit codes: 0 reached, 1 timed out, 2 can no longer happen (the run finished first).
+Exit codes (cli/exit_codes.py): 0 reached, 1 timed out, 2 can no longer happen (the run finished first),
+3 no such run.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from cli import render
+from cli import exit_codes, render
 from cli.context import Context
 from cli.errors import USAGE_EXIT, CommandError, say
 from core.configuration.durations import parse_duration
@@ -20,7 +21,7 @@ from core.status import RunStatus
 if TYPE_CHECKING:
     from store import RunRecord, Store
 
-REACHED, TIMED_OUT, IMPOSSIBLE = 0, 1, 2
+REACHED, TIMED_OUT, IMPOSSIBLE = exit_codes.OK, exit_codes.FAILED, exit_codes.USAGE
 POLL_INTERVAL = 0.1
 
 

@@ -1,4 +1,5 @@
-"""Where Ferry keeps its state and how it reaches Temporal, from FERRY_* environment variables."""
+"""Where Ferry keeps its state and how it reaches Temporal, from FERRY_* environment variables (and
+Temporal's own TEMPORAL_* connection variables, core/temporal_connection.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,15 @@ import os
 from pathlib import Path
 
 from pydantic import BaseModel
+
+from core.temporal_connection import (
+    ConnectionSettingsError,
+    TemporalConnection,
+    security_variables,
+    temporal_address,
+    temporal_connection,
+    temporal_namespace,
+)
 
 TASK_QUEUE = "ferry"
 DEFAULT_PROJECT = "main"
@@ -17,6 +27,9 @@ class Settings(BaseModel):
     database_url: str
     temporal_address: str | None  # None: the embedded stack decides
     temporal_namespace: str
+    # TLS, mTLS and an API key, as the TEMPORAL_* variables say; checked when a connection is made, so that
+    # commands that need no server never fail on them (docs/deployment.md).
+    temporal_security: dict[str, str] = {}
     # SSH fleets: the host keys the worker accepts (None: any, see `from_env`), and the hosts' interpreter.
     ssh_known_hosts: str | None = DEFAULT_KNOWN_HOSTS
     ssh_python: str = "python3"
@@ -33,9 +46,25 @@ class Settings(BaseModel):
         return cls(
             home=home,
             database_url=env.get("FERRY_DATABASE_URL") or f"sqlite:///{home / 'ferry.db'}",
-            temporal_address=env.get("FERRY_TEMPORAL_ADDRESS") or None,
-            temporal_namespace=env.get("FERRY_TEMPORAL_NAMESPACE") or "default",
+            temporal_address=temporal_address(env),
+            temporal_namespace=temporal_namespace(env),
+            temporal_security=security_variables(env),
             ssh_known_hosts=None if known_hosts.lower() == "none" else known_hosts,
             ssh_python=env.get("FERRY_SSH_PYTHON") or "python3",
             workflow_sandbox=env.get("FERRY_WORKFLOW_SANDBOX", "").lower() in ("1", "true", "yes"),
+        )
+
+    def temporal_connection(self, embedded_address: str | None = None) -> TemporalConnection:
+        """How to reach Temporal: the configured address with its TLS and key, else `embedded_address`
+        (the embedded stack's, plain). ConnectionSettingsError for settings that cannot work."""
+        address = self.temporal_address or embedded_address
+        if address is None:
+            raise ConnectionSettingsError(
+                "no Temporal address: set FERRY_TEMPORAL_ADDRESS (or TEMPORAL_ADDRESS) to its host:port"
+            )
+        return temporal_connection(
+            self.temporal_security,
+            address,
+            self.temporal_namespace,
+            embedded=self.temporal_address is None,
         )

@@ -15,6 +15,7 @@ command -v podman >/dev/null 2>&1 || need+=(podman)  # tests/containers: the age
 [ -x /usr/sbin/runc ] || need+=(runc)  # podman's runtime here (docs/containers.md)
 [ -x /bin/busybox ] || need+=(busybox-static)  # testbed/containers.py: the test images
 command -v tmux >/dev/null 2>&1 || need+=(tmux)  # tests/e2e: ferry attach in a terminal
+command -v chromium >/dev/null 2>&1 || need+=(chromium)  # tests/e2e/test_web_ui.py: the Web UI as a browser renders it
 command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)  # testbed/registry.py: real image pulls
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql)  # tests/store/test_store_postgres.py
 if [ ${#need[@]} -gt 0 ]; then

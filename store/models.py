@@ -162,10 +162,15 @@ class InstanceRecord(SQLModel, table=True):
     blocks: int | None = None  # None: shared by exact needs (the local instance)
     busy_blocks: int = 0
     jobs: int = 0  # jobs placed on it now
+    in_use: str = Field(default="{}", sa_type=Text)  # JSON of what its jobs hold: {cpu, memory, gpu}
     updated_at: float = Field(default_factory=time.time)
 
     def resources_data(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.resources)
+        return data
+
+    def in_use_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.in_use or "{}")
         return data
 
 

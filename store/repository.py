@@ -30,6 +30,7 @@ from store.models import (
     LogChunkRecord,
     RunRecord,
 )
+from store.run_deletion import RunDeletion
 from store.secret_repository import SecretRecords
 from store.service_repository import ServiceRecords
 from store.sql import insert_ignore, row_of, upsert
@@ -62,9 +63,10 @@ class RecordNotFoundError(LookupError):
     """An update named a record that is not stored."""
 
 
-class Store(FleetRecords, ServiceRecords, VolumeRecords, SecretRecords):
+class Store(FleetRecords, ServiceRecords, VolumeRecords, SecretRecords, RunDeletion):
     """The store's API over one engine (see store.opening.open_store); fleets and instances: FleetRecords;
-    services, proxies and users: ServiceRecords; named volumes: VolumeRecords; secrets: SecretRecords."""
+    services, proxies and users: ServiceRecords; named volumes: VolumeRecords; secrets: SecretRecords;
+    forgetting a finished run: RunDeletion."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

@@ -27,6 +27,7 @@ import httpx
 from pydantic import BaseModel
 
 from activities.agent_client import AgentAddress, AgentClient
+from core.temporal_connection import without_security
 from worker import processes
 from worker.processes import PRIVATE_FILE, PRIVATE_UMASK, job_code, make_private, private_dir, private_opener
 from worker.processes import free_port as free_port  # the tests and the bench take it from here
@@ -100,8 +101,12 @@ def ensure_local_agent(home: Path, *, startup_timeout: float = 30.0) -> LocalAge
                 start_new_session=True,
                 umask=PRIVATE_UMASK,  # its tasks' records, specs (env) and logs: private from the start
                 # Its jobs get its environment: never Ferry's payload key (docs/secrets.md), which a worker
-                # that starts it again may hold.
-                env={k: v for k, v in os.environ.items() if not k.startswith("FERRY_CODEC_KEY")},
+                # that starts it again may hold, nor Temporal's API key and TLS settings (docs/deployment.md).
+                env={
+                    k: v
+                    for k, v in without_security(os.environ).items()
+                    if not k.startswith("FERRY_CODEC_KEY")
+                },
             )
         agent = LocalAgent(url=f"http://127.0.0.1:{port}", token=token, pid=proc.pid)
         try:

@@ -16,6 +16,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from activities.fleet import FleetActivities, InstanceResolver
 from activities.instances import LOCAL_INSTANCE, InstanceDirectory
 from activities.jobs import JobActivities
+from activities.metrics import MetricsActivities
+from activities.notifications import NotificationActivities
 from activities.records import RecordActivities
 from activities.run_watch import RunWatchActivities
 from activities.schedules import ScheduleActivities
@@ -31,10 +33,20 @@ from worker.temporal import connect_from_settings
 from workflows.cycle import CycleWorkflow
 from workflows.fleet import FleetWorkflow
 from workflows.job import JobWorkflow
+from workflows.metrics import MetricsWorkflow
+from workflows.notify import NotifyWorkflow
 from workflows.pipeline import PipelineWorkflow
 from workflows.run import RunWorkflow
 
-WORKFLOWS: Sequence[type] = (RunWorkflow, JobWorkflow, FleetWorkflow, CycleWorkflow, PipelineWorkflow)
+WORKFLOWS: Sequence[type] = (
+    RunWorkflow,
+    JobWorkflow,
+    FleetWorkflow,
+    CycleWorkflow,
+    PipelineWorkflow,
+    MetricsWorkflow,
+    NotifyWorkflow,
+)
 # Per-call timeout for agent requests: short, so a lost host is noticed within the watch's threshold.
 AGENT_REQUEST_TIMEOUT = 5.0
 
@@ -49,6 +61,8 @@ def activities_for(
     fleets = FleetActivities(instances, store)
     services = ServiceActivities(instances, store)
     volumes = VolumeActivities(store)
+    metrics = MetricsActivities(instances)
+    notifications = NotificationActivities(store)
     # A host this worker has not deployed (a fleet older than the worker) is found through the store.
     instances.set_resolver(InstanceResolver(instances, store))
     return [
@@ -59,6 +73,7 @@ def activities_for(
         jobs.watch_job,
         jobs.stop_task,
         jobs.ssh_endpoint,
+        metrics.task_metrics,
         jobs.release_task,
         volumes.attach_volumes,
         volumes.detach_volumes,
@@ -76,6 +91,7 @@ def activities_for(
         schedules.delete_schedule,
         schedules.update_schedule,
         watches.watch_run,
+        notifications.deliver_notification,
     ]
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from core.settings import TASK_QUEUE, Settings
+from core.temporal_connection import temporal_namespace, without_security
 from worker.devserver import dev_server_command, port_open
 from worker.processes import (
     PRIVATE_UMASK,
@@ -47,10 +48,15 @@ DEFAULT_PORT = 7233
 DEFAULT_UI_PORT = 8233
 DEFAULT_PROXY_PORT = 8300  # the services proxy (gateway/): http://127.0.0.1:8300/proxy/services/...
 START_TIMEOUT = 60.0
+PORT_ATTEMPTS = 3  # starts of a process whose free port another took before it could bind it
 
 
 class StackError(RuntimeError):
     """The stack could not be started; the message says which part and where its log is."""
+
+
+class PortTaken(StackError):
+    """A process of the stack exited because another took the port chosen for it (free when chosen)."""
 
 
 class StackState(BaseModel):
@@ -96,7 +102,9 @@ class Stack:
     def __init__(self, home: Path, env: dict[str, str] | None = None) -> None:
         self.home = home
         self.dir = home / "stack"
-        self._env = dict(os.environ) if env is None else env
+        # The stack is plain TCP on loopback: TEMPORAL_TLS_* and TEMPORAL_API_KEY, for a remote server, are
+        # not its processes' (docs/deployment.md#the-embedded-stack).
+        self._env = without_security(os.environ if env is None else env)
 
     # --- files ------------------------------------------------------------------------------------
 
@@ -242,7 +250,15 @@ class Stack:
     # --- start and stop ---------------------------------------------------------------------------
 
     def start(self, timeout: float = START_TIMEOUT) -> StackStatus:
-        """Start whatever part of the stack is not running; idempotent, and safe to call concurrently."""
+        """Start whatever part of the stack is not running; idempotent, and safe to call concurrently. A
+        process whose port another took meanwhile (another stack starting at the same moment, say) is
+        started again on another."""
+        for _ in range(PORT_ATTEMPTS - 1):
+            with contextlib.suppress(PortTaken):
+                return self._start_once(timeout)
+        return self._start_once(timeout)
+
+    def _start_once(self, timeout: float) -> StackStatus:
         with self._locked():
             self.make_private()
             state = self._read_state()
@@ -252,13 +268,19 @@ class Stack:
             if not self._temporal_up(state):
                 if state is not None:
                     terminate(state.temporal_pid, self._temporal_marker())  # alive without its port
-                state = StackState(
+                moved = StackState(
                     port=self._choose_port(state.port if state else None, DEFAULT_PORT),
                     ui_port=self._choose_port(state.ui_port if state else None, DEFAULT_UI_PORT),
                     proxy_port=state.proxy_port if state else None,
                     worker_pid=state.worker_pid if state else None,
                     proxy_pid=state.proxy_pid if state else None,
                 )
+                if state is not None and moved.port != state.port:
+                    # Its port was taken while it was down: the worker and the proxy know it by its old
+                    # address, where another stack's server may listen now; they start again with the new.
+                    terminate(state.worker_pid, self._worker_marker())
+                    terminate(state.proxy_pid, self._proxy_marker())
+                state = moved
                 temporal = self._spawn("temporal", self._temporal_command(state))
                 state.temporal_pid = temporal.pid
             assert state is not None
@@ -285,11 +307,12 @@ class Stack:
                     raise StackError(str(err)) from None
             deadline = time.monotonic() + timeout
             if temporal is not None:
-                self._wait("temporal", temporal, lambda: port_open(state.port), deadline)
+                ports = (state.port, state.ui_port)
+                self._wait("temporal", temporal, lambda: port_open(state.port), deadline, ports)
             if worker is not None:
                 self._wait("worker", worker, lambda: self._worker_up(state), deadline)
             if proxy is not None:
-                self._wait("proxy", proxy, lambda: self._proxy_up(state), deadline)
+                self._wait("proxy", proxy, lambda: self._proxy_up(state), deadline, (state.proxy_port,))
         return self.status()
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> list[str]:
@@ -359,7 +382,7 @@ class Stack:
         env = dict(self._env)
         env["FERRY_HOME"] = str(self.home)
         env["FERRY_TEMPORAL_ADDRESS"] = f"127.0.0.1:{state.port}"
-        env.setdefault("FERRY_TEMPORAL_NAMESPACE", "default")
+        env["FERRY_TEMPORAL_NAMESPACE"] = temporal_namespace(env)  # the one the commands use
         return env
 
     def _spawn(
@@ -379,11 +402,19 @@ class Stack:
             )
 
     def _wait(
-        self, name: str, proc: subprocess.Popen[bytes], ready: Callable[[], bool], deadline: float
+        self,
+        name: str,
+        proc: subprocess.Popen[bytes],
+        ready: Callable[[], bool],
+        deadline: float,
+        ports: tuple[int | None, ...] = (),
     ) -> None:
+        """Until `ready()`; PortTaken if the process exited and one of its `ports` is someone else's now."""
         while not ready():
             if proc.poll() is not None:
-                raise StackError(f"the {name} exited with status {proc.returncode}{self._last_words(name)}")
+                failure = f"the {name} exited with status {proc.returncode}{self._last_words(name)}"
+                taken = any(port is not None and not port_free(port) for port in ports)
+                raise PortTaken(failure) if taken else StackError(failure)
             if time.monotonic() > deadline:
                 raise StackError(f"the {name} did not start in time; see {self.log(name)}")
             time.sleep(0.02)

@@ -49,11 +49,13 @@ with workflow.unsafe.imports_passed_through():
         StopFleet,
         WatchFleet,
     )
-    from core.fleets.placement import InstanceSlot, InstanceStatus
+    from core.fleets.offers import FleetOffer, offer
+    from core.fleets.placement import InstanceSlot, InstanceStatus, PlacementRequest
     from core.fleets.state_machine import (
         FleetBook,
         FleetInput,
         apply,
+        as_queued,
         deployed,
         instance_name,
         schedule,
@@ -126,6 +128,11 @@ class FleetWorkflow:
     @workflow.query
     def describe(self) -> FleetDescription:
         return self._book.describe()
+
+    @workflow.query(name="offer")
+    def answer_offer(self, request: PlacementRequest) -> FleetOffer:
+        """`ferry offer`: what this fleet would do with the request now; nothing is queued or held."""
+        return offer(self._book.name, self._book.scheduler, as_queued(self._book, request))
 
     # --- the loop ---------------------------------------------------------------------------------------
 

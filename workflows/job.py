@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from core.jobs.transitions import INSTANCE_LOST, NO_END_AFTER_STOP, fatal, last_note, outcome_events
     from core.jobs.volumes import attach_request, detach_request
     from core.status import JobStatus, JobTerminationReason
+    from core.web_ui import job_line
     from core.wire import activity_names as names
     from core.wire.job_messages import (
         JobDescription,
@@ -53,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.job_agent import JobAgent, Stopped
     from workflows.job_news import JobNews
     from workflows.job_serving import ReplicaServing
+    from workflows.web_ui import end_job, show_job
 
 # Past this the agent is presumed gone even if it answered before: the grace period has long ended.
 _STOP_MARGIN = timedelta(seconds=30)
@@ -77,6 +79,7 @@ class JobWorkflow:
         )
         self._state: JobState = apply_job_event(None, submit)
         self._events.append(submit)
+        show_job(self._state)
         self._news = JobNews(inp, lambda: (self._events, self._state))
         self._agent = JobAgent(self._id, lambda: self._control)
         self._serving = (
@@ -134,7 +137,8 @@ class JobWorkflow:
         except Stopped:
             self._log_stop()
             self._news.publish()
-        return await self._clean_up(inp)
+        outcome = await self._clean_up(inp)
+        return end_job(outcome, job_line(self._state))  # a FAILED job's workflow fails
 
     async def _provision_and_run(self, inp: JobInput) -> None:
         placement = await self._place(inp)
@@ -334,3 +338,4 @@ class JobWorkflow:
         event = self._event(name, context, **more)
         self._state = apply_job_event(self._state, event)
         self._events.append(event)
+        show_job(self._state)

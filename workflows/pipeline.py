@@ -14,7 +14,7 @@ import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import FailureError
+from temporalio.exceptions import ChildWorkflowError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from core.eventlog import Event
@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.state_machine import RunState, apply_run_event, status_message
     from core.runs.watching import RunNews
     from core.status import RunStatus
+    from core.web_ui import pipeline_summary, run_current_details, run_line, run_metadata
     from core.wire import activity_names as names
     from core.wire.messages import RecordPipelineTask, RecordRun
     from core.wire.run_messages import (
@@ -37,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run import RunWorkflow
     from workflows.run_watchers import DEPENDENCY_NEWS, Watchers
     from workflows.search_attributes import run_search_attributes
+    from workflows.web_ui import end_run, failed_run_result
 
 
 @workflow.defn
@@ -61,6 +63,7 @@ class PipelineWorkflow:
         self._stop: StopRequest | None = None
         self._told_stop: StopRequest | None = None
         self._watchers = Watchers(inp.run_id, [])  # runs waiting for this one (docs/dependencies.md)
+        self._show()
 
     @workflow.signal(name=DEPENDENCY_NEWS)
     def task_news(self, news: RunNews) -> None:
@@ -88,7 +91,8 @@ class PipelineWorkflow:
             task = pipelines.task_ended(log, result.status, result.termination_reason, stopping)
             self._keep(log)
             await self._flush()
-        return RunResult(status=self._state.status, termination_reason=self._state.termination_reason)
+        result = RunResult(status=self._state.status, termination_reason=self._state.termination_reason)
+        return end_run(result, run_line(self._state))  # a FAILED pipeline's workflow fails
 
     async def _run_task(self, task: int) -> RunResult:
         inp = self._input
@@ -130,11 +134,14 @@ class PipelineWorkflow:
             volume_instances=inp.volume_instances,
             authorized_keys=inp.authorized_keys,
         )
+        summary, details = run_metadata(run_input)
         child = await workflow.start_child_workflow(
             RunWorkflow.run,
             run_input,
             id=workflow_id,
             search_attributes=run_search_attributes(run_input, RunStatus.SUBMITTED),
+            static_summary=f"{summary} (task {task} of {len(inp.tasks)})",
+            static_details=details,
         )
         await child.signal(
             RunWorkflow.watch, WatchRequest(run_id=run_id, watcher_workflow_id=workflow.info().workflow_id)
@@ -161,7 +168,13 @@ class PipelineWorkflow:
                 with contextlib.suppress(FailureError):  # the task may have ended meanwhile
                     await child.signal(RunWorkflow.stop_run, stop)
             await self._flush()
-        return await child
+        try:
+            return await child
+        except ChildWorkflowError as err:
+            result = failed_run_result(err.cause)  # the task's run failed (workflows/web_ui.py)
+            if result is None:
+                raise
+            return result
 
     def _log(self) -> PipelineLog:
         return PipelineLog(self._state, workflow.now().timestamp())
@@ -169,6 +182,12 @@ class PipelineWorkflow:
     def _keep(self, log: PipelineLog) -> None:
         self._state = log.state
         self._events += log.events
+        self._show()
+
+    def _show(self) -> None:
+        """The Web UI's current details (docs/runs.md#the-web-ui)."""
+        summary = pipeline_summary(self._input.run_name, len(self._input.tasks))
+        workflow.set_current_details(run_current_details(self._state, summary))
 
     def _run_news(self) -> RunNews:
         return RunNews.of(self._input.run_id, self._state)

@@ -26,3 +26,9 @@ DETACH = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_inter
 
 # Deploying the agent to an SSH host: a second try for a flaky connection, then the host is failed.
 DEPLOY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
+
+# A webhook (docs/runs.md#notifications): from 1 s, doubling, to a try every 5 min; the notifier gives up
+# at its schedule-to-close timeout (workflows/notify.py).
+NOTIFY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_interval=timedelta(minutes=5)
+)

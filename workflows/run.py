@@ -40,11 +40,11 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.submissions import job_input
     from core.runs.watching import RunNews
     from core.status import RunStatus
+    from core.web_ui import job_details, job_summary, run_line
     from core.wire import activity_names as names
     from core.wire.job_messages import JobUpdate
     from core.wire.job_messages import TerminateJob as TerminateJobRequest
-    from core.wire.messages import RecordJob, RecordRun, WatchReply
-    from core.wire.messages import WatchRun as WatchRunRequest
+    from core.wire.messages import RecordJob, RecordRun
     from core.wire.run_messages import (
         CycleTrigger,
         DeployReply,
@@ -60,10 +60,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from core.wire.workflow_ids import fleet_workflow_id, job_workflow_id
     from workflows import retry_policies, run_schedule
+    from workflows.handles import settle
     from workflows.job import JobWorkflow
+    from workflows.notify import Notifier
     from workflows.run_loads import LoadWatches
-    from workflows.run_watchers import DEPENDENCY_NEWS, Watchers
+    from workflows.run_watchers import DEPENDENCY_NEWS, Watchers, watch_run
     from workflows.search_attributes import SA_STATUS
+    from workflows.web_ui import end_run, show_run
 
 
 # A scheduled run takes a re-applied configuration in any active status but TERMINATING by the user (a
@@ -101,6 +104,8 @@ class RunWorkflow:
             self._first_seq = self._flushed = inp.carry.next_seq
             self._published_status = self._machine.state.status.value  # continue-as-new keeps it
         self._stop = self._machine.stop  # the stop asked for so far; the machine hears it at its next step
+        self._notifier = Notifier(None if inp.carry is None else self._machine.state.status)
+        show_run(self._input, self._machine.state)
 
     # --- messages ---------------------------------------------------------------------------------
 
@@ -237,7 +242,8 @@ class RunWorkflow:
         # The runs waiting for this one hear its end; one that asks while this runs is told too.
         await self._watchers.tell(self._run_news())
         state = self._machine.state
-        return RunResult(status=state.status, termination_reason=state.termination_reason)
+        result = RunResult(status=state.status, termination_reason=state.termination_reason)
+        return end_run(result, run_line(state))
 
     async def _wait_for_news(self) -> None:
         """Sleep until a job reports, a stop arrives, or a pending backoff ends (a durable timer)."""
@@ -264,6 +270,7 @@ class RunWorkflow:
         self._machine = step.machine
         self._events += step.events
         self._effects += step.effects
+        show_run(self._input, self._machine.state)
 
     # --- effects ----------------------------------------------------------------------------------
 
@@ -293,12 +300,16 @@ class RunWorkflow:
 
     async def _start_job(self, effect: StartJob) -> None:
         run_id = workflow.info().workflow_id
-        await workflow.start_child_workflow(
+        inp = job_input(self._input, self._machine.state, run_id, effect.replica_num, effect.job_num)
+        job = await workflow.start_child_workflow(
             JobWorkflow.run,
-            job_input(self._input, self._machine.state, run_id, effect.replica_num, effect.job_num),
+            inp,
             id=job_workflow_id(run_id, effect.replica_num, effect.job_num, effect.submission_num),
             parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+            static_summary=job_summary(inp, self._input.configuration.type),
+            static_details=job_details(inp),
         )
+        settle(job)  # its news comes by signal; a failed job's workflow fails (workflows/endings.py)
 
     def _job(self, effect: TerminateJob | PeersStarted) -> workflow.ExternalWorkflowHandle[Any]:
         job_id = job_workflow_id(
@@ -314,21 +325,9 @@ class RunWorkflow:
         await self._job(effect).signal(JobWorkflow.peers_started)
 
     async def _watch_run(self, effect: WatchRun) -> None:
-        """A run this one waits for: its news now if it has ended, else it tells this run (`watch`)."""
-        request = WatchRunRequest(
-            run_id=effect.run_id,
-            workflow_id=effect.workflow_id,
-            watcher_workflow_id=workflow.info().workflow_id,
-        )
-        reply: WatchReply = await workflow.execute_activity(
-            names.WATCH_RUN,
-            request,
-            result_type=WatchReply,
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=retry_policies.QUICK,
-        )
-        if reply.news is not None:
-            self._news.append(reply.news)
+        news = await watch_run(effect)
+        if news is not None:
+            self._news.append(news)
 
     def _run_news(self) -> RunNews:
         return RunNews.of(self._input.run_id, self._machine.state)
@@ -375,6 +374,7 @@ class RunWorkflow:
             retry_policy=retry_policies.QUICK,
         )
         self._flushed = start + len(new)
+        await self._notifier.send(self._input, new, start, state)  # docs/runs.md#notifications
 
     # --- continue-as-new --------------------------------------------------------------------------
 

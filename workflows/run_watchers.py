@@ -1,18 +1,25 @@
 """The runs that wait for this one (docs/dependencies.md): each is told this run's status when it asks and
 at every change after, until this run's workflow ends. Kept by RunWorkflow, carried across
-continue-as-new (a watcher is told the status again after one: the news is idempotent).
+continue-as-new (a watcher is told the status again after one: the news is idempotent). And the ask of a
+run this one waits for (`watch_run`).
 """
 
 from __future__ import annotations
 
 import contextlib
+from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from core.runs.effects import WatchRun
     from core.runs.watching import RunNews
+    from core.wire import activity_names as names
+    from core.wire.messages import WatchReply
+    from core.wire.messages import WatchRun as WatchRunRequest
     from core.wire.run_messages import WatchRequest
+    from workflows import retry_policies
 
 # The watcher's signal (RunWorkflow.dependency_news).
 DEPENDENCY_NEWS = "dependency_news"
@@ -47,3 +54,20 @@ class Watchers:
                 except FailureError:
                     with contextlib.suppress(KeyError):
                         del self._told[watcher]
+
+
+async def watch_run(effect: WatchRun) -> RunNews | None:
+    """A run this one waits for: its news now if it has ended, else None and it tells this run (`watch`)."""
+    request = WatchRunRequest(
+        run_id=effect.run_id,
+        workflow_id=effect.workflow_id,
+        watcher_workflow_id=workflow.info().workflow_id,
+    )
+    reply: WatchReply = await workflow.execute_activity(
+        names.WATCH_RUN,
+        request,
+        result_type=WatchReply,
+        start_to_close_timeout=timedelta(seconds=30),
+        retry_policy=retry_policies.QUICK,
+    )
+    return reply.news

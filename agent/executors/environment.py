@@ -13,6 +13,31 @@ from core.wire.agent_api import ClusterInfo, JobSpec
 # The job's cluster view, under Ferry's names and dstack's, so that dstack configurations run unchanged.
 ENV_PREFIXES = ("FERRY_", "DSTACK_")
 
+# What a job on the host keeps of the agent's environment: what a login gives any process
+# (docs/runs.md#the-jobs-environment). Nothing else of the agent's or the worker's reaches a job.
+HOST_VARIABLES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TERM",
+        "TMPDIR",
+        "LD_LIBRARY_PATH",
+    }
+)
+
+
+def host_base_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of the agent's own environment that a job on the host starts with."""
+    return {
+        name: value for name, value in environ.items() if name in HOST_VARIABLES or name.startswith("LC_")
+    }
+
 
 class JobPlaces(NamedTuple):
     """Where the job finds things, as the job sees them (a container's paths differ from the host's)."""

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from agent import network
 from agent.executors.base import Executor, JobCheck, JobContext, JobHandle, JobLiveness
-from agent.executors.environment import JobPlaces, job_environment
+from agent.executors.environment import JobPlaces, host_base_environment, job_environment
 from agent.records import TaskPaths, TaskRecord
 from core.wire.agent_api import JobSpec
 
@@ -111,6 +111,14 @@ def is_wrapper_of(pid: int, paths: TaskPaths) -> bool:
     return WRAPPER_NAME.encode() in args and str(paths.root).encode() in args
 
 
+def _unrecorded_wrapper(paths: TaskPaths) -> int | None:
+    """A live wrapper of this task, found through /proc (a zombie's command line is empty)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and is_wrapper_of(int(entry), paths):
+            return int(entry)
+    return None
+
+
 def signal_group(pgid: int, signum: int) -> None:
     # ESRCH: the group is gone (a live group's id is never given to another process).
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -171,7 +179,9 @@ class ProcessExecutor(Executor):
     def start(
         self, paths: TaskPaths, record: TaskRecord, spec: JobSpec, cwd: Path, host_has_gpus: bool
     ) -> JobHandle:
-        env = job_environment(os.environ, record, spec, host_has_gpus, _places(paths, spec))
+        env = job_environment(
+            host_base_environment(os.environ), record, spec, host_has_gpus, _places(paths, spec)
+        )
         prefix: list[str] = []
         if record.network == "isolated" and record.netns is not None:
             prefix = network.exec_prefix(record.netns)  # NetworkError, an OSError, when it is gone
@@ -183,7 +193,9 @@ class ProcessExecutor(Executor):
         self, record: TaskRecord, paths: TaskPaths, spec: JobSpec, host_has_gpus: bool
     ) -> JobContext:
         # What `start` gives the job, so that a command run beside it sees what the job sees.
-        env = job_environment(os.environ, record, spec, host_has_gpus, _places(paths, spec))
+        env = job_environment(
+            host_base_environment(os.environ), record, spec, host_has_gpus, _places(paths, spec)
+        )
         netns = record.netns if record.network == "isolated" else None
         prefix = network.exec_prefix(netns) if netns is not None else []
         return JobContext(prefix, env, working_directory(paths, spec), netns)
@@ -194,7 +206,9 @@ class ProcessExecutor(Executor):
         except (FileNotFoundError, ValueError):
             pid = None
         if pid is None and read_exit_status(paths) is None:
-            return None
+            pid = _unrecorded_wrapper(paths)  # started, its agent killed before it wrote its pid
+            if pid is None:
+                return None
         if pid is not None and is_wrapper_of(pid, paths):
             return JobHandle(pid, process_start_time(pid))
         return JobHandle(None, None)  # the wrapper has ended: its exit status tells the rest

@@ -31,6 +31,7 @@ from core.configuration.interpolation import (
     substitute,
 )
 from core.configuration.model import ConfigFieldError, ConfigModel
+from core.configuration.notifications import NOTIFICATION_SECRET, NotificationSpec
 from core.configuration.resources import ResourcesSpec
 from core.configuration.retry import RetryPolicy
 from core.configuration.specs import (
@@ -162,6 +163,7 @@ class BaseRunConfiguration(ConfigModel):
     depends_on: list[Dependency] = Field(default_factory=list)  # docs/dependencies.md
     startup_order: StartupOrder = StartupOrder.ANY
     stop_criteria: StopCriteria = StopCriteria.ALL_DONE
+    notifications: list[NotificationSpec] = Field(default_factory=list)  # docs/runs.md#notifications
 
     @model_validator(mode="after")
     def _check_image_and_python(self) -> BaseRunConfiguration:
@@ -205,6 +207,9 @@ class BaseRunConfiguration(ConfigModel):
         if self.registry_auth is not None:
             yield ["registry_auth", "username"], self.registry_auth.username, CREDENTIALS
             yield ["registry_auth", "password"], self.registry_auth.password, CREDENTIALS
+        for index, notification in enumerate(self.notifications):
+            if notification.secret is not None:  # `ferry apply` refuses a secret not set
+                yield ["notifications", index, "secret"], notification.secret, NOTIFICATION_SECRET
 
     def _command_lists(self) -> list[list[str]]:
         """The lists of commands `${{ run.args }}` is resolved in (a task's and a service's)."""

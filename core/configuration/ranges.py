@@ -137,6 +137,11 @@ def format_memory(gb: float) -> str:
     return f"{format_number(gb * 1024)}MB"
 
 
+def format_measured_memory(gb: float) -> str:
+    """A measured amount, to be read not parsed: 23.540584 -> `23.5GB`, 0.3 -> `307MB`."""
+    return format_memory(round(gb, 1) if gb >= 1 else round(gb * 1024) / 1024)
+
+
 def whole_number(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueError(f"{value!r} is not a whole number")

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.configuration.gpus import GPU
-from core.configuration.ranges import Range, format_memory, format_number
+from core.configuration.ranges import Range, format_measured_memory, format_memory, format_number
 from core.configuration.resources import GPUSpec, ResourcesSpec, normalise_arch
 
 # --- an instance's resources ----------------------------------------------------------------------------
@@ -39,7 +39,11 @@ class InstanceResources(BaseModel):
     def pretty(self) -> str:
         """One short line: `cpu=8 mem=32GB disk=500GB gpu=8xH100:80GB` (no gpu word without GPUs)."""
         cpu = f"{self.cpu_arch}:{format_number(self.cpus)}" if self.cpu_arch else format_number(self.cpus)
-        words = [f"cpu={cpu}", f"mem={format_memory(self.memory_gb)}", f"disk={format_memory(self.disk_gb)}"]
+        words = [
+            f"cpu={cpu}",
+            f"mem={format_measured_memory(self.memory_gb)}",
+            f"disk={format_measured_memory(self.disk_gb)}",
+        ]
         if self.gpus:
             words.append(f"gpu={self.gpu_summary()}")
         return " ".join(words)
@@ -82,10 +86,12 @@ def shortfalls(instance: InstanceResources, spec: ResourcesSpec, *, check_max: b
         reasons["cpu_arch"] = f"needs {spec.cpu_arch} CPUs, instance has {instance.cpu_arch}"
     if not _within(instance.memory_gb, spec.memory, check_max):
         wanted = spec.memory.format(format_memory)
-        reasons["memory"] = f"needs {wanted} memory, instance has {format_memory(instance.memory_gb)}"
+        reasons["memory"] = (
+            f"needs {wanted} memory, instance has {format_measured_memory(instance.memory_gb)}"
+        )
     if not _within(instance.disk_gb, spec.disk, check_max):
         wanted = spec.disk.format(format_memory)
-        reasons["disk"] = f"needs {wanted} disk, instance has {format_memory(instance.disk_gb)}"
+        reasons["disk"] = f"needs {wanted} disk, instance has {format_measured_memory(instance.disk_gb)}"
     if spec.gpu is not None:
         matching = matching_gpus(instance, spec.gpu)
         if not _within(len(matching), spec.gpu.count, check_max):
@@ -97,7 +103,7 @@ def shortfalls(instance: InstanceResources, spec: ResourcesSpec, *, check_max: b
         if spec.gpu.total_memory is not None and not _within(total, spec.gpu.total_memory, check_max):
             wanted = spec.gpu.total_memory.format(format_memory)
             reasons["gpu_memory"] = (
-                f"needs {wanted} of GPU memory in total, matching GPUs have {format_memory(total)}"
+                f"needs {wanted} of GPU memory in total, matching GPUs have {format_measured_memory(total)}"
             )
     return reasons
 

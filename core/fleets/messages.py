@@ -95,6 +95,7 @@ class InstanceView(Frozen):
     busy_blocks: int
     jobs: int
     message: str | None = None
+    in_use: Resources = Field(default_factory=Resources, description="what its jobs hold")
 
 
 class FleetDescription(Frozen):

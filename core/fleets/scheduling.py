@@ -93,6 +93,7 @@ class InstanceCapacity(Frozen):
     free_blocks: int | None
     free: Resources
     jobs: list[str]
+    used: Resources = Field(default_factory=Resources, description="what its jobs hold: `ferry fleet list`")
 
 
 class SchedulerState(Frozen):
@@ -140,7 +141,7 @@ class SchedulerState(Frozen):
         """Per instance: busy and free blocks, free resources, the jobs placed there (`ferry fleet list`)."""
         rows = []
         for slot in self._slots():
-            busy, _ = slot.used()
+            busy, used = slot.used()
             free_blocks = None if slot.blocks is None else slot.blocks - busy
             rows.append(
                 InstanceCapacity(
@@ -154,6 +155,7 @@ class SchedulerState(Frozen):
                     free_blocks=free_blocks,
                     free=slot.free(),
                     jobs=sorted(slot.allocations),
+                    used=used,
                 )
             )
         return rows

@@ -141,6 +141,7 @@ class FleetBook(Frozen):
                 blocks=c.blocks,
                 busy_blocks=c.busy_blocks,
                 jobs=len(c.jobs),
+                in_use=c.used,
             )
             for c in self.scheduler.capacity()
         ]
@@ -246,9 +247,13 @@ def _release(book: FleetBook, job_id: str) -> Step:
     return _cancel(book, request.request_id), notices
 
 
+def as_queued(book: FleetBook, request: PlacementRequest) -> PlacementRequest:
+    """The request as the fleet queues it: for its own instances; on the local one, nodes share it."""
+    return request.model_copy(update={"fleets": None, "spread": request.spread and not book.local})
+
+
 def _enqueue(book: FleetBook, command: Enqueue) -> Step:
-    request = command.request
-    request = request.model_copy(update={"fleets": None, "spread": request.spread and not book.local})
+    request = as_queued(book, command.request)
     if book.knows(request.request_id):
         return book, []
     withdrawn = {n.job_id for n in request.nodes} & set(book.gone)

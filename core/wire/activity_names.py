@@ -11,6 +11,7 @@ WATCH_JOB = "watch_job"
 STOP_TASK = "stop_task"
 RELEASE_TASK = "release_task"
 SSH_ENDPOINT = "ssh_endpoint"  # `ferry attach`: the way into a running job (docs/attach.md)
+TASK_METRICS = "task_metrics"  # `ferry metrics`: running jobs' CPU, memory and GPU use (docs/jobs.md#metrics)
 ATTACH_VOLUMES = "attach_volumes"  # a job's named volumes, taken once it is placed (docs/volumes.md)
 DETACH_VOLUMES = "detach_volumes"  # and freed once its process has ended
 
@@ -35,3 +36,6 @@ UPDATE_SCHEDULE = "update_schedule"
 
 # Dependencies (activities/run_watch.py): a run waited for is asked for its news.
 WATCH_RUN = "watch_run"
+
+# Notifications (activities/notifications.py): a run's webhook called (docs/runs.md#notifications).
+DELIVER_NOTIFICATION = "deliver_notification"

@@ -298,3 +298,40 @@ class PullResponse(_Model):
 
     def log_bytes(self) -> bytes:
         return base64.b64decode(self.logs)
+
+
+class GpuUse(_Model):
+    """One of a task's GPUs as `nvidia-smi` reads it now (docs/jobs.md#metrics); None where it says N/A."""
+
+    index: int = Field(description="the host's index of the GPU")
+    utilization_percent: float | None = Field(
+        default=None, description="the share of the last sample period the GPU was busy"
+    )
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+
+
+class TaskMetrics(_Model):
+    """A running task's use of its host, sampled when asked (`GET /api/tasks/{id}/metrics`,
+    docs/jobs.md#metrics)."""
+
+    task_id: str
+    timestamp: float = Field(description="when it was sampled (wall clock)")
+    source: Literal["processes", "container"] = Field(
+        description="processes: read from /proc for the job's process tree; container: its engine's stats"
+    )
+    cpu_percent: float = Field(
+        description="CPU time used over the last `window_seconds`, in percent of one core (200: two cores)"
+    )
+    window_seconds: float = Field(description="the interval `cpu_percent` is measured over")
+    cpus: float = Field(description="the CPUs the task was granted (0: it asked for none)")
+    memory_used_bytes: int = Field(
+        description="resident memory summed over the job's processes, or its container's use less its "
+        "inactive page cache"
+    )
+    memory_limit_bytes: int = Field(
+        description="its container's limit; else the memory its task was granted (not enforced for a "
+        "process job); else the host's"
+    )
+    processes: int | None = Field(default=None, description="how many processes the job has; None: unknown")
+    gpus: list[GpuUse] = Field(default_factory=list, description="the task's GPUs; none on a host without")

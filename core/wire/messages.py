@@ -15,7 +15,7 @@ from core.configuration import TaskConfiguration
 from core.eventlog import Event
 from core.runs.watching import RunNews
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
-from core.wire.agent_api import ContainerSpec, JobSpec, Resources, TaskNetwork
+from core.wire.agent_api import ContainerSpec, JobSpec, Resources, TaskMetrics, TaskNetwork
 from core.wire.volumes import JobVolume
 
 
@@ -170,6 +170,22 @@ class SSHEndpoint(Message):
     # What `ferry ps` shows of a dev environment's inactivity, as the agent counts it (TaskInfo):
     ssh_connections: int = 0  # SSH connections into the job open now
     idle_since: float | None = None  # since when none has been open (the job's start); None: one is
+
+
+class MetricsRequest(Message):
+    """`ferry metrics`: the running jobs whose agents are asked what they use now (docs/jobs.md#metrics)."""
+
+    tasks: list[TaskRef]
+
+
+class JobMetrics(Message):
+    job_submission_id: str
+    metrics: TaskMetrics | None = None
+    unavailable: str | None = None  # why there are none: the job no longer runs, its agent is unreachable
+
+
+class MetricsReply(Message):
+    jobs: list[JobMetrics]
 
 
 class StopTask(Message):

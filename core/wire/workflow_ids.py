@@ -15,6 +15,12 @@ def job_workflow_id(run_workflow: str, replica_num: int, job_num: int, submissio
     return f"{run_workflow}/r{replica_num}/j{job_num}/s{submission_num}"
 
 
+def metrics_workflow_id(run_workflow: str, nonce: str) -> str:
+    """One sample of a run's metrics (`ferry metrics`, docs/jobs.md#metrics): a workflow of its own, beside
+    the run's, so that asking often never lengthens the jobs' histories."""
+    return f"{run_workflow}/metrics/{nonce}"
+
+
 def job_submission_id(run_id: str, replica_num: int, job_num: int, submission_num: int) -> str:
     """The store's id of a job submission, also its task id on the agent (no slashes allowed there)."""
     return f"{run_id}-r{replica_num}-j{job_num}-s{submission_num}"

@@ -52,6 +52,25 @@ async def test_a_job_gets_its_secrets_and_the_data_dir_never_holds_them(workspac
         stop_agent(agent)
 
 
+async def test_a_job_sees_nothing_of_the_agents_own_environment(workspace: Path) -> None:
+    """The agent runs with FERRY_HOME and a virtualenv set, as the embedded stack starts it: its jobs see
+    neither, only a login's variables, their own and Ferry's documented ones (docs/runs.md)."""
+    agent_env = {"FERRY_HOME": str(workspace), "VIRTUAL_ENV": "/opt/venv", "AGENT_ONLY": "leak"}
+    agent = start_agent(workspace, env=agent_env)
+    try:
+        async with agent.client() as client:
+            task_id = await start_job(client, ["env"], env={"MINE": "1"})
+            logs, _ = await pull_all(client, task_id)
+        names = {line.split("=", 1)[0] for line in logs.decode().splitlines() if "=" in line}
+        assert {"MINE", "PATH", "HOME", "FERRY_RUN_NAME", "DSTACK_RUN_NAME"} <= names
+        assert not names & {"FERRY_HOME", "VIRTUAL_ENV", "AGENT_ONLY"}
+        assert {name for name in names if name.startswith("FERRY_")} <= {
+            "FERRY_" + name.removeprefix("DSTACK_") for name in names if name.startswith("DSTACK_")
+        }
+    finally:
+        stop_agent(agent)
+
+
 async def test_a_restarted_agent_ends_a_job_not_started_and_a_running_one_keeps_its_env(
     workspace: Path,
 ) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.executors.environment import JobPlaces, job_environment, write_mpi_hostfile
+from agent.executors.environment import JobPlaces, host_base_environment, job_environment, write_mpi_hostfile
 from agent.executors.process import is_same_process_alive, process_start_time
 from agent.gpus import parse_nvidia_smi
 from agent.main import is_loopback
@@ -87,6 +87,17 @@ def test_ferry_variables_and_gpus_cannot_be_overridden_by_the_job() -> None:
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert env["FERRY_GPUS_PER_NODE"] == "2"
     assert env["FERRY_GPUS_NUM"] == env["DSTACK_GPUS_NUM"] == "4"
+
+
+def test_a_job_on_the_host_keeps_only_a_login_environment_of_the_agents() -> None:
+    agent_environ = {
+        "PATH": "/usr/bin:/bin", "HOME": "/home/me", "LANG": "C.UTF-8", "LC_TIME": "C", "TZ": "UTC",
+        "FERRY_HOME": "/home/me/.ferry", "FERRY_AGENT_TOKEN": "t", "VIRTUAL_ENV": "/x/.venv",
+        "PYTHONPATH": "/x", "DSTACK_SERVER": "s", "AWS_SECRET_ACCESS_KEY": "k",
+    }  # fmt: skip
+    assert host_base_environment(agent_environ) == {
+        "PATH": "/usr/bin:/bin", "HOME": "/home/me", "LANG": "C.UTF-8", "LC_TIME": "C", "TZ": "UTC",
+    }  # fmt: skip
 
 
 def test_no_cuda_visible_devices_on_a_host_without_gpus() -> None:

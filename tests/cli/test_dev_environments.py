@@ -71,13 +71,14 @@ def test_the_agents_word_on_inactivity(tmp_path: Path) -> None:
     assert (silent.asked, silent.ssh_message(now=0.0)) == (False, None)
 
 
-def test_ps_shows_the_link_on_the_run_and_the_ssh_state_on_the_job() -> None:
+def test_ps_shows_the_link_under_the_run_and_the_ssh_state_on_the_job() -> None:
     run, job = dev_run(), dev_job()
     view = DevView(job_id=job.id, link="windsurf://vscode-remote/ssh-remote+dev/w", asked=True, attached=True)
     console = Console(width=300, record=True)
     console.print(render.runs_table([(run, [job])], devs={run.id: view}))
-    run_row, job_row = console.export_text().splitlines()[1:3]
-    assert "windsurf://vscode-remote/ssh-remote+dev/w" in run_row and " attached " in job_row
+    run_row, link, job_row = console.export_text().splitlines()[1:4]
+    assert run_row.split()[0] == "dev" and link == "  ide: windsurf://vscode-remote/ssh-remote+dev/w"
+    assert " attached " in job_row
     [shown] = render.runs_json([(run, [job])], devs={run.id: view})
     assert shown["ide_link"] == view.link
     assert shown["jobs"][0]["inactivity"] == {"attached": True, "stops_at": None}

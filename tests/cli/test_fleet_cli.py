@@ -82,11 +82,12 @@ async def test_a_run_goes_to_its_named_fleet_else_the_newest_ssh_fleet_else_loca
         await choose_fleet(store, "p", task(fleets=["aa", "bb"]))
 
 
-def test_fleet_list_shows_each_instance_with_its_busy_and_free_blocks(store: Store) -> None:
+def test_fleet_list_shows_each_instance_with_what_is_used_and_free(store: Store) -> None:
     fleet(store, "lab")
-    store.put_instances(
-        "p", "lab", [instance("lab-0", "lab", 2, 1), instance("lab-1", "lab", 2, 0, "unreachable")]
+    half = instance("lab-0", "lab", 2, 1).model_copy(
+        update={"in_use": '{"cpu": 2.0, "memory": 7.5, "gpu": 1}'}
     )
+    store.put_instances("p", "lab", [half, instance("lab-1", "lab", 2, 0, "unreachable")])
     fleet(store, "local", backend="local", at=0.5)
     store.put_instances("p", "local", [instance("local", "local", None, 0)])
     listed = list_fleets(store, "p")
@@ -98,6 +99,9 @@ def test_fleet_list_shows_each_instance_with_its_busy_and_free_blocks(store: Sto
         "message": None,
         "address": "10.0.0.1",
         "resources": {"cpu": 4.0, "memory": 15.5, "gpu": 1},
+        "total": {"cpu": 4.0, "memory": 15.5, "gpu": 1},
+        "used": {"cpu": 2.0, "memory": 7.5, "gpu": 1},
+        "free": {"cpu": 2.0, "memory": 8.0, "gpu": 0},
         "blocks": 2,
         "busy_blocks": 1,
         "free_blocks": 1,
@@ -107,9 +111,12 @@ def test_fleet_list_shows_each_instance_with_its_busy_and_free_blocks(store: Sto
     out = io.StringIO()
     Console(file=out, width=200).print(fleets_table(listed))
     lines = [" ".join(line.split()) for line in out.getvalue().splitlines()]
-    assert "lab-0 ready 10.0.0.1 cpu=4 mem=15.5GB gpu=1 1 1 1" in lines
-    assert "lab-1 unreachable (cannot connect) 10.0.0.1 cpu=4 mem=15.5GB gpu=1 0 2 0" in lines
-    assert "local ready 10.0.0.1 cpu=4 mem=15.5GB gpu=1 - shared 0" in lines
+    assert "lab-0 ready 10.0.0.1 2cpu 7.5GB 1gpu 2cpu 8GB 0gpu 1/2 1" in lines
+    assert "lab-1 unreachable 10.0.0.1 0cpu 0GB 0gpu 4cpu 15.5GB 1gpu 0/2 0" in lines
+    assert lines[lines.index("lab-1 unreachable 10.0.0.1 0cpu 0GB 0gpu 4cpu 15.5GB 1gpu 0/2 0") + 1] == (
+        "unreachable: cannot connect"  # its reason under its row
+    )
+    assert "local ready 10.0.0.1 0cpu 0GB 0gpu 4cpu 15.5GB 1gpu shared 0" in lines
 
 
 def test_fleet_list_reads_the_store_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

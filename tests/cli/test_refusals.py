@@ -38,7 +38,7 @@ def test_validate_refuses_blank_commands(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yml"
     bad.write_text(BLANK_COMMANDS)
     result = runner.invoke(app, ["validate", str(bad)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.stderr.splitlines() == [f"{bad}:3: {NOTHING_TO_RUN}"]
     assert result.stdout == ""
 
@@ -49,7 +49,7 @@ def test_validate_refuses_a_fleet_of_nodes_among_good_files(tmp_path: Path) -> N
     good = tmp_path / "ok.yml"
     good.write_text("type: task\ncommands: [echo hi]\n")
     result = runner.invoke(app, ["validate", str(good), str(bad)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         f"{bad}:3: nodes: Ferry cannot create instances yet (it has no cloud backend): "
         "a fleet needs `ssh_config` with the hosts to use"
@@ -79,7 +79,7 @@ def test_apply_refuses_before_the_plan(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yml"
     bad.write_text(BLANK_COMMANDS)
     result = runner.invoke(app, ["apply", "-y", "-f", str(bad)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output.splitlines() == [f"ferry apply: {bad}:3: {NOTHING_TO_RUN}"]
 
 
@@ -88,7 +88,7 @@ def test_apply_refuses_a_fleet_of_nodes(tmp_path: Path) -> None:
     bad = tmp_path / "cloud.yml"
     bad.write_text("type: fleet\nname: cloud\nnodes: 0..2\n")
     result = runner.invoke(app, ["apply", "-y", "-f", str(bad)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert len(result.output.splitlines()) == 1
     assert result.output.startswith(f"ferry apply: {bad}:3: nodes: Ferry cannot create instances yet")
 

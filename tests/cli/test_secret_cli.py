@@ -4,7 +4,6 @@ the check of a run's secrets before its submission. docs/secrets.md."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from cli.errors import FerryError
 from cli.main import app
 from cli.secret_api import check_secrets
 from core.configuration import TaskConfiguration, parse_configuration
-from store import Store, open_store
+from store import Store
 from store.keys import process_keys
 from store.secret_repository import open_secret
 
@@ -22,16 +21,9 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    """The store of FERRY_HOME `home` (below), as the commands open it."""
-    opened = open_store(f"sqlite:///{tmp_path / 'ferry-home' / 'ferry.db'}")
-    yield opened
-    opened.engine.dispose()
-
-
-@pytest.fixture
-def home(tmp_path: Path, store: Store) -> Path:
-    return tmp_path / "ferry-home"
+def home(home: Path, store: Store) -> Path:
+    """tests/cli/conftest.py's FERRY_HOME, its store opened first (as the commands open it)."""
+    return home
 
 
 def ferry(home: Path, *args: str, stdin: str | None = None) -> Result:
@@ -63,7 +55,7 @@ def test_set_from_stdin_list_names_only_and_delete(home: Path, store: Store) -> 
     assert ferry(home, "secret", "delete", "-y", "HF_TOKEN").stderr == "secret HF_TOKEN deleted\n"
     gone = ferry(home, "secret", "delete", "-y", "HF_TOKEN")
     assert (gone.exit_code, gone.stderr) == (
-        1,
+        3,
         "ferry secret delete: no secret named HF_TOKEN in project 'p' (see ferry secret list)\n",
     )
 
@@ -87,7 +79,7 @@ def test_set_from_stdin_list_names_only_and_delete(home: Path, store: Store) -> 
 )
 def test_what_set_refuses_in_one_line(home: Path, name: str, stdin: str, says: str) -> None:
     refused = ferry(home, "secret", "set", name, stdin=stdin)
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     assert refused.stderr.splitlines()[-1].startswith(f"ferry secret set: {says}")
 
 

@@ -58,11 +58,11 @@ def test_file_option_is_repeatable_and_mixes_with_arguments() -> None:
         assert file in result.stdout
 
 
-def test_bad_file_prints_one_line_per_issue_and_exits_1(tmp_path: Path) -> None:
+def test_bad_file_prints_one_line_per_issue_and_exits_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yml"
     bad.write_text("type: task\ncomands: [x]\nnodes: 0\npriority: 101\n")
     result = runner.invoke(app, ["validate", str(bad)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     # Field errors come first: cross-field checks (such as the missing `commands`) need valid fields.
     assert result.stderr.splitlines() == [
         f"{bad}:2: comands: unknown field (did you mean 'commands'?)",
@@ -77,7 +77,7 @@ def test_one_bad_file_among_good_ones(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yml"
     bad.write_text("type: service\ncommands: [serve]\n")
     result = runner.invoke(app, ["validate", "examples/hello.yml", str(bad), "missing.yml", str(tmp_path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         f"{bad}:1: port: required field is missing",
         "missing.yml: no such file",
@@ -123,7 +123,7 @@ def test_command_line_without_traceback(tmp_path: Path) -> None:
         cwd=ROOT,
         check=False,
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if ": warning: " not in line]
     assert len(errors) == 1

@@ -4,7 +4,6 @@ store of their own (no server: volumes need none). docs/volumes.md."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,23 +13,11 @@ from cli.errors import FerryError
 from cli.main import app
 from cli.volume_api import run_volumes
 from core.configuration import TaskConfiguration, parse_configuration
-from store import FleetRecord, Store, open_store
+from store import FleetRecord, Store
 from store.fleet_repository import fleet_id
 
 SMALL = {"cpu": "0..", "memory": "0GB..", "disk": "0GB.."}
 runner = CliRunner()
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "ferry-home"
-
-
-@pytest.fixture
-def store(home: Path) -> Iterator[Store]:
-    opened = open_store(f"sqlite:///{home / 'ferry.db'}")
-    yield opened
-    opened.engine.dispose()
 
 
 def ferry(home: Path, *args: str) -> Result:
@@ -84,7 +71,7 @@ def test_create_list_and_delete_on_this_machine(home: Path, store: Store) -> Non
     assert listed(home) == []
     gone = ferry(home, "volume", "delete", "data", "-y")
     assert (gone.exit_code, gone.output) == (
-        1,
+        3,
         "ferry volume delete: no volume named data in project 'p' (see ferry volume list)\n",
     )
 
@@ -95,7 +82,7 @@ def test_a_volume_in_use_is_not_deleted(home: Path, store: Store) -> None:
     assert listed(home)[0]["attached_to"] == "train-1-r0-j0-s0"
     refused = ferry(home, "volume", "delete", "data", "-y")
     assert (refused.exit_code, refused.output) == (
-        1,
+        2,
         "ferry volume delete: volume data is attached to job train-1-r0-j0-s0: stop its run first\n",
     )
 
@@ -112,7 +99,7 @@ def test_a_volume_on_an_ssh_fleet_goes_to_the_named_or_the_first_instance(home: 
     assert on_local.output == "volume here created (fleet local, instance local)\n"
     no_host = ferry(home, "volume", "create", "third", "--fleet", "lab", "--instance", "lab-5")
     assert (no_host.exit_code, no_host.output) == (
-        1,
+        2,
         "ferry volume create: fleet lab has no instance lab-5: its instances are lab-0, lab-1\n",
     )
     no_fleet = ferry(home, "volume", "create", "fourth", "--fleet", "nope")
@@ -120,7 +107,7 @@ def test_a_volume_on_an_ssh_fleet_goes_to_the_named_or_the_first_instance(home: 
         no_fleet.output == "ferry volume create: no fleet named nope in project 'p' (see ferry fleet list)\n"
     )
     moved = ferry(home, "volume", "create", "second", "--fleet", "lab")  # would be lab-0 now
-    assert moved.exit_code == 1 and "volume second exists on fleet lab, instance lab-1" in moved.output
+    assert moved.exit_code == 2 and "volume second exists on fleet lab, instance lab-1" in moved.output
     bad = ferry(home, "volume", "create", "Bad")
     assert bad.exit_code == 2 and "invalid name 'Bad'" in bad.output
 
@@ -141,7 +128,7 @@ def test_apply_a_volume_configuration(home: Path, tmp_path: Path) -> None:
     registered = tmp_path / "registered.yml"
     registered.write_text("type: volume\nname: disk\nvolume_id: vol-1\n")
     refused = ferry(home, "apply", "-y", "-f", str(registered))
-    assert refused.exit_code == 1 and "volume_id: Ferry cannot register a cloud disk" in refused.output
+    assert refused.exit_code == 2 and "volume_id: Ferry cannot register a cloud disk" in refused.output
     assert [v["name"] for v in listed(home)] == ["models", "weights"]
 
 

@@ -53,7 +53,7 @@ def warned(text: str) -> list[str]:
 _RUN_ACTED_ON = {
     "name", "image", "python", "working_dir", "shell", "env", "resources", "volumes", "fleets",
     "priority", "retry", "max_duration", "stop_duration", "stop_criteria", "schedule", "depends_on",
-    "startup_order",
+    "startup_order", "notifications",
 }  # fmt: skip
 # A task's node groups (`groups`) run as its replica's jobs (core.run_types.task); a dev environment's
 # `setup` runs before its `init`.

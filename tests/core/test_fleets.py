@@ -165,6 +165,17 @@ def test_delete_refuses_what_waits_and_ends_once_the_last_job_is_released() -> N
     assert state.finished() and state.views() == []
 
 
+def test_the_recorded_views_say_what_each_instance_s_jobs_hold() -> None:
+    # `ferry fleet list`'s USED and FREE (docs/cli.md#ferry-fleet-list): a job on a shared instance holds
+    # its need; with one block, the whole instance.
+    shared, _ = step(book(hosts=1, blocks=None), gang("a", cpu=2))
+    assert [(v.jobs, v.in_use) for v in shared.views()] == [(1, Resources(cpu=2))]
+    whole, _ = step(book(hosts=1), gang("a", cpu=2))
+    assert [(v.busy_blocks, v.in_use) for v in whole.views()] == [(1, Resources(cpu=8, memory=32))]
+    released, _ = step(whole, ReleaseJob(job_id="a-j0"))
+    assert [v.in_use for v in released.views()] == [Resources()]
+
+
 def test_hosts_not_deployed_are_recorded_and_join_when_they_are() -> None:
     state, _ = deployed(FleetBook(name="h", local=False), [host(0)], {"h-1": "cannot connect"})
     assert [(v.name, v.status, v.message) for v in state.views()] == [

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from core.configuration.gpus import gpu_memory_from_driver, gpu_name_from_driver
+from core.configuration.ranges import format_measured_memory
 from core.configuration.resources import (
     GPU,
     Allocation,
@@ -105,6 +106,14 @@ def test_parse_memory_rejects(value: Any, reason: str) -> None:
 )
 def test_format_memory(gb: float, text: str) -> None:
     assert format_memory(gb) == text
+
+
+@pytest.mark.parametrize(
+    ("gb", "text"),
+    [(23.540584564208984, "23.5GB"), (0.3, "307MB"), (2048, "2TB"), (1800.04, "1800GB"), (0, "0GB")],
+)
+def test_a_measured_amount_is_rounded_for_reading(gb: float, text: str) -> None:
+    assert format_measured_memory(gb) == text
 
 
 @pytest.mark.parametrize(

@@ -95,6 +95,7 @@ def test_one_block_gives_the_whole_instance_to_one_job_and_shared_mode_packs_by_
     shared, grants = run(fleet(slot("local", blocks=None)), request("a", CPU2), request("b", CPU2))
     assert sorted(grants) == ["a", "b"]
     assert shared.capacity()[0].free == Resources(cpu=4, memory=24)
+    assert shared.capacity()[0].used == Resources(cpu=4, memory=8)  # what `ferry fleet list` shows in use
 
 
 def test_a_shared_block_instance_hosts_several_jobs_until_its_blocks_are_taken() -> None:

@@ -53,7 +53,11 @@ class Ferry:
 
 
 def ferry_env(home: Path) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("FERRY_", "DSTACK_"))}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("FERRY_", "DSTACK_", "TEMPORAL_"))  # TEMPORAL_ADDRESS would mean no stack
+    }
     env["FERRY_HOME"] = str(home)
     env["FERRY_USER"] = "tester"
     return env

@@ -36,10 +36,10 @@ def check_one_line(result: object, code: int, *, expected: str) -> None:
 @pytest.mark.parametrize(
     ("args", "code", "expected"),
     [
-        (["logs", "no-such-run"], 1, "ferry logs: no run named 'no-such-run' in project 'main'"),
-        (["events", "no-such-run"], 1, "ferry events: no run named 'no-such-run'"),
-        (["wait", "no-such-run"], 1, "ferry wait: no run named 'no-such-run'"),
-        (["apply", "-y", "-f", "missing.yml"], 1, "ferry apply: missing.yml: no such file"),
+        (["logs", "no-such-run"], 3, "ferry logs: no run named 'no-such-run' in project 'main'"),
+        (["events", "no-such-run"], 3, "ferry events: no run named 'no-such-run'"),
+        (["wait", "no-such-run"], 3, "ferry wait: no run named 'no-such-run'"),
+        (["apply", "-y", "-f", "missing.yml"], 2, "ferry apply: missing.yml: no such file"),
         (["apply", "-y", "-f", "examples/hello.yml", "--bogus"], 2, "ferry apply: no such option: --bogus"),
         (["ps", "--watch=maybe"], 2, "ferry ps:"),
         (["logs"], 2, "ferry logs: missing argument 'RUN'"),
@@ -59,13 +59,13 @@ def test_bad_input_is_one_line(ferry: Ferry, args: list[str], code: int, expecte
 def test_invalid_file_names_the_field_and_submits_nothing(ferry: Ferry, bad_file: str) -> None:
     result = ferry("apply", "-y", "-f", bad_file)
     check_one_line(
-        result, 1, expected=f"ferry apply: {bad_file}:2: comands: unknown field (did you mean 'commands'?)"
+        result, 2, expected=f"ferry apply: {bad_file}:2: comands: unknown field (did you mean 'commands'?)"
     )
 
 
 def test_without_a_terminal_apply_needs_y(ferry: Ferry) -> None:
     result = ferry("apply", "-f", "examples/hello.yml")
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert (
         last_line(result.stderr)
         == "ferry apply: no terminal to ask for confirmation on: pass -y to go ahead without asking"
@@ -76,7 +76,7 @@ def test_without_a_terminal_apply_needs_y(ferry: Ferry) -> None:
 def test_unreachable_server(tmp_path: Path) -> None:
     ferry = Ferry(tmp_path, {**ferry_env(tmp_path), "FERRY_TEMPORAL_ADDRESS": "127.0.0.1:1"})
     result = ferry("apply", "-y", "-f", "examples/hello.yml")
-    assert result.returncode == 1
+    assert result.returncode == 4
     assert "Traceback" not in result.stderr
     assert (
         last_line(result.stderr)

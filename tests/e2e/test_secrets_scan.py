@@ -131,7 +131,7 @@ def test_a_run_naming_a_secret_not_set_is_refused_naming_it(ferry: Ferry, tmp_pa
         f"commands:\n  - echo never\n{SMALL}"
     )
     refused = ferry("apply", "-y", "-f", str(conf))
-    assert refused.returncode == 1
+    assert refused.returncode == 2
     assert last_line(refused.stderr) == (
         "ferry apply: run missing: secrets HF_TOKEN, WANDB_KEY are not set in project 'main': "
         "ferry secret set NAME for each"

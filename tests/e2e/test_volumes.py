@@ -86,7 +86,7 @@ def test_a_second_job_naming_a_volume_in_use_fails_with_its_name(ferry: Ferry, w
         f"run intruder: failed (job failed): volume error: volume busy is attached to job {held_by}"
     )
     deleting = ferry("volume", "delete", "-y", "busy")
-    assert deleting.returncode == 1 and f"attached to job {held_by}" in deleting.stderr
+    assert deleting.returncode == 2 and f"attached to job {held_by}" in deleting.stderr
 
     release.touch()
     done = ferry("wait", "holder", "--timeout", "60s")

@@ -7,6 +7,7 @@ refuses to run as root: as root (CI), the server runs as `nobody`, in a director
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,6 +95,16 @@ def start_server(binaries: Path) -> PostgresServer:
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise
+
+
+@contextlib.contextmanager
+def running_server(binaries: Path) -> Iterator[PostgresServer]:
+    """start_server's server for the `with` block; stopped, and its directory removed, after it."""
+    server = start_server(binaries)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _start(

@@ -21,7 +21,13 @@ from core.status import JobStatus, RunStatus
 from store.engine import HEAD_REVISION, alembic_config, make_engine, migrate
 from store.opening import open_store
 from store.repository import Store
-from tests.store import test_service_store, test_store_fleets, test_store_repository, test_store_volumes
+from tests.store import (
+    test_service_store,
+    test_store_fleets,
+    test_store_repository,
+    test_store_run_deletion,
+    test_store_volumes,
+)
 from tests.store.postgres_server import PostgresServer, find_binaries, start_server
 from tests.store.test_store_concurrency import SHARED_JOB, _check, _expected_log, _write
 from tests.store.test_store_engine import TABLES, _revision, _tables
@@ -45,7 +51,15 @@ def _scenarios(*modules: ModuleType) -> dict[str, Callable[..., Any]]:
 
 
 # The secrets' scenarios stay SQLite's: one reads the database file to find no plain value in it.
-globals().update(_scenarios(test_store_repository, test_store_fleets, test_store_volumes, test_service_store))
+globals().update(
+    _scenarios(
+        test_store_repository,
+        test_store_fleets,
+        test_store_volumes,
+        test_service_store,
+        test_store_run_deletion,
+    )
+)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -29,6 +29,7 @@ from workflows.fleet import FleetWorkflow
 from workflows.job import JobWorkflow
 from workflows.pipeline import PipelineWorkflow
 from workflows.run import RunWorkflow
+from workflows.web_ui import failed_run_result
 
 WORKFLOWS = [RunWorkflow, JobWorkflow, FleetWorkflow, CycleWorkflow, PipelineWorkflow]
 
@@ -135,8 +136,15 @@ class Harness:
         return await handle.execute_update(RunWorkflow.stop, StopRequest(abort=abort))
 
     async def result(self, handle: WorkflowHandle[Any, RunResult]) -> RunResult:
-        """The run's result, skipping time while the test server waits on timers (bounded in real time)."""
-        return await asyncio.wait_for(handle.result(), WAIT_LIMIT)
+        """The run's result, skipping time while the test server waits on timers (bounded in real time);
+        a FAILED run's, from the failure its workflow ends with (workflows/web_ui.py)."""
+        try:
+            return await asyncio.wait_for(handle.result(), WAIT_LIMIT)
+        except WorkflowFailureError as err:
+            result = failed_run_result(err.cause)
+            if result is None:
+                raise
+            return result
 
     async def wait_for(
         self, handle: WorkflowHandle[Any, Any], what: str, ok: Callable[[RunState], bool]

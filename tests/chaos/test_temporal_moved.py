@@ -1,0 +1,48 @@
+"""The Temporal dev server SIGKILLed and its port taken before the next command: the command starts it on
+another port, and the worker and the proxy, which knew it by its old address, start again with the new one
+(worker/stack.py, docs/chaos.md#temporal-on-another-port). Without that, the worker would poll whatever
+listens at the old address, for ever, and no run would start."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+from pathlib import Path
+
+from tests.chaos.stream import LIMIT, stack_process, until
+from tests.e2e.conftest import Ferry, ferry_env, stack_of, task
+
+
+def bound(sock: socket.socket, port: int) -> bool:
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError:
+        return False
+    return True
+
+
+def test_a_temporal_started_again_on_another_port_gets_a_worker_and_proxy_that_follow(tmp_path: Path) -> None:
+    home, configs = tmp_path / "home", tmp_path / "configs"
+    home.mkdir()
+    configs.mkdir()
+    with stack_of(Ferry(home, ferry_env(home))) as ferry:
+        before = ferry("apply", "-y", "-f", task(configs, "before", "echo before"), timeout=LIMIT)
+        assert (before.returncode, before.stdout) == (0, "before\n"), before.stderr
+        status = json.loads(ferry("server", "status", "--json").stdout)
+        old = {p["name"]: p for p in status["processes"]}
+        os.kill(old["temporal"]["pid"], signal.SIGKILL)
+        until("the dev server to die", lambda: not stack_process(home, "temporal").alive)
+        with socket.socket() as squatter:  # its port taken meanwhile
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            port = int(old["temporal"]["address"].rsplit(":", 1)[1])
+            # The dead server's side of the worker's connections holds the port until the worker lets go.
+            until("the killed server's port to be free", lambda: bound(squatter, port))
+            squatter.listen()
+            after = ferry("apply", "-y", "-f", task(configs, "after", "echo after"), timeout=LIMIT)
+            assert (after.returncode, after.stdout) == (0, "after\n"), after.stderr
+            now = {p["name"]: p for p in json.loads(ferry("server", "status", "--json").stdout)["processes"]}
+    assert now["temporal"]["address"] != old["temporal"]["address"]
+    assert now["worker"]["pid"] != old["worker"]["pid"] and now["proxy"]["pid"] != old["proxy"]["pid"]
+    assert now["agent"]["pid"] == old["agent"]["pid"]  # the agent knows no Temporal: it stays
