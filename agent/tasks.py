@@ -151,7 +151,7 @@ class TaskRegistry:
             stop = record.stop
             self.finalize(record, stop.reason, stop.message or stop.reason.message(), exit_status=None)
         elif handle is None:
-            logger.warning("task %s: the agent died before its job started; it waits for its start", record.id)
+            logger.warning("task %s: its agent died before its job started: pending again", record.id)
             record.status = TaskStatus.PENDING
             self.save(record)
         else:

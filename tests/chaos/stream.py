@@ -94,8 +94,9 @@ class ChaosStream:
 
     @property
     def markers(self) -> Path:
-        """One file per run, to which each start of its job's commands appends a line."""
-        return self.configs / "ran"
+        """One file per run, to which each start of its job's commands appends a line (beside the
+        configurations' directory, whose files are the runs' code)."""
+        return self.configs.with_name(self.configs.name + "-ran")
 
     def expected_log(self, name: str) -> str:
         return f"start {name}\nend {name}\n"
