@@ -85,12 +85,12 @@ def latest_jobs(jobs: Sequence[JobSubmissionRecord]) -> list[JobSubmissionRecord
 
 
 def decisive_job(jobs: Sequence[JobSubmissionRecord]) -> JobSubmissionRecord | None:
-    """The job that explains how a run ended: the first that did not end done, else the first."""
+    """The job that explains how a run ended: the first that failed (its siblings were then terminated by
+    the run: not the cause), else the first that did not end done, else the first."""
     latest = latest_jobs(jobs)
-    for job in latest:
-        if JobStatus(job.status).is_finished() and job.status != JobStatus.DONE:
-            return job
-    return latest[0] if latest else None
+    ended = [job for job in latest if JobStatus(job.status).is_finished() and job.status != JobStatus.DONE]
+    failed = [job for job in ended if job.status == JobStatus.FAILED]
+    return next(iter(failed or ended or latest), None)
 
 
 def run_message(run: RunRecord, jobs: Sequence[JobSubmissionRecord], now: float | None = None) -> str:

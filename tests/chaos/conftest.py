@@ -19,6 +19,6 @@ def profile() -> Profile:
 def postgres() -> Iterator[PostgresServer]:
     binaries = find_binaries()
     if binaries is None:
-        pytest.skip("PostgreSQL's server is not installed: apt-get install postgresql (scripts/test.sh does)")
+        pytest.fail("PostgreSQL's server is not installed: apt-get install postgresql (scripts/test.sh does)")
     with running_server(binaries) as server:
         yield server

@@ -74,6 +74,9 @@ def test_final_lines() -> None:
         job_record(1, "failed", "container_exited_with_error", 3),
     ]
     assert render.final_line(failed, jobs) == "run r: failed (job failed): node 1 exited (3)"
+    # The node the run stopped because node 1 failed is not the cause: the failed one is named.
+    jobs[0] = job_record(0, "terminated", "terminated_by_server", termination_message="stopped by the run")
+    assert render.final_line(failed, jobs) == "run r: failed (job failed): node 1 exited (3)"
     no_room = job_record(
         0, "failed", "failed_to_start_due_to_no_capacity",
         termination_message="FAILED_TO_START_DUE_TO_NO_CAPACITY: local has too little (cpu 64 > 2)",

@@ -137,7 +137,7 @@ def test_summary_details_and_current_details(runs: WebUI) -> None:
 def test_chromium_renders_the_list_with_the_statuses(runs: WebUI, tmp_path: Path) -> None:
     chromium = shutil.which("chromium")
     if chromium is None:
-        pytest.skip("Debian's chromium is not installed (scripts/test.sh installs it): no screenshot")
+        pytest.fail("Debian's chromium is not installed: apt-get install chromium (scripts/test.sh does)")
     page = f"{runs.url}/namespaces/default/workflows"
     common = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
     common += [
