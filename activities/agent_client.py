@@ -31,6 +31,7 @@ from core.status import JobTerminationReason
 from core.wire.agent_api import (
     CODE_HASH_PARAM,
     DEFAULT_PULL_LIMIT,
+    ChangesResponse,
     HealthcheckResponse,
     InstanceInfo,
     JobSpec,
@@ -222,6 +223,13 @@ class AgentClient:
             params["wait"] = wait
             kwargs["timeout"] = self._timeout + wait
         return await self._request("GET", f"/api/tasks/{task_id}/pull", PullResponse, **kwargs)
+
+    async def changes(self, cursor: int, epoch: str, wait: float = 0.0) -> ChangesResponse:
+        """The tasks that changed since `cursor` of `epoch` (every task after a restart of the agent),
+        held up to `wait` seconds while none has (docs/jobs.md#the-instance-watch)."""
+        params: dict[str, float | str] = {"cursor": cursor, "epoch": epoch, "wait": wait}
+        kwargs: dict[str, Any] = {"params": params, "timeout": self._timeout + wait}
+        return await self._request("GET", "/api/changes", ChangesResponse, **kwargs)
 
     async def stream_logs(self, task_id: str, offset: int = 0) -> AsyncIterator[bytes]:
         """The job's log from `offset`, live, until the job has ended and every byte was sent."""

@@ -139,6 +139,7 @@ class JobActivities:
             authorized_keys=request.authorized_keys,
             volumes=await self._mounts(request),
             container=await self._secrets.container(request.job_submission_id, request.container),
+            owner=request.owner,
         )
         with self._secrets.masking():
             try:

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocketDisconnect
 
 from agent import jobs
+from agent.changes import MAX_CHANGES_WAIT
 from agent.instance import disk_usage
 from agent.logs import OffsetOutOfRange, read_log
 from agent.metrics import MetricsSampler
@@ -27,6 +28,7 @@ from core.wire.agent_api import (
     CODE_HASH_PARAM,
     DEFAULT_PULL_LIMIT,
     MAX_PULL_LIMIT,
+    ChangesResponse,
     ErrorResponse,
     HealthcheckResponse,
     InstanceInfo,
@@ -209,6 +211,16 @@ def create_app(registry: TaskRegistry, token: str, ssh_server: AgentSSHServer | 
         else:
             body = jobs.pull(registry, task_id, offset, limit, states_offset)
         return Response(content=body, media_type="application/json")
+
+    @api.get("/changes", response_model=ChangesResponse)
+    async def changes(
+        cursor: int = Query(default=0, ge=0, le=MAX_OFFSET),
+        epoch: str = Query(default="", max_length=64),
+        wait: float = Query(default=0.0, ge=0, le=MAX_CHANGES_WAIT, allow_inf_nan=False),
+    ) -> ChangesResponse:
+        """What changed on the tasks since `cursor` (docs/jobs.md#the-instance-watch), held up to `wait`
+        seconds while nothing has."""
+        return await registry.changes.wait(cursor, epoch, wait)
 
     app.include_router(api)
 

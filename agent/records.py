@@ -79,6 +79,7 @@ class TaskRecord(BaseModel):
     container: ContainerSpec | None = None
     host_ports: dict[int, int] = Field(default_factory=dict)
     progress: str | None = Field(default=None, description="while PREPARING: e.g. its image pull's")
+    owner: str | None = Field(default=None, description="the job workflow the change feed tells of its end")
     _ssh_connections: int = PrivateAttr(default=0)
 
     @property

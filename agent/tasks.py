@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent import network, secret_memory, task_network
+from agent.changes import ChangeFeed
 from agent.containers.engine import EngineFinder
 from agent.executors import Executors, JobHandle
 from agent.instance import HostCapacity
@@ -62,6 +63,7 @@ def _as_submitted(record: TaskRecord) -> TaskSubmitRequest:
         network=record.requested_network,
         authorized_keys=record.authorized_keys,
         container=record.container,
+        owner=record.owner,
     )
 
 
@@ -92,6 +94,7 @@ class TaskRegistry:
         # Called with a task's id when its job has ended and when it is removed (the SSH server closes
         # the connections into it).
         self.end_listeners: list[Callable[[str], None]] = []
+        self.changes = ChangeFeed(self)  # the instance watch's feed of every task's news (agent/changes.py)
 
     # --- records ---------------------------------------------------------------------------------------
 
@@ -106,6 +109,12 @@ class TaskRegistry:
 
     def list_tasks(self) -> list[TaskInfo]:
         return [record.to_info() for record in self._records.values()]
+
+    def find(self, task_id: str) -> TaskRecord | None:
+        return self._records.get(task_id)
+
+    def records(self) -> list[TaskRecord]:
+        return list(self._records.values())
 
     def save(self, record: TaskRecord) -> None:
         save_record(self.paths(record.id), record)
@@ -202,6 +211,7 @@ class TaskRegistry:
                 address=isolation.address if isolation is not None else None,
                 authorized_keys=request.authorized_keys,
                 container=request.container,
+                owner=request.owner,
             )
             self.paths(request.id).root.mkdir(parents=True, mode=0o700, exist_ok=True)
             self.save(record)
@@ -239,6 +249,7 @@ class TaskRegistry:
         news = self._news.pop(task_id, None)
         if news is not None:
             news.set()
+        self.changes.changed(task_id)
 
     async def wait_for_news(self, task_id: str, timeout: float) -> None:
         """Until `tell(task_id)` or `timeout` seconds, whichever comes first."""

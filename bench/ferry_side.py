@@ -35,6 +35,7 @@ from cli.api import FerryAPI
 from core.configuration import RunConfiguration, TaskConfiguration, parse_configuration
 from core.run_types import configurator_for
 from core.status import JobStatus, RunStatus
+from core.wire.workflow_ids import job_workflow_id
 from store import JobSubmissionRecord, LogChunkRecord, RunRecord, Store, open_store
 from store.keys import load_keys
 from worker.stack import Stack, StackStatus
@@ -120,6 +121,7 @@ class FerrySide:
         self.tasks_dir = home / "agent" / "data" / "tasks"  # the agent's; each job's wrapper names its own
         self._store: Store | None = None
         self._api: dict[str, FerryAPI] = {}
+        self.last_latency_run: RunRecord | None = None
         self._client: Any = None
 
     # --- the stack --------------------------------------------------------------------------------
@@ -173,6 +175,23 @@ class FerrySide:
     async def result(self, record: RunRecord) -> None:
         await self._client.get_workflow_handle(record.workflow_id).result()
 
+    async def history_events(self, workflow_id: str) -> int:
+        """How many events a workflow's history holds (what Temporal stores and replays for it)."""
+        history = await self._client.get_workflow_handle(workflow_id).fetch_history()
+        return len(history.events)
+
+    async def run_events(self, record: RunRecord) -> tuple[int, int]:
+        """A finished single-job run's history events: (its run workflow's, its job workflow's)."""
+        job = job_workflow_id(record.workflow_id, 0, 0, 0)
+        return await self.history_events(record.workflow_id), await self.history_events(job)
+
+    async def skeleton_events(self) -> tuple[int, int] | None:
+        """The same for a run of ../shared/peers/temporal_skeleton.py (its RunWF and its child)."""
+        async for execution in self._client.list_workflows("WorkflowType = 'RunWF'", limit=1):
+            wf = execution.id
+            return await self.history_events(wf), await self.history_events(f"{wf}/j0")
+        return None
+
     def start_event(self, record: RunRecord) -> float | None:
         for job in self.store.list_job_submissions(record.id):
             for event in self.api(record.project).job_events(record, job.id):
@@ -194,6 +213,7 @@ class FerrySide:
         assert final is not None and final.status == RunStatus.DONE, final and final.status
         start = await asyncio.to_thread(self.start_event, record)
         assert start is not None
+        self.last_latency_run = record
         return start - started, float(mark.read_text()) - started, done - started
 
     # --- throughput -------------------------------------------------------------------------------
@@ -296,6 +316,8 @@ class FerrySide:
             r.put(f"scale_{name}_rss_mb", after[name] or float("nan"), 1)
             r.put(f"scale_{name}_rss_before_mb", before[name] or float("nan"), 1)
             r.put(f"scale_{name}_cpu_percent_while_idle", busy[name], 1)
+        r.put("scale_idle_cpu_percent_total", sum(busy[n] for n in ("worker", "temporal", "agent")), 1)
+        r.note("goals (issue 19): idle CPU of the three <= 50% of one core; worker RSS <= 2048 MB")
         r.put("scale_store_mb", files_mb(self._store_files()), 1)
         r.put("scale_store_growth_mb", files_mb(self._store_files()) - store_before, 1)
         r.put("scale_temporal_db_mb", files_mb(self._temporal_files()), 1)

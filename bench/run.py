@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import os
 import platform
 import re
@@ -72,7 +73,8 @@ def plan_from(args: argparse.Namespace) -> Plan:
         latency_runs=args.latency_runs or (10 if quick else 20),
         containers_runs=args.containers_runs or (5 if quick else 20),
         burst=args.burst or (100 if quick else 500),
-        slots_burst=args.slots_burst or (50 if quick else 200),
+        # The same burst as the unqueued one, so that their completion rates compare (issue 19).
+        slots_burst=args.slots_burst or args.burst or (100 if quick else 500),
         scale=args.scale or (100 if quick else 1000),
         log_bytes=int((args.log_mb or (20 if quick else 200)) * 1e6) // 100_000 * 100_000,
         skeleton_runs=100 if quick else 500,
@@ -126,8 +128,8 @@ class Bench:
         return section in self.plan.sections
 
     @contextlib.contextmanager
-    def profile(self, label: str) -> Iterator[None]:
-        pids = {name: self.ferry.pid(name) for name in ("worker", "agent")}
+    def profile(self, label: str, side: FerrySide | None = None) -> Iterator[None]:
+        pids = {name: (side or self.ferry).pid(name) for name in ("worker", "agent")}
         with profiled(self.report, self.plan.profile_dir, label, pids):
             yield
 
@@ -187,6 +189,7 @@ class Bench:
             await self.section("throughput", self.throughput())
         if self.wants("skeleton"):
             await asyncio.to_thread(self.skeleton)
+            await self.section("events", self.events_per_run())
         if self.wants("logs"):
             await self.section("logs", self.ferry.logs(self.plan.log_bytes))
         if self.wants("scale"):
@@ -234,8 +237,7 @@ class Bench:
         smaller bursts at Slurm's concurrency: Ferry's jobs each ask 1/16 (1/64) of the instance's memory
         so that at most 16 (64) run at once, and Slurm's with 16 (`tuned`) and 64 (`tuned_os32`) slots."""
         r, n = self.report, self.plan.burst
-        with self.profile("throughput"):
-            burst_figures(r, "throughput", n, await self.ferry.burst(n, "free"))
+        burst_figures(r, "throughput", n, await self.burst_alone("throughput", n))
         r.put("throughput_ferry_concurrency", "unlimited (0-resource jobs share the local instance)")
         slurm = self.slurm
         if slurm is not None:
@@ -249,6 +251,7 @@ class Bench:
             if slurm is not None and self.start_slurm("tuned_os32"):
                 burst_figures(r, "slurm_slots_64slots", m, await asyncio.to_thread(slurm.burst, m))
             await self.slotted_burst(64)
+            self.queued_over_unqueued()
         self.stop_slurm()
 
     async def slotted_burst(self, slots: int) -> None:
@@ -262,8 +265,33 @@ class Bench:
         share_mib = int(total.memory * 1024) // slots
         memory = f"{share_mib / 1024}GB.."
         n = self.plan.slots_burst
-        result = await self.ferry.burst(n, f"slots{slots}", memory=memory)
+        result = await self.burst_alone(f"slots{slots}", n, memory=memory)
         burst_figures(self.report, f"slots_{slots}slots", n, result)
+
+    async def burst_alone(self, label: str, count: int, **resources: str) -> BurstResult:
+        """A burst on a stack of its own, the main one idle beside it: a stack's Temporal slows as its
+        closed runs accumulate (three identical bursts of 500 in a row on one stack: 8.8, 8.4, 7.6 runs/s),
+        so bursts compared must each start on a fresh one, warmed up alike."""
+        side = FerrySide(self.work / f"ferry-home-{label}", Report(out=io.StringIO()))  # its start unsaid
+        try:
+            await asyncio.to_thread(side.start)
+            await side.connect()
+            for i in range(2):
+                await side.latency_sample(-1 - i)
+            with self.profile(label, side):
+                return await side.burst(count, label, **resources)
+        finally:
+            await asyncio.to_thread(side.stop)
+
+    def queued_over_unqueued(self) -> None:
+        """Each slotted burst's completion rate over the unqueued burst's: a queue must cost no speed."""
+        r, f = self.report, self.report.figures
+        r.note("goal: a queued burst completes at >= 0.9x the unqueued burst's rate (same size, issue 19)")
+        unqueued = f.get("throughput_completion_rate_runs_per_s")
+        for slots in (16, 64):
+            queued = f.get(f"slots_{slots}slots_completion_rate_runs_per_s")
+            name = f"ratio_slots_{slots}slots_over_throughput_completion_rate"
+            r.put(name, queued / unqueued if queued is not None and unqueued else "n/a", 2)
 
     def skeleton(self) -> None:
         """../shared/peers/temporal_skeleton.py on the stack's own dev server: the ceiling."""
@@ -288,6 +316,22 @@ class Bench:
         self.report.put("skeleton_runs", int(found.group(2)))
         self.report.put("skeleton_completion_rate_runs_per_s", float(found.group(3)), 1)
         self.report.put("skeleton_wall_s", clock.elapsed(), 1)
+
+    async def events_per_run(self) -> None:
+        """History events of one trivial run, Ferry's (the last latency run: its run and job workflows)
+        beside the skeleton's (its parent and child): what Temporal writes and replays per run."""
+        r = self.report
+        record = self.ferry.last_latency_run
+        if record is not None:
+            run, job = await self.ferry.run_events(record)
+            r.put("events_per_run_ferry", run + job)
+            r.put("events_per_run_ferry_run_workflow", run)
+            r.put("events_per_run_ferry_job_workflow", job)
+        skeleton = await self.ferry.skeleton_events()
+        if skeleton is not None:
+            r.put("events_per_run_skeleton", sum(skeleton))
+            if record is not None:
+                r.put("ratio_events_per_run_ferry_over_skeleton", (run + job) / sum(skeleton), 2)
 
     def ratios(self) -> None:
         r, f = self.report, self.report.figures
@@ -344,7 +388,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency-runs", type=int, help="sequential runs (20; quick 10)")
     parser.add_argument("--containers-runs", type=int, help="process and container runs each (20; quick 5)")
     parser.add_argument("--burst", type=int, help="runs submitted at once (500; quick 100)")
-    parser.add_argument("--slots-burst", type=int, help="runs of the slots section's bursts (200; quick 50)")
+    parser.add_argument("--slots-burst", type=int, help="runs of the slots section's bursts (--burst's)")
     parser.add_argument("--scale", type=int, help="concurrent long runs (1000; quick 100), e.g. 10000")
     parser.add_argument("--log-mb", type=float, help="MB the logs job prints (200; quick 20)")
     parser.add_argument("--recovery-trials", type=int, help="host losses (3; quick 1), one host each")

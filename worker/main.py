@@ -14,6 +14,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.fleet import FleetActivities, InstanceResolver
+from activities.instance_watch import InstanceWatchActivities
 from activities.instances import LOCAL_INSTANCE, InstanceDirectory
 from activities.jobs import JobActivities
 from activities.metrics import MetricsActivities
@@ -57,6 +58,7 @@ def activities_for(
     schedules = ScheduleActivities(client, task_queue)
     watches = RunWatchActivities(client, store)
     jobs = JobActivities(instances, store)
+    instance_watches = InstanceWatchActivities(instances, store, client)
     records = RecordActivities(store)
     fleets = FleetActivities(instances, store)
     services = ServiceActivities(instances, store)
@@ -71,6 +73,7 @@ def activities_for(
         jobs.prepare_task,
         jobs.start_job,
         jobs.watch_job,
+        instance_watches.watch_instance,
         jobs.stop_task,
         jobs.ssh_endpoint,
         metrics.task_metrics,

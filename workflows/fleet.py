@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from datetime import timedelta
 
 from temporalio import workflow
@@ -47,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         ReleaseJob,
         SetQueuedPriority,
         StopFleet,
+        Undelivered,
         WatchFleet,
     )
     from core.fleets.offers import FleetOffer, offer
@@ -65,14 +67,18 @@ with workflow.unsafe.imports_passed_through():
     from core.status import JobTerminationReason
     from core.wire import activity_names as names
     from core.wire.job_messages import Enqueue, PlacementRefused, Queued, TerminateJob
+    from core.wire.workflow_ids import project_workflows
     from workflows import retry_policies
     from workflows.handles import abandon
+    from workflows.instance_watches import InstanceWatches
 
 _DEPLOY_TIMEOUT = timedelta(minutes=3)
 _HEARTBEAT = timedelta(seconds=10)
 # The health watch's heartbeats carry its cancellation (the SDK sends them at most every 0.8 x this):
 # a short one lets a watch that the fleet replaced or ended stop soon.
 _HEALTH_HEARTBEAT = timedelta(seconds=4)
+# Since this patch a step does not wait for its signals' delivery (`_send`).
+_SEND_UNBLOCKED = "fleet-send-unblocked"
 # How often at most the instances' load (busy blocks, jobs) is written for `ferry fleet list`.
 _RECORD_EVERY = timedelta(seconds=2)
 
@@ -91,6 +97,9 @@ class FleetWorkflow:
         self._recorded: tuple[str, list[InstanceView]] | None = None
         self._recorded_at = 0.0
         self._wake_for_record: asyncio.Future[None] | None = None
+        self._sending: dict[str, asyncio.Future[None]] = {}  # by JobWorkflow id: its last signal on the way
+        self._watches = InstanceWatches(project_workflows(inp.project))
+        self._watching = False  # whether this run watches its instances (the jobs placed hear of it)
 
     # --- messages ---------------------------------------------------------------------------------------
 
@@ -138,6 +147,8 @@ class FleetWorkflow:
 
     @workflow.run
     async def run(self, inp: FleetInput) -> FleetResult:
+        # A run begun before the instance watch keeps its jobs watching their tasks themselves.
+        self._watching = workflow.patched("instance-watch")
         if inp.carry is None:
             slots, failed = await self._deploy(inp)
             self._book, notices = deployed(self._book, slots, failed)
@@ -151,8 +162,16 @@ class FleetWorkflow:
             if await self._continued_as_new():
                 continue
             self._watch_health()
+            if self._watching:  # the instances that hold jobs: an idle one costs nothing
+                instances = self._book.scheduler.instances.values()
+                self._watches.keep(sorted(i.name for i in instances if i.allocations))
             await workflow.wait_condition(
-                lambda: bool(self._inbox) or self._health_reported() or self._record_due()
+                lambda: (
+                    bool(self._inbox)
+                    or self._health_reported()
+                    or self._record_due()
+                    or self._watches.any_ended()
+                )
             )
 
     async def _process(self) -> None:
@@ -170,9 +189,40 @@ class FleetWorkflow:
             notices += more
         self._book, more = schedule(self._book)
         await self._send(notices + more)
+        if self._sending and (self._book.finished() or workflow.info().is_continue_as_new_suggested()):
+            # Before the workflow ends or continues as new: every signal delivered, or back in the inbox.
+            await workflow.wait_condition(lambda: not self._sending)
 
     async def _send(self, notices: list[Notice]) -> None:
-        """Signal each job; a job that has ended gets nothing: what it was granted or waits for goes."""
+        """Signal each job; a job that has ended gets nothing: what it was granted or waits for goes.
+
+        The signals go out and the next step starts at once: waiting for their delivery (seconds, for a
+        burst's hundreds of `queued`) held every grant back meanwhile. One that cannot be delivered comes
+        back through the inbox (`Undelivered`); a job's signals still arrive in the order they were sent
+        (docs/fleets.md#the-workflow-and-its-book)."""
+        if not workflow.patched(_SEND_UNBLOCKED):  # a history begun before: each step waited for its signals
+            await self._send_and_wait(notices)
+            return
+        for notice in notices:
+            before = self._sending.get(notice.workflow_id)
+            sending = asyncio.ensure_future(self._deliver(notice, before))
+            self._sending[notice.workflow_id] = sending
+            sending.add_done_callback(functools.partial(self._delivered, notice.workflow_id))
+
+    async def _deliver(self, notice: Notice, before: asyncio.Future[None] | None) -> None:
+        if before is not None:
+            await before  # never raises: an earlier _deliver to the same job
+        try:
+            await self._signal(notice)
+        except Exception:  # the job has ended (or never was): the book takes back what it gave it
+            self._inbox.append(Undelivered(notice=notice))
+
+    def _delivered(self, workflow_id: str, done: asyncio.Future[None]) -> None:
+        if self._sending.get(workflow_id) is done:
+            del self._sending[workflow_id]
+
+    async def _send_and_wait(self, notices: list[Notice]) -> None:
+        """Before `_SEND_UNBLOCKED`: the step waits until every signal is delivered or has failed."""
         while notices:
             results = await asyncio.gather(*(self._signal(n) for n in notices), return_exceptions=True)
             failed = [notice for notice, result in zip(notices, results, strict=True) if result is not None]
@@ -185,7 +235,9 @@ class FleetWorkflow:
     async def _signal(self, notice: Notice) -> None:
         handle = workflow.get_external_workflow_handle(notice.workflow_id)
         if notice.kind == NoticeKind.PLACED:
-            await handle.signal(notice.kind.value, notice.placement)
+            assert notice.placement is not None  # a PLACED notice carries one
+            placement = notice.placement.model_copy(update={"watched": self._watching})
+            await handle.signal(notice.kind.value, placement)
         elif notice.kind == NoticeKind.REFUSED:
             await handle.signal(notice.kind.value, PlacementRefused(reason=notice.message or "no capacity"))
         elif notice.kind == NoticeKind.QUEUED:
@@ -330,6 +382,7 @@ class FleetWorkflow:
 
     async def _settle(self) -> None:
         """The health watch stopped and the last record written, before the workflow ends or goes on anew."""
+        self._watches.stop()
         if self._health is not None:
             self._health.cancel()
             with contextlib.suppress(ActivityError, CancelledError):

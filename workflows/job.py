@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
         Queued,
         TerminateJob,
     )
-    from core.wire.messages import JobOutcome, SSHEndpoint, SSHEndpointRequest
+    from core.wire.messages import TASK_ENDED, JobOutcome, SSHEndpoint, SSHEndpointRequest
     from core.wire.workflow_ids import job_submission_id
     from workflows import retry_policies
     from workflows.handles import abandon
@@ -102,6 +102,11 @@ class JobWorkflow:
     def queued(self, queued: Queued) -> None:
         self._control = self._control.on_queued()
 
+    @workflow.signal(name=TASK_ENDED)
+    def task_ended(self, outcome: JobOutcome) -> None:
+        """From its instance's watch: the task's process has ended, and its log is stored."""
+        self._control = self._control.on_task_ended(outcome)
+
     @workflow.signal
     def peers_started(self) -> None:
         """From its run: the jobs this one waits for (`startup_order`) have started."""
@@ -150,7 +155,10 @@ class JobWorkflow:
             attach = attach_request(inp, self._id, placement.instance_name)
             if attach is not None:  # its named volumes, or VOLUME_ERROR before anything starts
                 await self._agent.step(names.ATTACH_VOLUMES, attach, timeout=_STORE_STEP_TIMEOUT)
-            prepare = job.prepare_task(inp, self._id, placement)
+            # Told of its task's end by its fleet's watch of the instance, or watching it itself where the
+            # fleet began before that watch (docs/jobs.md#the-instance-watch).
+            owner = workflow.info().workflow_id if placement.watched else None
+            prepare = job.prepare_task(inp, self._id, placement, owner)
             await self._agent.step(names.PREPARE_TASK, prepare, timeout=_AGENT_STEP_TIMEOUT)
             await self._wait_for_peers(inp)
             self._log("pull")
@@ -166,7 +174,7 @@ class JobWorkflow:
         self._news.publish()
         if self._serving is not None:
             self._serving.start(placement.instance_name)
-        outcome = await self._watch(placement.instance_name)
+        outcome = await self._watch(placement)
         for event in outcome_events(self._state, outcome):
             self._log(*event)
         # No news yet: the clean-up that follows ends with the job's last word, which carries these. Sent
@@ -211,8 +219,11 @@ class JobWorkflow:
         if self._control.terminate is not None:
             raise Stopped()
 
-    async def _watch(self, instance: str) -> JobOutcome:
-        watch = self._agent.watch(instance)
+    async def _watch(self, placement: Placement) -> JobOutcome:
+        instance = placement.instance_name
+        watch: asyncio.Future[JobOutcome] = (
+            asyncio.ensure_future(self._told_end()) if placement.watched else self._agent.watch(instance)
+        )
         await self._agent.until_stopped_or(watch)
         if watch.done():
             return watch.result()
@@ -249,9 +260,18 @@ class JobWorkflow:
                 deadline = min(deadline, workflow.now() + _STOP_MARGIN)
         return watch.result()
 
-    def _gone(self, watch: workflow.ActivityHandle[JobOutcome]) -> JobOutcome:
+    async def _told_end(self) -> JobOutcome:
+        """Until the instance's watch tells how the task ended."""
+        await workflow.wait_condition(lambda: self._control.ended is not None)
+        assert self._control.ended is not None  # the condition above
+        return self._control.ended
+
+    def _gone(self, watch: asyncio.Future[JobOutcome]) -> JobOutcome:
         """The fleet lost the instance: nothing more will come from there."""
-        abandon(watch)
+        if isinstance(watch, workflow.ActivityHandle):
+            abandon(watch)
+        else:
+            watch.cancel()
         return INSTANCE_LOST
 
     def _grace(self, request: TerminateJob) -> float:

@@ -74,7 +74,7 @@ class JobAgent:
             retry_policy=retry_policies.QUICK,
         )
 
-    async def until_stopped_or(self, handle: workflow.ActivityHandle[Any]) -> None:
+    async def until_stopped_or(self, handle: asyncio.Future[Any]) -> None:
         """Until the activity is done or the run asks the job to stop, whichever comes first."""
         stop_requested = asyncio.ensure_future(
             workflow.wait_condition(lambda: self._control().terminate is not None)

@@ -77,6 +77,13 @@ class Notice(Frozen):
     position: int | None = None  # in the queue, for QUEUED
 
 
+class Undelivered(Frozen):
+    """A notice its JobWorkflow could not be signalled (it has ended), back in the fleet's inbox: what was
+    granted to the job comes back, a request it waits in goes (`state_machine.undelivered`)."""
+
+    notice: Notice
+
+
 class QueuedRequest(Frozen):
     request_id: str
     priority: int
@@ -109,7 +116,9 @@ class FleetDescription(Frozen):
     idle: bool  # nothing allocated, nothing waiting
 
 
-FleetCommand = Enqueue | ReleaseJob | CancelRequest | SetQueuedPriority | InstanceChange | DeleteFleet
+FleetCommand = (
+    Enqueue | ReleaseJob | CancelRequest | SetQueuedPriority | InstanceChange | DeleteFleet | Undelivered
+)
 
 
 # --- activities ----------------------------------------------------------------------------------------

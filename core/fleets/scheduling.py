@@ -232,13 +232,26 @@ class SchedulerState(Frozen):
         rooms = {slot.name: Room.of(slot) for slot in self._slots() if slot.status == InstanceStatus.READY}
         blocked: set[str] = set()
         granted: list[str] = []
+        slots = self._slots()
+        # A burst queues many requests alike: one that found no room decides for the others (the same
+        # rooms, the same usable instances); each step of the fleet costs its head, not its whole queue
+        # (docs/fleets.md#scheduling).
+        failed: set[tuple[str, ...]] = set()
         for request in self.waiting():
-            usable = [s for s in self._candidates(request) if s.name in rooms and s.name not in blocked]
-            assignment = place(request, usable, rooms) if usable else None
+            if blocked >= rooms.keys():  # every ready instance is held for a request before: none is left
+                break
+            usable = [s for s in slots if s.name in rooms and s.name not in blocked and _serves(request, s)]
+            if not usable:  # what it could block is blocked already
+                continue
+            if (alike := (_shape(request), *(s.name for s in usable))) in failed:
+                continue
+            assignment = place(request, usable, rooms)
             if assignment is None:
+                failed.add(alike)
                 if self.never_fits(request) is None:  # one that never fits holds nothing up
                     blocked |= self._eligible(request)
                 continue
+            failed.clear()  # the rooms changed
             for node, name, blocks, reserved in assignment:
                 rooms[name] = rooms[name].take(blocks, reserved)
                 allocation = Allocation(
@@ -333,7 +346,7 @@ class SchedulerState(Frozen):
         return [self.instances[name] for name in sorted(self.instances)]
 
     def _candidates(self, request: PlacementRequest) -> list[InstanceSlot]:
-        return [slot for slot in self._slots() if request.fleets is None or slot.fleet in request.fleets]
+        return [slot for slot in self._slots() if _serves(request, slot)]
 
     def _eligible(self, request: PlacementRequest) -> set[str]:
         """The instances some node of the request could use when empty, whatever their status but deleted."""
@@ -351,6 +364,17 @@ class SchedulerState(Frozen):
         return self.model_copy(
             update={"instances": {**self.instances, slot.name: slot.model_copy(update={"status": status})}}
         )
+
+
+def _serves(request: PlacementRequest, slot: InstanceSlot) -> bool:
+    """The instance is one of the request's fleets'."""
+    return request.fleets is None or slot.fleet in request.fleets
+
+
+def _shape(request: PlacementRequest) -> str:
+    """A request but its names and its place in the queue: two alike fit, or do not, in the same places."""
+    nodes = "".join(node.model_dump_json(exclude={"job_id"}) for node in request.nodes)
+    return request.model_dump_json(exclude={"request_id", "priority", "seq", "nodes"}) + nodes
 
 
 SHOWN = 5  # instances named per reason, and reasons named, in a never-fits line

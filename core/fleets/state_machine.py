@@ -34,6 +34,7 @@ from core.fleets.messages import (
     QueuedRequest,
     ReleaseJob,
     SetQueuedPriority,
+    Undelivered,
 )
 from core.fleets.placement import Frozen, InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
 from core.fleets.scheduling import SchedulerState
@@ -231,6 +232,8 @@ def apply(book: FleetBook, command: FleetCommand) -> Step:
         if command.status == InstanceStatus.UNREACHABLE:
             return _lost(book, command)
         return _back(book, command), []
+    if isinstance(command, Undelivered):
+        return undelivered(book, command.notice), []
     return _delete(book)
 
 
@@ -366,8 +369,9 @@ def schedule(book: FleetBook) -> Step:
             )
     granted = {grant.request_id for grant in grants}
     told = [r for r in book.told_queued if r not in granted]
+    known = set(told)  # a burst's queue is long: `in` on the list made each step quadratic
     for position, request in enumerate(scheduler.waiting(), start=1):
-        if request.request_id not in told:
+        if request.request_id not in known:
             told.append(request.request_id)
             notices += [
                 Notice(

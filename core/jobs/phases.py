@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from core.status import JobTerminationReason
 from core.wire.job_messages import Placement, TerminateJob
+from core.wire.messages import JobOutcome
 
 LOST = JobTerminationReason.INSTANCE_UNREACHABLE
 
@@ -48,6 +49,7 @@ class JobControl(BaseModel):
     terminate: TerminateJob | None = None
     lost: bool = False  # the fleet lost the instance: no stop to send, no task to remove
     peers_started: bool = False  # the jobs it waits for (`startup_order`) have started: its run said so
+    ended: JobOutcome | None = None  # how its task ended, as its instance's watch told (the first word)
 
     # --- the messages it hears -----------------------------------------------------------------
 
@@ -72,6 +74,11 @@ class JobControl(BaseModel):
 
     def on_peers_started(self) -> JobControl:
         return self.model_copy(update={"peers_started": True})
+
+    def on_task_ended(self, outcome: JobOutcome) -> JobControl:
+        """The instance's watch may tell twice (a watch started again lists every ended task): the first
+        word stands."""
+        return self if self.ended is not None else self.model_copy(update={"ended": outcome})
 
     # --- placement --------------------------------------------------------------------------------
 

@@ -121,8 +121,9 @@ def published_ports(ports: list[PortMapping]) -> str | None:
     return ", ".join(moved) or None
 
 
-def prepare_task(inp: JobInput, job_id: str, placement: Placement) -> PrepareTask:
-    """The agent's first step for a placed job: its resources reserved, its task registered."""
+def prepare_task(inp: JobInput, job_id: str, placement: Placement, owner: str | None) -> PrepareTask:
+    """The agent's first step for a placed job: its resources reserved, its task registered (`owner`: the
+    job's workflow, told of the task's end by its instance's watch)."""
     network = replica_network(inp, placement)
     container = inp.container
     if container is not None and network == "bridge":
@@ -138,6 +139,7 @@ def prepare_task(inp: JobInput, job_id: str, placement: Placement) -> PrepareTas
         authorized_keys=inp.authorized_keys,
         volumes=inp.volumes,
         container=container,
+        owner=owner,
     )
 
 

@@ -184,6 +184,12 @@ class TaskSubmitRequest(_Model):
     container: ContainerSpec | None = Field(
         default=None, description="run the job in a container of this image; None: as host processes"
     )
+    owner: str | None = Field(
+        default=None,
+        max_length=512,
+        description="who follows the task through the change feed (`GET /api/changes`): the id of the "
+        "job's workflow, told when the task ends (docs/jobs.md#the-instance-watch); None: nobody",
+    )
 
 
 class TaskInfo(_Model):
@@ -217,6 +223,28 @@ class TaskInfo(_Model):
 
 class TaskList(_Model):
     tasks: list[TaskInfo]
+
+
+class TaskChange(_Model):
+    """A task as the change feed reports it: enough to store its new log bytes and to tell its end."""
+
+    id: str
+    owner: str | None = None
+    status: TaskStatus
+    log_size: int = Field(description="the size of its log when answered: pull up to it")
+    termination_reason: JobTerminationReason | None = None
+    termination_message: str | None = None
+    exit_status: int | None = None
+
+
+class ChangesResponse(_Model):
+    """`GET /api/changes`: the tasks that changed since `cursor` (a new state, more log bytes), or every
+    task when the agent's `epoch` is not the one asked with (it restarted) or the cursor is 0."""
+
+    epoch: str = Field(description="this agent process's id: a cursor means something only within it")
+    cursor: int = Field(description="ask with this next")
+    tasks: list[TaskChange]
+    removed: list[str] = Field(default_factory=list, description="tasks removed since `cursor`")
 
 
 class TerminateRequest(_Model):

@@ -98,6 +98,9 @@ class Placement(Message):
     instance_name: str
     cluster: ClusterInfo
     shared: bool = False  # the instance may run other jobs beside this one (docs/containers.md#networks)
+    # Its fleet watches the instance and tells the job when its task ends (docs/jobs.md#the-instance-watch);
+    # False in placements of fleets begun before the instance watch: the job then watches its task itself.
+    watched: bool = False
 
 
 class PlacementRefused(Message):

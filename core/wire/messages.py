@@ -130,6 +130,9 @@ class PrepareTask(Message):
     authorized_keys: list[str] = Field(default_factory=list)
     container: ContainerSpec | None = None
     volumes: list[JobVolume] = Field(default_factory=list)
+    # The job's workflow, told of the task's end by its instance's watch (docs/jobs.md#the-instance-watch);
+    # None for a job that watches its task itself (a workflow begun before the instance watch).
+    owner: str | None = None
 
 
 class StartJob(Message):
@@ -143,6 +146,19 @@ class WatchJob(Message):
     job_submission_id: str
     instance_name: str
     unreachable_after: float = 10.0  # seconds without an answer before the instance counts as lost
+
+
+# The signal an instance's watch sends a job's workflow when its task has ended, its log stored; a JobOutcome.
+TASK_ENDED = "task_ended"
+
+
+class WatchInstance(Message):
+    """One instance's watch (docs/jobs.md#the-instance-watch): the tasks of the workflows whose ids start
+    with `owners` are followed, their logs stored and their ends told to their workflows."""
+
+    instance_name: str
+    owners: str
+    unreachable_after: float = 10.0  # seconds without an answer before its jobs count as lost
 
 
 class JobOutcome(Message):

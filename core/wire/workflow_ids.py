@@ -11,6 +11,11 @@ def run_workflow_id(project: str, run_name: str) -> str:
     return f"ferry/{project}/{run_name}"
 
 
+def project_workflows(project: str) -> str:
+    """The prefix of every workflow id of a project's runs and jobs."""
+    return f"ferry/{project}/"
+
+
 def job_workflow_id(run_workflow: str, replica_num: int, job_num: int, submission_num: int) -> str:
     return f"{run_workflow}/r{replica_num}/j{job_num}/s{submission_num}"
 

@@ -39,4 +39,4 @@ def test_each_job_gets_the_users_key() -> None:
     job = job_input(inp, step.machine.state, "ferry/main/train", 0, 0)
     assert job.authorized_keys == ["ssh-ed25519 AAAA k"]
     placement = Placement(instance_name="local", cluster=ClusterInfo())
-    assert prepare_task(job, "job-1", placement).authorized_keys == ["ssh-ed25519 AAAA k"]
+    assert prepare_task(job, "job-1", placement, None).authorized_keys == ["ssh-ed25519 AAAA k"]

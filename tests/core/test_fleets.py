@@ -14,6 +14,7 @@ from core.fleets.messages import (
     NoticeKind,
     ReleaseJob,
     SetQueuedPriority,
+    Undelivered,
 )
 from core.fleets.placement import InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
 from core.fleets.state_machine import FleetBook, apply, deployed, replica_enqueue, schedule, undelivered
@@ -146,6 +147,24 @@ def test_a_placement_that_cannot_be_delivered_is_given_back() -> None:
     assert state.scheduler.job_instance("a-j0") is not None
     state = undelivered(state, notices[0])
     assert state.scheduler.idle()
+
+
+def test_notices_that_come_back_undelivered_a_step_later_free_what_they_held_once() -> None:
+    """The workflow does not wait for its signals: one that fails comes back through the inbox, in order
+    with what arrived meanwhile (docs/fleets.md#the-workflow-and-its-book)."""
+    state, notices = step(book(hosts=1), gang("a"), gang("b"), gang("c"))
+    placed_a, queued_b, queued_c = notices
+    assert kinds(notices) == [("placed", "a-j0"), ("queued", "b-j0"), ("queued", "c-j0")]
+    # b's job had ended: its request goes; a's capacity, given back, goes to c (b's never will).
+    state, notices = step(state, gang("d"), Undelivered(notice=queued_b), Undelivered(notice=placed_a))
+    assert kinds(notices) == [("placed", "c-j0"), ("queued", "d-j0")]
+    assert [r.request_id for r in state.scheduler.queue] == ["d"] and "b-j0" not in state.notify
+    # A job that released what it held before its placement failed to reach it: nothing is freed twice.
+    state, notices = step(state, ReleaseJob(job_id="c-j0"))
+    assert kinds(notices) == [("placed", "d-j0")]
+    state, notices = step(state, Undelivered(notice=queued_c), Undelivered(notice=placed_a))
+    assert notices == [] and state.scheduler.job_instance("d-j0") == "h-0"
+    assert state.scheduler.check() == []
 
 
 def test_cancel_takes_back_a_waiting_or_granted_request() -> None:

@@ -276,6 +276,33 @@ def test_a_request_that_can_never_fit_holds_nothing_up() -> None:
     assert list(grants) == ["a"] and state.unplaceable() == {"g3": state.never_fits(state.queue[0])}
 
 
+def test_a_long_queue_behind_full_instances_costs_a_pass_nothing_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A burst waits behind a full instance: the pass decides the head of the queue alone, and still
+    backfills an instance that the blocked requests could never use (issue 19: each step of the fleet
+    tried every waiting request, empty instances and all)."""
+    state, _ = run(fleet(slot("big", cpu=16, blocks=None), slot("small", cpu=1, blocks=None)))
+    state, grants = run(state, *(request(f"r{n:03}", CPU2) for n in range(200)))
+    assert len(grants) == 8 and state.queue_position("r008") == 1
+    tried: list[str] = []
+    never_fits = SchedulerState.never_fits
+
+    def counted(self: SchedulerState, one: PlacementRequest, fleet: str | None = None) -> str | None:
+        tried.append(one.request_id)
+        return never_fits(self, one, fleet)
+
+    monkeypatch.setattr(SchedulerState, "never_fits", counted)
+    state, grants = run(state, request("tiny", Resources(cpu=1)))
+    assert list(grants) == ["tiny"] and grants["tiny"].placements[0].instance == "small"
+    # The head blocks `big`; the next finds `small` alone, too small for it, and decides for the rest.
+    assert tried == ["r008", "r009"]
+    tried.clear()
+    state, grants = run(state.release("r000/j0"))
+    assert list(grants) == ["r008"] and tried == ["r009", "r010"]
+    assert [r.request_id for r in state.waiting()][:2] == ["r009", "r010"] and len(state.queue) == 191
+
+
 # --- instances ------------------------------------------------------------------------------------------
 
 

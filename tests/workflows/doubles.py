@@ -1,7 +1,7 @@
 """Activity doubles for workflow tests: registered under the real activities' names, scripted per test.
 
 Each job submission is known by its (replica, job, submission) key. A test scripts how prepare_task,
-start_job and watch_job behave for a key; stop_task ends a blocked watch the way the real agent does
+start_job and the job's watch behave for a key; stop_task ends a blocked watch the way the real agent does
 (the job ends for the stop's reason), and record_run keeps the flushed eventlogs (the run's and its
 jobs') in memory, first write winning per sequence number, as the store does.
 
@@ -37,6 +37,7 @@ from core.status import JobTerminationReason
 from core.wire import activity_names as names
 from core.wire.agent_api import Resources
 from core.wire.messages import (
+    TASK_ENDED,
     JobOutcome,
     PrepareTask,
     RecordJob,
@@ -46,6 +47,7 @@ from core.wire.messages import (
     StartJob,
     StopTask,
     TaskRef,
+    WatchInstance,
     WatchJob,
 )
 from core.wire.volumes import AttachVolumes, DetachVolumes
@@ -135,6 +137,10 @@ class FakeBackend(ServiceDoubles):
         self.fleet_records: dict[str, RecordFleet] = {}
         self.cleaned: list[CleanInstance] = []
         self.stopped: list[str] = []
+        # Jobs started whose end an instance watch tells: (job submission id, instance, owner).
+        self._owners: dict[str, str] = {}
+        self._started: list[tuple[str, str, str]] = []
+        self._released: set[str] = set()
 
     def activities(self) -> list[Callable[..., Any]]:
         return [
@@ -148,6 +154,7 @@ class FakeBackend(ServiceDoubles):
             self.prepare_task,
             self.start_job,
             self.watch_job,
+            self.watch_instance,
             self.stop_task,
             self.release_task,
             self.ssh_endpoint,
@@ -236,6 +243,8 @@ class FakeBackend(ServiceDoubles):
     @activity.defn(name=names.PREPARE_TASK)
     async def prepare_task(self, request: PrepareTask) -> None:
         key = self._call(names.PREPARE_TASK, request.job_submission_id, request)
+        if request.owner is not None:
+            self._owners[request.job_submission_id] = request.owner
         script = self.prepare_script.get(key)
         if script == BLOCK:
             await self._block(names.PREPARE_TASK, key, asyncio.Event())
@@ -247,16 +256,49 @@ class FakeBackend(ServiceDoubles):
         key = self._call(names.START_JOB, request.job_submission_id, request)
         if key in self.start_script:
             raise self.start_script[key]()
+        owner = self._owners.get(request.job_submission_id)
+        if owner is not None and request.job_submission_id not in {s[0] for s in self._started}:
+            self._started.append((request.job_submission_id, request.instance_name, owner))
+
+    @activity.defn(name=names.WATCH_INSTANCE)
+    async def watch_instance(self, request: WatchInstance) -> None:
+        """As the real one: each started job of its instance and project followed (recorded as a call of
+        WATCH_JOB, scripted the same way), its end signalled to its workflow."""
+        handled: set[str] = set()
+        following: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                activity.heartbeat()
+                for job_id, instance, owner in list(self._started):
+                    mine = instance == request.instance_name and owner.startswith(request.owners)
+                    if mine and job_id not in handled and job_id not in self._released:
+                        handled.add(job_id)
+                        watch = WatchJob(job_submission_id=job_id, instance_name=instance)
+                        following.add(asyncio.create_task(self._follow(watch, owner)))
+                await asyncio.sleep(HEARTBEAT_EVERY)
+        finally:
+            for follow in following:
+                follow.cancel()
+
+    async def _follow(self, request: WatchJob, owner: str) -> None:
+        outcome = await self._watched(request)
+        await activity.client().get_workflow_handle(owner).signal(TASK_ENDED, outcome)
 
     @activity.defn(name=names.WATCH_JOB)
     async def watch_job(self, request: WatchJob) -> JobOutcome:
+        return await self._watched(request)
+
+    async def _watched(self, request: WatchJob) -> JobOutcome:
         key = self._call(names.WATCH_JOB, request.job_submission_id, request)
         run_id = _KEY.sub("", request.job_submission_id)
         script = self.run_watch_script.get(run_id, {}).get(key) or self.watch_script.get(key, exited(0))
         if isinstance(script, JobOutcome):
             return script
         ended = self._ends.setdefault(key, asyncio.Event())
-        await self._block(names.WATCH_JOB, key, ended)
+        if activity.info().activity_type == names.WATCH_JOB:
+            await self._block(names.WATCH_JOB, key, ended)
+        else:
+            await ended.wait()  # the instance watch heartbeats for all its jobs
         return self._outcomes[key]
 
     @activity.defn(name=names.SSH_ENDPOINT)
@@ -288,6 +330,7 @@ class FakeBackend(ServiceDoubles):
     @activity.defn(name=names.RELEASE_TASK)
     async def release_task(self, ref: TaskRef) -> None:
         self._call(names.RELEASE_TASK, ref.job_submission_id, ref)
+        self._released.add(ref.job_submission_id)
 
     @activity.defn(name=names.ATTACH_VOLUMES)
     async def attach_volumes(self, request: AttachVolumes) -> None:

@@ -3,17 +3,30 @@ multi-node task, and a lost host whose job fails with INSTANCE_UNREACHABLE and r
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
+import pytest
+from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
 from core.configuration import FleetConfiguration, parse_configuration
-from core.fleets.messages import InstanceChange
-from core.fleets.placement import InstanceStatus
+from core.fleets.messages import FLEET_ENQUEUE, InstanceChange
+from core.fleets.placement import InstanceStatus, NodeRequest, PlacementRequest
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire import activity_names as names
+from core.wire.agent_api import Resources
+from core.wire.job_messages import Enqueue
 from tests.workflows.doubles import BLOCK, host_slot
-from tests.workflows.harness import Harness, configuration, named
+from tests.workflows.harness import POLL, WAIT_LIMIT, WORKFLOWS, Harness, configuration, named
+from workflows import fleet as fleet_workflow
 
 FLEET = "lab"
+RUNNING = WorkflowExecutionStatus.RUNNING
 
 
 def lab(hosts: int = 3) -> FleetConfiguration:
@@ -111,3 +124,88 @@ async def test_a_host_that_fails_to_deploy_is_left_out_and_a_task_too_big_is_ref
     described = await harness.describe_fleet(FLEET)
     assert described.pending == {"lab-1": "cannot connect"} and described.idle
     await check_logs(harness, handle)
+
+
+# --- a queue served without waiting for the signals' delivery ---------------------------------------------
+
+
+def never_two_on_one_host(harness: Harness) -> None:
+    """In the order the agent doubles were called: a task prepared on a host whose task is not removed
+    yet would be capacity granted twice (the lab's hosts have one block)."""
+    holding: dict[str, str] = {}  # host -> the job submission whose task it holds
+    for name, _key, arg in harness.backend.calls:
+        if name == names.PREPARE_TASK:
+            assert arg.instance_name not in holding, f"{arg.job_submission_id} joined {holding}"
+            holding[arg.instance_name] = arg.job_submission_id
+        elif name == names.RELEASE_TASK:
+            holding = {host: job for host, job in holding.items() if job != arg.job_submission_id}
+
+
+async def queued_burst(harness: Harness, runs: int) -> list[Any]:
+    """`runs` one-node tasks at once on the two hosts of the lab; every one ends DONE."""
+    await harness.start_fleet(FLEET, lab(hosts=2))
+    handles = [await harness.start(configuration(), name=f"q{n}", fleet=FLEET) for n in range(runs)]
+    # Polled in real time: several results awaited at once on the time-skipping server skip its time
+    # while signals are on their way, and the runs time out.
+    deadline = time.monotonic() + WAIT_LIMIT
+    while RUNNING in (statuses := [(await h.describe()).status for h in handles]):
+        assert time.monotonic() < deadline, f"waited {WAIT_LIMIT:.0f}s for the runs: {statuses}"
+        await asyncio.sleep(POLL)
+    results = [await harness.result(h) for h in handles]
+    assert [r.status for r in results] == [RunStatus.DONE] * runs
+    never_two_on_one_host(harness)
+    described = await harness.describe_fleet(FLEET)
+    assert described.idle and described.queue == []
+    return handles
+
+
+async def test_a_queued_burst_runs_every_job_and_never_two_on_one_host(harness: Harness) -> None:
+    handles = await queued_burst(harness, 6)
+    history = await harness.fleet(FLEET).fetch_history()
+    sent = [
+        e.signal_external_workflow_execution_initiated_event_attributes.signal_name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+    ]
+    assert sent.count("placed") == 6 and sent.count("queued") >= 1  # some waited
+    for handle in handles:  # each run's, its job's and the fleet's
+        await harness.check_histories_replay(handle)
+
+
+async def test_a_grant_whose_job_never_hears_of_it_comes_back(harness: Harness) -> None:
+    """A placement signalled to a job that has ended (here: never was) fails after the fleet has gone on;
+    it comes back through the inbox and the host goes to the next job."""
+    await harness.start_fleet(FLEET, lab(hosts=1))
+    ghost = PlacementRequest(
+        request_id="ghost", nodes=[NodeRequest(job_id="ghost-j0", resources=Resources())]
+    )
+    await harness.fleet(FLEET).signal(
+        FLEET_ENQUEUE, Enqueue(request=ghost, notify={"ghost-j0": "ferry/test/no-such-job"})
+    )
+    handle = await harness.start(configuration(), fleet=FLEET)
+    assert (await harness.result(handle)).status == RunStatus.DONE
+    history = await harness.fleet(FLEET).fetch_history()
+    failed = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED
+    assert [e for e in history.events if e.event_type == failed] != []
+    described = await harness.describe_fleet(FLEET)
+    assert described.idle
+    await check_logs(harness, handle)
+
+
+async def test_fleet_histories_from_before_the_unblocked_sends_replay(harness: Harness) -> None:
+    """A fleet whose steps waited for their signals (a release before `fleet-send-unblocked`, which
+    recorded no marker) replays on today's workflow, which keeps waiting there."""
+    patched = workflow.patched
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(workflow, "patched", lambda id: id != fleet_workflow._SEND_UNBLOCKED and patched(id))
+        await queued_burst(harness, 4)
+        history = await harness.fleet(FLEET).fetch_history()
+    marker = EventType.EVENT_TYPE_MARKER_RECORDED
+    assert all(fleet_workflow._SEND_UNBLOCKED not in str(e) for e in history.events if e.event_type == marker)
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    with pytest.MonkeyPatch.context() as mp:
+        # The unblocked sends without their guard:
+        mp.setattr(workflow, "patched", lambda id: id == fleet_workflow._SEND_UNBLOCKED or patched(id))
+        with pytest.raises(workflow.NondeterminismError):
+            await replayer.replay_workflow(history)
