@@ -26,6 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.agent_client import AgentClient, AgentError, AgentUnreachable
 from activities.instances import InstanceDirectory
+from activities.jobs import HTTP_NOT_FOUND, heartbeating
 from core.status import JobTerminationReason
 from core.wire import activity_names as names
 from core.wire.agent_api import TaskChange, TaskStatus
@@ -34,7 +35,6 @@ from store import Store
 
 _CHANGES_WAIT = 5.0  # seconds the agent holds a quiet request: at most half the silence that means lost
 _RETRY_UNREACHABLE = 0.5
-_HEARTBEAT_EVERY = 2.0  # the SDK sends them on at most every 0.8 x the watch's heartbeat timeout
 _PULL_LIMIT = 4 * 1024 * 1024
 _PULLS_AT_ONCE = 8  # tasks whose logs are pulled at the same time
 _SIGNAL_RETRY = 1.0
@@ -54,19 +54,18 @@ class _Followed:
 
 class InstanceWatchActivities:
     def __init__(self, instances: InstanceDirectory, store: Store, client: Client) -> None:
-        self._instances = instances
-        self._store = store
+        self.instances = instances
+        self.store = store
         self._client = client
 
     @activity.defn(name=names.WATCH_INSTANCE)
     async def watch_instance(self, request: WatchInstance) -> None:
         """Until cancelled (the fleet ends or moves on): follow the instance's tasks."""
         watch = _Watch(self, request)
-        beat = asyncio.create_task(_heartbeat())
         try:
-            await watch.run()
+            async with heartbeating():
+                await watch.run()
         finally:
-            beat.cancel()
             await watch.close()
 
     async def tell(self, owner: str, outcome: JobOutcome) -> None:
@@ -86,7 +85,7 @@ class InstanceWatchActivities:
 class _Watch:
     def __init__(self, activities: InstanceWatchActivities, request: WatchInstance) -> None:
         self._activities = activities
-        self._store = activities._store
+        self._store = activities.store
         self._request = request
         self._tasks: dict[str, _Followed] = {}
         self._pulls = asyncio.Semaphore(_PULLS_AT_ONCE)
@@ -94,7 +93,7 @@ class _Watch:
 
     async def run(self) -> None:
         request = self._request
-        client = await self._activities._instances.resolve(request.instance_name)
+        client = await self._activities.instances.resolve(request.instance_name)
         cursor, epoch = 0, ""
         last_answer = time.monotonic()
         while True:
@@ -214,15 +213,6 @@ class _Watch:
                 await job
 
 
-HTTP_NOT_FOUND = 404
-
-
 def _behind(task: _Followed) -> bool:
     """Its log has bytes on the agent that are not stored yet (or the store was not asked yet)."""
     return task.size > 0 and (task.stored is None or task.stored < task.size)
-
-
-async def _heartbeat() -> None:
-    while True:
-        activity.heartbeat()
-        await asyncio.sleep(_HEARTBEAT_EVERY)
