@@ -120,7 +120,11 @@ def main(argv: list[str] | None = None) -> None:
     registry.load()
     ssh_server = AgentSSHServer(registry, args.ssh_host, args.ssh_port, data_dir)
     app = create_app(registry, token, ssh_server)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    # The API's port, which the deployer only probed, is held before the app's startup binds the SSH
+    # server to a free port: that one could otherwise be the same (docs/fleets.md#ssh-fleets).
+    api_socket = config.bind_socket()
+    uvicorn.Server(config).run(sockets=[api_socket])
 
 
 if __name__ == "__main__":

@@ -20,12 +20,16 @@ def mine(changes: ChangesResponse, task_id: str) -> TaskChange | None:
     return next((change for change in changes.tasks if change.id == task_id), None)
 
 
-async def until_changed(client: AgentClient, cursor: int, epoch: str, task_id: str) -> ChangesResponse:
-    """The feed's answers from `cursor` until one names the task (other tests' tasks may come first)."""
+async def until_changed(
+    client: AgentClient, cursor: int, epoch: str, task_id: str, status: TaskStatus | None = None
+) -> ChangesResponse:
+    """The feed's answers from `cursor` until one names the task (other tests' tasks may come first),
+    in `status` when given: a stop asked for is news of its own, before the task has ended."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         changes = await client.changes(cursor, epoch, wait=5)
-        if mine(changes, task_id) is not None or task_id in changes.removed:
+        change = mine(changes, task_id)
+        if change is not None and status in (None, change.status) or task_id in changes.removed:
             return changes
         cursor = changes.cursor
     raise TimeoutError(f"no change of {task_id} within 20 s")
@@ -66,7 +70,7 @@ async def test_a_quiet_feed_holds_the_request_and_another_epoch_gets_every_task(
     other = await client.changes(quiet.cursor, "an-earlier-agent")
     assert mine(other, task_id) is not None and other.epoch == listing.epoch
     await client.terminate(task_id, timeout=0)
-    stopped = await until_changed(client, quiet.cursor, quiet.epoch, task_id)
+    stopped = await until_changed(client, quiet.cursor, quiet.epoch, task_id, TaskStatus.TERMINATED)
     change = mine(stopped, task_id)
     assert change is not None and change.termination_reason == JobTerminationReason.TERMINATED_BY_USER
     await wait_terminated(client, task_id)
