@@ -27,6 +27,7 @@ from core.wire import activity_names as names
 from core.wire.agent_api import JobStateEvent, PullResponse, TaskStatus, TaskSubmitRequest, VolumeMount
 from core.wire.messages import (
     JobOutcome,
+    PrepareAndStart,
     PrepareTask,
     SSHEndpoint,
     SSHEndpointRequest,
@@ -198,6 +199,12 @@ class JobActivities:
         except AgentError as err:
             raise _refused(err, request.instance_name, step) from err
         return published_ports(task.ports)
+
+    @activity.defn(name=names.PREPARE_AND_START)
+    async def prepare_and_start(self, request: PrepareAndStart) -> str | None:
+        """Both steps in one activity (docs/jobs.md#one-step-start); a retry skips what is done."""
+        await self.prepare_task(request.prepare)
+        return await self.start_job(request.start)
 
     @activity.defn(name=names.WATCH_JOB)
     async def watch_job(self, request: WatchJob) -> JobOutcome:

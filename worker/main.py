@@ -72,6 +72,7 @@ def activities_for(
         records.record_pipeline_task,
         jobs.prepare_task,
         jobs.start_job,
+        jobs.prepare_and_start,
         jobs.watch_job,
         instance_watches.watch_instance,
         jobs.stop_task,

@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
         Queued,
         TerminateJob,
     )
-    from core.wire.messages import TASK_ENDED, JobOutcome, SSHEndpoint, SSHEndpointRequest
+    from core.wire.messages import TASK_ENDED, JobOutcome, PrepareAndStart, SSHEndpoint, SSHEndpointRequest
     from core.wire.workflow_ids import job_submission_id
     from workflows import retry_policies
     from workflows.handles import abandon
@@ -60,6 +60,8 @@ with workflow.unsafe.imports_passed_through():
 _STOP_MARGIN = timedelta(seconds=30)
 _AGENT_STEP_TIMEOUT = timedelta(minutes=10)  # an image pull or a big code archive may take a while
 _STORE_STEP_TIMEOUT = timedelta(seconds=30)  # a volume's attachment: one short transaction
+# Histories begun before it prepare and start every task in two activities (docs/jobs.md#one-step-start).
+_ONE_STEP_START = "one-step-start"
 
 
 @workflow.defn
@@ -159,12 +161,17 @@ class JobWorkflow:
             # fleet began before that watch (docs/jobs.md#the-instance-watch).
             owner = workflow.info().workflow_id if placement.watched else None
             prepare = job.prepare_task(inp, self._id, placement, owner)
-            await self._agent.step(names.PREPARE_TASK, prepare, timeout=_AGENT_STEP_TIMEOUT)
-            await self._wait_for_peers(inp)
-            self._log("pull")
-            self._news.publish(soon=True)
             start = job.start_job(inp, self._id, placement)
-            published = await self._agent.step(names.START_JOB, start, timeout=_AGENT_STEP_TIMEOUT)
+            if job.starts_in_one_step(inp) and workflow.patched(_ONE_STEP_START):
+                both = PrepareAndStart(prepare=prepare, start=start)
+                published = await self._agent.step(names.PREPARE_AND_START, both, timeout=_AGENT_STEP_TIMEOUT)
+                self._log("pull")
+            else:
+                await self._agent.step(names.PREPARE_TASK, prepare, timeout=_AGENT_STEP_TIMEOUT)
+                await self._wait_for_peers(inp)
+                self._log("pull")
+                self._news.publish(soon=True)
+                published = await self._agent.step(names.START_JOB, start, timeout=_AGENT_STEP_TIMEOUT)
         except ActivityError as err:
             self._fail_from(err, JobTerminationReason.EXECUTOR_ERROR)
             return

@@ -171,6 +171,13 @@ def publish_address(placement: Placement) -> str:
     return ips[cluster.node_rank] if cluster.node_rank < len(ips) else cluster.master_node_ip
 
 
+def starts_in_one_step(inp: JobInput) -> bool:
+    """A job with no peers to wait for once prepared (`startup_order`) and no image to pull: its task is
+    prepared and started by one activity, whose history events are fewer (docs/jobs.md#one-step-start).
+    A container's pull is a step of its own, so that `ferry ps` shows it PULLING meanwhile."""
+    return not inp.waits_for and inp.container is None
+
+
 def start_job(inp: JobInput, job_id: str, placement: Placement) -> StartJob:
     """The agent's second step: the job started with its code, knowing its cluster (every node's IP)."""
     cluster = placement.cluster

@@ -7,6 +7,8 @@ RECORD_RUN = "record_run"
 RECORD_PIPELINE_TASK = "record_pipeline_task"
 PREPARE_TASK = "prepare_task"
 START_JOB = "start_job"
+# Both in one, for a job with nothing to wait for between them (docs/jobs.md#one-step-start).
+PREPARE_AND_START = "prepare_and_start"
 WATCH_JOB = "watch_job"  # a job's own watch, as workflows begun before the instance watch have it
 WATCH_INSTANCE = "watch_instance"  # every job's on one instance (docs/jobs.md#the-instance-watch)
 STOP_TASK = "stop_task"

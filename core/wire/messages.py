@@ -142,6 +142,13 @@ class StartJob(Message):
     code_hash: str | None = None
 
 
+class PrepareAndStart(Message):
+    """PREPARE_TASK then START_JOB in one activity (docs/jobs.md#one-step-start)."""
+
+    prepare: PrepareTask
+    start: StartJob
+
+
 class WatchJob(Message):
     job_submission_id: str
     instance_name: str

@@ -39,6 +39,7 @@ from core.wire.agent_api import Resources
 from core.wire.messages import (
     TASK_ENDED,
     JobOutcome,
+    PrepareAndStart,
     PrepareTask,
     RecordJob,
     RecordRun,
@@ -153,6 +154,7 @@ class FakeBackend(ServiceDoubles):
             self.stop_fleet,
             self.prepare_task,
             self.start_job,
+            self.prepare_and_start,
             self.watch_job,
             self.watch_instance,
             self.stop_task,
@@ -259,6 +261,13 @@ class FakeBackend(ServiceDoubles):
         owner = self._owners.get(request.job_submission_id)
         if owner is not None and request.job_submission_id not in {s[0] for s in self._started}:
             self._started.append((request.job_submission_id, request.instance_name, owner))
+
+    @activity.defn(name=names.PREPARE_AND_START)
+    async def prepare_and_start(self, request: PrepareAndStart) -> None:
+        """As the real one: the two steps above, scripted as they are, recorded as this call and theirs."""
+        self._call(names.PREPARE_AND_START, request.prepare.job_submission_id, request)
+        await self.prepare_task(request.prepare)
+        await self.start_job(request.start)
 
     @activity.defn(name=names.WATCH_INSTANCE)
     async def watch_instance(self, request: WatchInstance) -> None:

@@ -1,0 +1,54 @@
+"""The one-step start (docs/jobs.md#one-step-start): a job with nothing to wait for between its task's
+preparation and its start takes one activity for both; histories begun before take two, and replay."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio import workflow
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from core.wire import activity_names as names
+from core.wire.workflow_ids import job_workflow_id
+from tests.workflows.harness import WORKFLOWS, Harness, configuration, named
+from workflows import job as job_workflow
+
+JOB = (0, 0, 0)
+
+
+async def test_a_plain_job_is_prepared_and_started_in_one_activity(harness: Harness) -> None:
+    handle = await harness.start(configuration())
+    assert (await harness.result(handle)).status == "done"
+    [both] = harness.backend.called(names.PREPARE_AND_START, JOB)
+    [prepare], [start] = harness.backend.called(names.PREPARE_TASK), harness.backend.called(names.START_JOB)
+    assert (both.prepare, both.start) == (prepare, start)
+    events = harness.job_events(JOB)
+    assert [e.name for e in events if e.name in ("alloc", "pull", "start")] == ["alloc", "pull", "start"]
+    await harness.check_eventlogs_replay(handle)
+    await harness.check_histories_replay(handle)
+
+
+async def test_a_job_that_waits_for_its_master_takes_two_steps(harness: Harness) -> None:
+    conf = configuration(nodes=2, startup_order="master-first")
+    handle = await harness.start(conf)
+    assert (await harness.result(handle)).status == "done"
+    assert harness.backend.called(names.PREPARE_AND_START, (0, 1, 0)) == []
+    assert len(harness.backend.called(names.START_JOB, (0, 1, 0))) == 1
+    assert named(harness.job_events((0, 1, 0)), "memo", waiting="master") != []
+
+
+async def test_job_histories_from_before_the_one_step_start_replay(harness: Harness) -> None:
+    patched = workflow.patched
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(workflow, "patched", lambda id: id != job_workflow._ONE_STEP_START and patched(id))
+        handle = await harness.start(configuration())
+        assert (await harness.result(handle)).status == "done"
+    assert harness.backend.called(names.PREPARE_AND_START) == []
+    history = await harness.client.get_workflow_handle(job_workflow_id(handle.id, *JOB)).fetch_history()
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    with pytest.MonkeyPatch.context() as mp:
+        # The one-step start without its guard:
+        mp.setattr(workflow, "patched", lambda id: id == job_workflow._ONE_STEP_START or patched(id))
+        with pytest.raises(workflow.NondeterminismError):
+            await replayer.replay_workflow(history)
