@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+import pytest
+from temporalio import workflow
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -44,6 +47,27 @@ def configuration(kind: str = "task", **fields: Any) -> Any:
     if kind == "service":
         data.setdefault("port", 8000)
     return parse_configuration(data)
+
+
+@contextlib.contextmanager
+def without_patch(patch_id: str) -> Iterator[None]:
+    """Workflows run as a release before `workflow.patched(patch_id)` did: they record no marker for it."""
+    patched = workflow.patched
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(workflow, "patched", lambda id: id != patch_id and patched(id))
+        yield
+
+
+async def check_patch_guards(history: WorkflowHistory, patch_id: str) -> None:
+    """A history recorded `without_patch(patch_id)` replays on today's workflows, and would not if the
+    change the patch guards were made without its guard."""
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    patched = workflow.patched
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(workflow, "patched", lambda id: id == patch_id or patched(id))
+        with pytest.raises(workflow.NondeterminismError):
+            await replayer.replay_workflow(history)
 
 
 def named(events: list[Event], name: str, **context: Any) -> list[Event]:

@@ -7,12 +7,8 @@ import asyncio
 import time
 from typing import Any
 
-import pytest
-from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 
 from core.configuration import FleetConfiguration, parse_configuration
 from core.fleets.messages import FLEET_ENQUEUE, InstanceChange
@@ -22,7 +18,15 @@ from core.wire import activity_names as names
 from core.wire.agent_api import Resources
 from core.wire.job_messages import Enqueue
 from tests.workflows.doubles import BLOCK, host_slot
-from tests.workflows.harness import POLL, WAIT_LIMIT, WORKFLOWS, Harness, configuration, named
+from tests.workflows.harness import (
+    POLL,
+    WAIT_LIMIT,
+    Harness,
+    check_patch_guards,
+    configuration,
+    named,
+    without_patch,
+)
 from workflows import fleet as fleet_workflow
 
 FLEET = "lab"
@@ -195,17 +199,9 @@ async def test_a_grant_whose_job_never_hears_of_it_comes_back(harness: Harness) 
 async def test_fleet_histories_from_before_the_unblocked_sends_replay(harness: Harness) -> None:
     """A fleet whose steps waited for their signals (a release before `fleet-send-unblocked`, which
     recorded no marker) replays on today's workflow, which keeps waiting there."""
-    patched = workflow.patched
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(workflow, "patched", lambda id: id != fleet_workflow._SEND_UNBLOCKED and patched(id))
+    with without_patch(fleet_workflow._SEND_UNBLOCKED):
         await queued_burst(harness, 4)
         history = await harness.fleet(FLEET).fetch_history()
     marker = EventType.EVENT_TYPE_MARKER_RECORDED
     assert all(fleet_workflow._SEND_UNBLOCKED not in str(e) for e in history.events if e.event_type == marker)
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
-    await replayer.replay_workflow(history)
-    with pytest.MonkeyPatch.context() as mp:
-        # The unblocked sends without their guard:
-        mp.setattr(workflow, "patched", lambda id: id == fleet_workflow._SEND_UNBLOCKED or patched(id))
-        with pytest.raises(workflow.NondeterminismError):
-            await replayer.replay_workflow(history)
+    await check_patch_guards(history, fleet_workflow._SEND_UNBLOCKED)

@@ -3,14 +3,9 @@ preparation and its start takes one activity for both; histories begun before ta
 
 from __future__ import annotations
 
-import pytest
-from temporalio import workflow
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
-
 from core.wire import activity_names as names
 from core.wire.workflow_ids import job_workflow_id
-from tests.workflows.harness import WORKFLOWS, Harness, configuration, named
+from tests.workflows.harness import Harness, check_patch_guards, configuration, named, without_patch
 from workflows import job as job_workflow
 
 JOB = (0, 0, 0)
@@ -38,17 +33,9 @@ async def test_a_job_that_waits_for_its_master_takes_two_steps(harness: Harness)
 
 
 async def test_job_histories_from_before_the_one_step_start_replay(harness: Harness) -> None:
-    patched = workflow.patched
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(workflow, "patched", lambda id: id != job_workflow._ONE_STEP_START and patched(id))
+    with without_patch(job_workflow._ONE_STEP_START):
         handle = await harness.start(configuration())
         assert (await harness.result(handle)).status == "done"
     assert harness.backend.called(names.PREPARE_AND_START) == []
     history = await harness.client.get_workflow_handle(job_workflow_id(handle.id, *JOB)).fetch_history()
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
-    await replayer.replay_workflow(history)
-    with pytest.MonkeyPatch.context() as mp:
-        # The one-step start without its guard:
-        mp.setattr(workflow, "patched", lambda id: id == job_workflow._ONE_STEP_START or patched(id))
-        with pytest.raises(workflow.NondeterminismError):
-            await replayer.replay_workflow(history)
+    await check_patch_guards(history, job_workflow._ONE_STEP_START)
