@@ -337,7 +337,8 @@ async def remove_task(client: AgentClient, task_id: str) -> None:
         if task.status != TaskStatus.TERMINATED:
             await client.terminate(task_id, reason=JobTerminationReason.TERMINATED_BY_SERVER, timeout=0)
         while task.status != TaskStatus.TERMINATED:  # SIGKILL takes a moment to be reaped
-            activity.heartbeat()
+            if not activity.info().is_local:  # a local activity has no heartbeat
+                activity.heartbeat()
             await asyncio.sleep(_POLL_MIN)
             task = await client.get_task(task_id)
         await client.remove(task_id)

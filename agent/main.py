@@ -6,6 +6,7 @@ import argparse
 import ipaddress
 import logging
 import os
+import socket
 import stat
 import sys
 from pathlib import Path
@@ -120,11 +121,32 @@ def main(argv: list[str] | None = None) -> None:
     registry.load()
     ssh_server = AgentSSHServer(registry, args.ssh_host, args.ssh_port, data_dir)
     app = create_app(registry, token, ssh_server)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    # The standard event loop, not uvloop, which keeps SIGCHLD to itself: the watcher is woken by it the
+    # moment a job's process ends, where otherwise it would notice at its next poll (agent/task_watch.py).
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, loop="asyncio"
+    )
     # The API's port, which the deployer only probed, is held before the app's startup binds the SSH
     # server to a free port: that one could otherwise be the same (docs/fleets.md#ssh-fleets).
-    api_socket = config.bind_socket()
-    uvicorn.Server(config).run(sockets=[api_socket])
+    uvicorn.Server(config).run(sockets=[bind_api_socket(args.host, args.port)])
+
+
+def bind_api_socket(host: str, port: int) -> socket.socket:
+    """The API's listening socket, made as the event loop would make it: a TCP socket that says so, since
+    asyncio turns Nagle's algorithm off (TCP_NODELAY) only on those; with it on, every answer of a
+    request would wait for the client's delayed acknowledgement, 40 ms."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as err:
+        sock.close()
+        print(f"ferry-agent: cannot listen on {host}:{port}: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
+    return sock  # not inheritable: a job holding it would keep a killed agent's port accepting
 
 
 if __name__ == "__main__":

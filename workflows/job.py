@@ -60,8 +60,10 @@ with workflow.unsafe.imports_passed_through():
 _STOP_MARGIN = timedelta(seconds=30)
 _AGENT_STEP_TIMEOUT = timedelta(minutes=10)  # an image pull or a big code archive may take a while
 _STORE_STEP_TIMEOUT = timedelta(seconds=30)  # a volume's attachment: one short transaction
-# Histories begun before it prepare and start every task in two activities (docs/jobs.md#one-step-start).
-_ONE_STEP_START = "one-step-start"
+# A job's shorter history (docs/jobs.md#a-shorter-history): the one-step start and the task's removal as a
+# local activity. Histories begun before take two steps and remove with a regular activity. One patch
+# for both: each patch costs every history a marker and a search attribute update.
+_SHORT_HISTORY = "short-job-history"
 
 
 @workflow.defn
@@ -162,7 +164,7 @@ class JobWorkflow:
             owner = workflow.info().workflow_id if placement.watched else None
             prepare = job.prepare_task(inp, self._id, placement, owner)
             start = job.start_job(inp, self._id, placement)
-            if job.starts_in_one_step(inp) and workflow.patched(_ONE_STEP_START):
+            if job.starts_in_one_step(inp) and workflow.patched(_SHORT_HISTORY):
                 both = PrepareAndStart(prepare=prepare, start=start)
                 published = await self._agent.step(names.PREPARE_AND_START, both, timeout=_AGENT_STEP_TIMEOUT)
                 self._log("pull")
@@ -310,7 +312,7 @@ class JobWorkflow:
                 note = f"{instance} is unreachable: its task is removed if it comes back"
                 self._log("exception", type="free", severity=1, note=note)
             else:
-                problem = await self._agent.remove_task(instance)
+                problem = await self._agent.remove_task(instance, local=workflow.patched(_SHORT_HISTORY))
                 if problem is None:
                     self._log("release", ranks="all", final=True)
                 else:

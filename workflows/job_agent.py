@@ -99,12 +99,16 @@ class JobAgent:
                 retry_policy=retry_policies.FEW_TRIES,
             )
 
-    async def remove_task(self, instance: str) -> str | None:
-        """Remove the ended task from its agent; why it could not be, if it could not."""
+    async def remove_task(self, instance: str, *, local: bool) -> str | None:
+        """Remove the ended task from its agent; why it could not be, if it could not. `local`: as a local
+        activity, whose history is one marker, not an activity and the workflow task it wakes
+        (docs/jobs.md#a-shorter-history). It writes nothing a redone workflow task could log otherwise."""
+        ref = TaskRef(job_submission_id=self._id, instance_name=instance)
+        execute = workflow.execute_local_activity if local else workflow.execute_activity
         try:
-            await workflow.execute_activity(
+            await execute(
                 names.RELEASE_TASK,
-                TaskRef(job_submission_id=self._id, instance_name=instance),
+                ref,
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=retry_policies.REMOVE,
             )
