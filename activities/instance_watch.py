@@ -57,15 +57,35 @@ class InstanceWatchActivities:
         self.instances = instances
         self.store = store
         self._client = client
+        # The watch this worker runs for each instance and project, and whether a newer one replaced it.
+        self._watching: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._replaced: set[asyncio.Task[None]] = set()
 
     @activity.defn(name=names.WATCH_INSTANCE)
     async def watch_instance(self, request: WatchInstance) -> None:
-        """Until cancelled (the fleet ends or moves on): follow the instance's tasks."""
+        """Until cancelled (the fleet ends or moves on): follow the instance's tasks. A newer watch of the
+        same instance and project on this worker replaces this one, which then returns: the fleet
+        abandoned it when the instance fell idle, and it hears so only at its next heartbeat, seconds
+        later, while the newer one would tell every job a second time."""
+        key = (request.instance_name, request.owners)
         watch = _Watch(self, request)
+        running = asyncio.create_task(watch.run())
+        older = self._watching.get(key)
+        if older is not None:
+            self._replaced.add(older)
+            older.cancel()
+        self._watching[key] = running
         try:
             async with heartbeating():
-                await watch.run()
+                await running
+        except asyncio.CancelledError:
+            if running not in self._replaced:
+                raise
         finally:
+            running.cancel()
+            self._replaced.discard(running)
+            if self._watching.get(key) is running:
+                del self._watching[key]
             await watch.close()
 
     async def tell(self, owner: str, outcome: JobOutcome) -> None:

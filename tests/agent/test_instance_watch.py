@@ -64,8 +64,13 @@ class Watching:
     instances: InstanceDirectory
     env: ActivityEnvironment
 
+    activities: InstanceWatchActivities | None = None
+
     def start(self, unreachable_after: float = 10.0) -> asyncio.Task[None]:
-        activities = InstanceWatchActivities(self.instances, self.store, self.signals)  # type: ignore[arg-type]
+        """A watch, on this worker's activities (the same for every watch of the test)."""
+        if self.activities is None:
+            self.activities = InstanceWatchActivities(self.instances, self.store, self.signals)  # type: ignore[arg-type]
+        activities = self.activities
         request = WatchInstance(instance_name="local", owners=PROJECT, unreachable_after=unreachable_after)
         return asyncio.create_task(self.env.run(activities.watch_instance, request))
 
@@ -148,6 +153,25 @@ async def test_a_watch_started_again_tells_again_what_has_not_been_removed(watch
             await asyncio.sleep(0.05)
         await stopped(again, watching.env)
     assert watching.store.read_log(task_id)[0] == b"early\n"  # stored once, not twice
+
+
+async def test_a_newer_watch_of_the_instance_replaces_the_older_one(watching: Watching) -> None:
+    """As when the fleet abandons an idle instance's watch and starts another for its next job before the
+    first has heard: the older one returns at once, and the job is told once."""
+    older = watching.start()
+    await asyncio.sleep(0.5)  # listening
+    assert watching.activities is not None  # the older watch's, which the newer one shares
+    newer_env = ActivityEnvironment()
+    request = WatchInstance(instance_name="local", owners=PROJECT)
+    newer = asyncio.create_task(newer_env.run(watching.activities.watch_instance, request))
+    await asyncio.wait_for(older, 5)  # returned: not cancelled, not failed
+    task_id = new_id()
+    async with watching.agent.client() as client:
+        await start_job(client, ["echo once"], task_id=task_id, task_fields={"owner": owner_of(task_id)})
+        await watching.signals.until(owner_of(task_id))
+        await asyncio.sleep(1.0)  # time for a second word, were one to come
+    await stopped(newer, newer_env)
+    assert len(watching.signals.sent[owner_of(task_id)]) == 1
 
 
 async def test_a_silent_agent_ends_its_running_jobs_as_unreachable(watching: Watching) -> None:
