@@ -38,6 +38,7 @@ from core.status import JobStatus, RunStatus
 from core.wire.workflow_ids import job_workflow_id
 from store import JobSubmissionRecord, LogChunkRecord, RunRecord, Store, open_store
 from store.keys import load_keys
+from worker.extra_workers import ExtraWorkers
 from worker.stack import Stack, StackStatus
 from worker.temporal import connect
 
@@ -111,11 +112,13 @@ def _stack_env(home: Path) -> dict[str, str]:
 class FerrySide:
     """The embedded stack of a temporary FERRY_HOME, and the workloads run on it."""
 
-    def __init__(self, home: Path, report: Report) -> None:
+    def __init__(self, home: Path, report: Report, workers: int = 1) -> None:
         self.home = home
         self.report = report
         self.env = _stack_env(home)
         self.stack = Stack(home, self.env)
+        self.workers = workers
+        self.extra_workers = ExtraWorkers(self.stack)
         self.repo = home / "repo"
         self.marks = home / "marks"
         self.tasks_dir = home / "agent" / "data" / "tasks"  # the agent's; each job's wrapper names its own
@@ -132,10 +135,13 @@ class FerrySide:
         (self.repo / "gen_logs.py").write_text(LOG_GENERATOR)
         clock = Clock()
         status = self.stack.start()
+        self.extra_workers.start(self.workers - 1)
         self.report.put("stack_start_s", clock.elapsed())
+        self.report.put("stack_workers", self.workers)
         return status
 
     def stop(self) -> None:
+        self.extra_workers.stop()
         self.stack.stop()
         # Whatever job a failed section left behind: the wrappers lead their own process groups.
         for pid in processes_mentioning(str(self.tasks_dir)):
@@ -249,8 +255,13 @@ class FerrySide:
             cpu_s={name: self._cpu_times()[name] - used for name, used in cpu.items()},
         )
 
+    def pids(self, name: str) -> list[int | None]:
+        """The stack's process `name`, and for "worker" the extra workers too (their figures are summed)."""
+        return [self.pid(name), *(self.extra_workers.pids if name == "worker" else [])]
+
     def _cpu_times(self) -> dict[str, float]:
-        return {name: cpu_seconds(self.pid(name)) or 0.0 for name in ("worker", "temporal", "agent")}
+        names = ("worker", "temporal", "agent")
+        return {name: sum(cpu_seconds(pid) or 0.0 for pid in self.pids(name)) for name in names}
 
     def _finished_runs(self, project: str) -> list[tuple[str, str, float]]:
         runs = RunRecord.__table__.c  # type: ignore[attr-defined]
@@ -357,7 +368,11 @@ class FerrySide:
         r.put("scale_job_processes_left", len(processes_mentioning(str(self.tasks_dir))))
 
     def _footprint(self) -> dict[str, float | None]:
-        return {name: rss_mb(self.pid(name)) for name in ("worker", "temporal", "agent")}
+        footprint: dict[str, float | None] = {}
+        for name in ("worker", "temporal", "agent"):
+            sizes = [rss_mb(pid) for pid in self.pids(name)]
+            footprint[name] = None if None in sizes else sum(size or 0.0 for size in sizes)
+        return footprint
 
     def _cpu_percent(self, seconds: float) -> dict[str, float]:
         first = self._cpu_times()

@@ -58,6 +58,7 @@ class Plan:
     services_trials: int
     profile_dir: Path | None
     peers: Path
+    workers: int = 1  # the stack's worker and workers - 1 more (worker.extra_workers)
 
 
 def plan_from(args: argparse.Namespace) -> Plan:
@@ -83,6 +84,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
         services_trials=1 if quick else 3,
         profile_dir=args.profile,
         peers=args.peers,
+        workers=args.workers,
     )
 
 
@@ -120,7 +122,7 @@ class Bench:
         self.plan = plan
         self.report = report
         self.work = work
-        self.ferry = FerrySide(work / "ferry-home", report)
+        self.ferry = FerrySide(work / "ferry-home", report, plan.workers)
         self.slurm: SlurmSide | None = None
         self.exits = contextlib.ExitStack()  # what a section started before the stack: closed after its stop
 
@@ -272,7 +274,8 @@ class Bench:
         """A burst on a stack of its own, the main one idle beside it: a stack's Temporal slows as its
         closed runs accumulate (three identical bursts of 500 in a row on one stack: 8.8, 8.4, 7.6 runs/s),
         so bursts compared must each start on a fresh one, warmed up alike."""
-        side = FerrySide(self.work / f"ferry-home-{label}", Report(out=io.StringIO()))  # its start unsaid
+        # Its start unsaid:
+        side = FerrySide(self.work / f"ferry-home-{label}", Report(out=io.StringIO()), self.plan.workers)
         try:
             await asyncio.to_thread(side.start)
             await side.connect()
@@ -395,6 +398,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--services-requests", type=int, help="GETs per services target (50000; quick 10000)")
     parser.add_argument("--profile", type=Path, help="py-spy the worker and agent into this directory")
     parser.add_argument("--peers", type=Path, default=DEFAULT_PEERS, help=f"default {DEFAULT_PEERS}")
+    parser.add_argument("--workers", type=int, default=1, help="workers on the stack (1): CPU and RSS summed")
     parser.add_argument("--keep", action="store_true", help="keep the temporary FERRY_HOME and Slurm files")
     args = parser.parse_args(argv)
     plan = plan_from(args)

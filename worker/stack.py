@@ -59,6 +59,11 @@ class PortTaken(StackError):
     """A process of the stack exited because another took the port chosen for it (free when chosen)."""
 
 
+def worker_command(ready_file: Path) -> list[str]:
+    """A stack worker's command; it writes its pid to `ready_file` once it polls."""
+    return [sys.executable, "-m", "worker.stack_worker", "--ready-file", str(ready_file)]
+
+
 class StackState(BaseModel):
     """stack.json: the ports the stack uses (kept across restarts) and the pids of its processes."""
 
@@ -360,7 +365,13 @@ class Stack:
         return dev_server_command(port=state.port, ui_port=state.ui_port, db_file=self.db_file)
 
     def _worker_command(self, state: StackState) -> list[str]:
-        return [sys.executable, "-m", "worker.stack_worker", "--ready-file", str(self.ready_file)]
+        return worker_command(self.ready_file)
+
+    def worker_env(self) -> dict[str, str]:
+        """The environment of this running stack's worker, for another beside it (worker.extra_workers)."""
+        state = self._read_state()
+        assert state is not None, f"no stack runs in {self.home}"
+        return self._worker_env(state)
 
     def _proxy_command(self, state: StackState) -> list[str]:
         assert state.proxy_port is not None
