@@ -1,8 +1,13 @@
-"""The watcher: one loop, woken by SIGCHLD and a short timer, that follows every running job (agent/tasks.py).
+"""The watcher: one loop that follows every running job (agent/tasks.py).
 
 Each pass: a stop whose grace period is over gets SIGKILL; a job past its `max_duration`, or a dev
 environment with no SSH connection for its `inactivity_duration` (docs/attach.md), is stopped with its
 reason; a job whose process exited or vanished is finished.
+
+A pass runs when a job's end wakes it (SIGCHLD for the processes this agent started, a container's output
+stream for its containers) and when the nearest of those limits is due; while any job's end would not
+wake it (a process an earlier agent started), every WATCH_INTERVAL. So thousands of quiet jobs cost a
+pass every few seconds, not four a second (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from core.status import JobTerminationReason
 
 logger = logging.getLogger(__name__)
 
-WATCH_INTERVAL = 0.25  # seconds; SIGCHLD wakes the watcher at once for the jobs this agent started
+WATCH_INTERVAL = 0.25  # seconds between passes while a job's end would not wake the watcher
+SAFETY_INTERVAL = 5.0  # ... and at most, even when every end would: a signal missed is a job noticed late
 GONE_MESSAGE = "agent restarted and the job's process is gone: it left no exit status"
 
 
@@ -31,13 +37,33 @@ async def watch_forever(registry: TaskRegistry) -> None:
     loop = asyncio.get_running_loop()
     try:
         loop.add_signal_handler(signal.SIGCHLD, wake.set)
+        told = True
     except (NotImplementedError, RuntimeError, ValueError):
-        logger.info("SIGCHLD handler unavailable: polling every %ss", WATCH_INTERVAL)
+        logger.warning("SIGCHLD handler unavailable: polling every %ss", WATCH_INTERVAL)
+        told = False
     while True:
+        pause = next_pass(registry, time.time()) if told else WATCH_INTERVAL
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), WATCH_INTERVAL)
+            await asyncio.wait_for(wake.wait(), pause)
         wake.clear()
         check_running(registry)
+
+
+def next_pass(registry: TaskRegistry, now: float) -> float:
+    """Seconds until the next pass is due, for a watcher that a job's end wakes when it can."""
+    due = now + SAFETY_INTERVAL
+    for record in registry.running():
+        if not registry.executors.for_task(record).tells_its_end(record):
+            return WATCH_INTERVAL
+        stop = record.stop
+        if stop is not None and not stop.killed:
+            due = min(due, stop.kill_at)
+        if stop is None and record.deadline is not None:
+            due = min(due, record.deadline)
+        idle = inactive_since(record)
+        if stop is None and idle is not None:
+            due = min(due, idle + (record.inactivity_duration or 0))
+    return max(due - now, 0.0)
 
 
 def check_running(registry: TaskRegistry) -> None:

@@ -317,6 +317,8 @@ class TaskRegistry:
         self.save(record)
         self._watched.add(record.id)
         self.tell(record.id)
+        if record.deadline is not None or inactivity is not None:
+            self.wake()  # the watcher's next pass may be due sooner (agent/task_watch.py next_pass)
 
     def finalize(
         self,

@@ -91,3 +91,8 @@ class Executor(ABC):
     @abstractmethod
     def check(self, record: TaskRecord, paths: TaskPaths) -> JobCheck:
         """Whether the running job still runs, and its exit status once it has ended."""
+
+    def tells_its_end(self, record: TaskRecord) -> bool:
+        """Whether the job's end wakes the watcher by itself (SIGCHLD, an output stream's end), so that it
+        need not be polled for it (agent/task_watch.py)."""
+        return False

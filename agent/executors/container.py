@@ -233,6 +233,9 @@ class ContainerExecutor(Executor):
                 output.start()
         return output
 
+    def tells_its_end(self, record: TaskRecord) -> bool:
+        return record.id in self._outputs  # its output stream's end calls `ended`
+
     def check(self, record: TaskRecord, paths: TaskPaths) -> JobCheck:
         output = self._outputs.get(record.id)
         if output is None:

@@ -243,6 +243,9 @@ class ProcessExecutor(Executor):
             return JobCheck(JobLiveness.EXITED, exit_status, kill_strays=alive)
         return JobCheck(JobLiveness.RUNNING if alive else JobLiveness.GONE)
 
+    def tells_its_end(self, record: TaskRecord) -> bool:
+        return record.pid is not None and record.pid in self._children  # its SIGCHLD
+
     def _is_ours(self, record: TaskRecord) -> bool:
         """Whether the job's group is still the one this task started (a reused pid is not)."""
         if record.pid is None:
