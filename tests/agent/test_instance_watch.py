@@ -164,7 +164,7 @@ async def test_a_newer_watch_of_the_instance_replaces_the_older_one(watching: Wa
     newer_env = ActivityEnvironment()
     request = WatchInstance(instance_name="local", owners=PROJECT)
     newer = asyncio.create_task(newer_env.run(watching.activities.watch_instance, request))
-    await asyncio.wait_for(older, 5)  # returned: not cancelled, not failed
+    await asyncio.wait_for(older, 30)  # returned (at once): not cancelled, not failed
     task_id = new_id()
     async with watching.agent.client() as client:
         await start_job(client, ["echo once"], task_id=task_id, task_fields={"owner": owner_of(task_id)})
