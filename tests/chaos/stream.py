@@ -17,7 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.chaos.audit import job_processes
+from core.settings import DEFAULT_PROJECT
+from store.engine import make_engine
+from store.repository import Store
+from tests.chaos.audit import Figures, RunAudit, audit_run, job_processes, leak_figures
 from tests.e2e.conftest import Ferry
 from worker.stack import ProcessStatus, Stack
 
@@ -159,6 +162,21 @@ class ChaosStream:
 
     def running_jobs(self) -> list[int]:
         return job_processes(self.ferry.home, set(self.names))
+
+    def audit(self, database_url: str | None = None) -> tuple[list[RunAudit], Figures]:
+        """Each run's audit, and what is still held once finished jobs have given it back; the store at
+        `database_url` (default: the SQLite one in the stack's home)."""
+        home = self.ferry.home
+        engine = make_engine(database_url or f"sqlite:///{home / 'ferry.db'}")
+        try:
+            store = Store(engine)
+            audits = [
+                audit_run(store, DEFAULT_PROJECT, name, self.markers / name, self.expected_log(name))
+                for name in self.names
+            ]
+            return audits, leak_figures(home, store, DEFAULT_PROJECT, set(self.names))
+        finally:
+            engine.dispose()
 
     def await_finished(self) -> list[str]:
         """Until no run is active (each `ferry ps` is a command that starts what is not running), or

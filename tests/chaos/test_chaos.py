@@ -11,16 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from core.settings import DEFAULT_PROJECT
-from store.engine import make_engine
-from store.repository import Store
 from tests.chaos.audit import (
     ZERO_GOALS,
     Figures,
-    audit_run,
     home_processes,
     job_processes,
-    leak_figures,
     runs_figures,
 )
 from tests.chaos.stream import KINDS, ChaosStream, Profile, profile_from_env
@@ -43,16 +38,7 @@ def chaos(base: Path, profile: Profile, store_name: str, env: dict[str, str]) ->
         submitted = time.monotonic()
         still_active = stream.await_finished()
         finished = time.monotonic()
-        engine = make_engine(env.get("FERRY_DATABASE_URL") or f"sqlite:///{home / 'ferry.db'}")
-        try:
-            store = Store(engine)
-            audits = [
-                audit_run(store, DEFAULT_PROJECT, name, stream.markers / name, stream.expected_log(name))
-                for name in stream.names
-            ]
-            leaks = leak_figures(home, store, DEFAULT_PROJECT, set(stream.names))
-        finally:
-            engine.dispose()
+        audits, leaks = stream.audit(env.get("FERRY_DATABASE_URL"))
     left = len(home_processes(home)) + len(job_processes(home, set(stream.names)))
     figures: Figures = {
         **runs_figures(audits),

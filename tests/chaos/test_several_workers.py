@@ -11,10 +11,8 @@ from pathlib import Path
 
 from core.settings import DEFAULT_PROJECT
 from core.wire.workflow_ids import job_workflow_id, run_workflow_id
-from store.engine import make_engine
 from store.keys import load_keys
-from store.repository import Store
-from tests.chaos.audit import ZERO_GOALS, audit_run, leak_figures, runs_figures
+from tests.chaos.audit import ZERO_GOALS, runs_figures
 from tests.chaos.stream import ChaosStream, Profile, until
 from tests.e2e.conftest import Ferry, ferry_env, stack_of
 from worker.extra_workers import ExtraWorkers
@@ -64,16 +62,7 @@ def test_a_worker_killed_for_good_leaves_its_runs_to_the_other(tmp_path: Path) -
             worked = asyncio.run(identities(stack, env, stream.names))
         finally:
             extra.stop()
-        engine = make_engine(f"sqlite:///{home / 'ferry.db'}")
-        try:
-            store = Store(engine)
-            audits = [
-                audit_run(store, DEFAULT_PROJECT, name, stream.markers / name, stream.expected_log(name))
-                for name in stream.names
-            ]
-            leaks = leak_figures(home, store, DEFAULT_PROJECT, set(stream.names))
-        finally:
-            engine.dispose()
+        audits, leaks = stream.audit()
     figures = {**runs_figures(audits), **leaks, "runs still active at the end": len(still_active)}
     problems = [f"{audit.name}: {'; '.join(audit.problems)}" for audit in audits if audit.problems]
     assert problems == []
