@@ -13,9 +13,10 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from activities.code import MissingCodeSource, RepoTooLarge, code_sources, pack_repo, repo_id
-from cli.errors import FerryError, RunActive, RunNotFound
+from cli.errors import FerryError, RunActive, RunNotFound, RunStuck
 from cli.fleet_api import FleetAPI, choose_fleet
 from cli.secret_api import check_secrets
+from cli.stuck import stuck_runs, stuck_workflows
 from cli.tasks import task_run
 from cli.volume_api import run_volumes
 from core.configuration import RunConfiguration
@@ -303,7 +304,17 @@ class FerryAPI:
         record = await self.get_run(run_name)
         if RunStatus(record.status).is_finished():
             return StopReply(status=RunStatus(record.status))
+        await self._refuse_if_stuck(record, "a stop")
         return await self._handle(record).execute_update(RunWorkflow.stop, StopRequest(abort=abort))
+
+    async def _refuse_if_stuck(self, record: RunRecord, what: str) -> None:
+        """An update to a stuck workflow would wait for ever: said at once instead (docs/upgrades.md)."""
+        stuck = stuck_runs(await stuck_workflows(self.client)).get(record.workflow_id)
+        if stuck is not None:
+            raise RunStuck(
+                f"run {record.run_name} cannot take {what}: its {stuck.message()} "
+                "(a worker of the release that started it lets it go on; docs/upgrades.md#stuck-runs)"
+            )
 
     async def deploy(self, run_name: str, configuration: RunConfiguration) -> DeployReply:
         """Re-apply an active service's configuration in place (a rolling deployment), or a scheduled run's
@@ -312,6 +323,7 @@ class FerryAPI:
         record = await self.get_run(run_name)
         await self.check_secrets([configuration], f"run {run_name}")
         request = DeployRequest(configuration=configuration)
+        await self._refuse_if_stuck(record, "a new configuration")
         reply = await self._handle(record).execute_update(RunWorkflow.deploy, request)
         if reply.refused is None and reply.changed:
             data = configuration.model_dump_json()

@@ -59,6 +59,12 @@ class RunActive(FerryError):
     pass
 
 
+class RunStuck(FerryError):
+    """The run's workflow cannot go on (cli/stuck.py): it can take no stop, no deploy: exit code 1."""
+
+    exit_code = exit_codes.FAILED
+
+
 class CommandError(Exception):
     """An error of the command line itself, with its exit code (1 unless said)."""
 

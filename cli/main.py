@@ -105,12 +105,9 @@ TASK = typer.Option(
 
 def _version(asked: bool) -> None:
     if asked:
-        from importlib.metadata import PackageNotFoundError, version
+        from core.version import ferry_version
 
-        try:
-            typer.echo(f"ferry {version('ferry')}")
-        except PackageNotFoundError:  # run from a checkout that was never installed
-            typer.echo("ferry (version unknown: not installed)")
+        typer.echo(f"ferry {ferry_version()}")
         raise typer.Exit(exit_codes.OK)
 
 

@@ -14,6 +14,7 @@ from cli.context import Context
 from cli.dev_environments import DevEnvironments, DevView
 from cli.pulls import Pulls
 from cli.services import ServiceView, service_views
+from cli.stuck import StuckRuns, StuckWorkflow
 from cli.tasks import task_run
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 WATCH_INTERVAL = 0.5
 Runs = list[tuple["RunRecord", list["JobSubmissionRecord"]]]
+Stuck = dict[str, StuckWorkflow]
 
 
 def collect(store: Store, project: str, *, all_runs: bool, limit: int) -> Runs:
@@ -35,10 +37,13 @@ def ps(*, all_runs: bool, watch: bool, as_json: bool, limit: int, wide: bool = F
     store = ctx.store()
     devs = DevEnvironments(ctx.settings.home, connection)
     pulls = Pulls(connection)
+    stuck = StuckRuns(connection)
 
-    def current() -> tuple[Runs, dict[str, ServiceView], dict[str, DevView], dict[str, str]]:
+    def current() -> tuple[Runs, dict[str, ServiceView], dict[str, DevView], dict[str, str], Stuck]:
         runs = collect(store, ctx.project, all_runs=all_runs, limit=limit)
-        return runs, service_views(store, [run for run, _ in runs]), devs.views(runs), pulls.lines(runs)
+        records = [run for run, _ in runs]
+        views = service_views(store, records), devs.views(runs), pulls.lines(runs)
+        return runs, *views, stuck.of(records)
 
     if as_json:
         typer.echo(json.dumps(render.runs_json(*current()), indent=2))

@@ -18,11 +18,13 @@ from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminati
 if TYPE_CHECKING:
     from cli.dev_environments import DevView
     from cli.services import ServiceView
+    from cli.stuck import StuckWorkflow
     from core.eventlog import Event
     from store import JobSubmissionRecord, RunRecord
 
 # A job provisioning longer than this is waiting for its instance to have room (the agent refused it).
 CAPACITY_PATIENCE = 3.0
+STUCK = "stuck"  # a run's status in `ferry ps` while its workflow cannot go on (cli/stuck.py)
 # A piped console's width: no table row is ever that long, so none wraps (docs/cli.md#tables).
 UNLIMITED_WIDTH = 100_000
 
@@ -203,16 +205,19 @@ def runs_table(
     services: Mapping[str, ServiceView] | None = None,
     devs: Mapping[str, DevView] | None = None,
     pulls: Mapping[str, str] | None = None,
+    stuck: Mapping[str, StuckWorkflow] | None = None,
     *,
     wide: bool = False,
     now: float | None = None,
 ) -> FittedTable:
     """The runs and their latest jobs; a service's URL and a dev environment's IDE link under its row, its
     replicas' probe state, its job whether someone is attached or when inactivity stops it; a pulling job
-    how far its image pull is (`pulls`, by job id: cli/pulls.py); a failed job's error under its row."""
+    how far its image pull is (`pulls`, by job id: cli/pulls.py); a failed job's error under its row; a
+    run whose workflow cannot go on `stuck`, why and since when (`stuck`, by run id: cli/stuck.py)."""
     services = services or {}
     devs = devs or {}
     pulls = pulls or {}
+    stuck = stuck or {}
     rows: list[Row] = []
     now = time.time() if now is None else now
     for run, jobs in runs:
@@ -223,7 +228,10 @@ def runs_table(
         dev = devs.get(run.id)
         if dev is not None and dev.link is not None:
             notes.append(f"ide: {dev.link}")
-        cells = (run.run_name, "", "", run.status, run_message(run, jobs, now), resources_of(run))
+        status, message = run.status, run_message(run, jobs, now)
+        if run.id in stuck:
+            status, message = STUCK, stuck[run.id].message()
+        cells = (run.run_name, "", "", status, message, resources_of(run))
         rows.append(Row((*cells, "", ago(run.submitted_at, now)), notes))
         latest = latest_jobs(jobs)
         shape = label_shape(run, latest)
@@ -252,11 +260,13 @@ def runs_json(
     services: Mapping[str, ServiceView] | None = None,
     devs: Mapping[str, DevView] | None = None,
     pulls: Mapping[str, str] | None = None,
+    stuck: Mapping[str, StuckWorkflow] | None = None,
 ) -> list[dict[str, Any]]:
     now = time.time()
     services = services or {}
     devs = devs or {}
     pulls = pulls or {}
+    stuck = stuck or {}
     return [
         {
             "id": run.id,
@@ -272,6 +282,7 @@ def runs_json(
             "finished_at": run.finished_at,
             **({"url": services[run.id].url} if run.id in services else {}),
             **({"ide_link": devs[run.id].link} if run.id in devs and devs[run.id].link else {}),
+            **({"stuck": _stuck_json(stuck[run.id])} if run.id in stuck else {}),
             "jobs": [
                 {
                     "id": job.id,
@@ -295,6 +306,10 @@ def runs_json(
         }
         for run, jobs in runs
     ]
+
+
+def _stuck_json(workflow: StuckWorkflow) -> dict[str, Any]:
+    return {"workflow_id": workflow.workflow_id, "since": workflow.since, "reason": workflow.reason}
 
 
 def _asked(devs: Mapping[str, DevView], run_id: str, job_id: str) -> bool:

@@ -36,6 +36,9 @@ def status_table(ctx: Context, status: StackStatus) -> Table:
             process.log,
         )
     table.add_row("web ui", "", "", status.ui_url or "-", "")
+    if status.stuck_runs is not None:
+        stuck = f"[red]{status.stuck_runs}[/] (`ferry ps` says why)" if status.stuck_runs else "0"
+        table.add_row("stuck runs", "", "", stuck, "")
     table.add_row("store", "", "", _safe_url(ctx.settings.database_url), "")
     return table
 
@@ -52,7 +55,7 @@ def _safe_url(url: str) -> str:
 def print_status(ctx: Context, status: StackStatus) -> None:
     console = render.console()
     state = "running" if status.running else "not running"
-    console.print(f"Ferry stack of {status.home}: {state}", highlight=False)
+    console.print(f"Ferry {status.version} stack of {status.home}: {state}", highlight=False)
     console.print(status_table(ctx, status))
     if not ctx.embedded:
         console.print(
@@ -76,11 +79,22 @@ def stop() -> None:
 def status(*, as_json: bool) -> int:
     ctx = Context.from_env()
     current = _stack(ctx).status()
+    if current.running:
+        current = current.model_copy(update={"stuck_runs": _stuck_runs(ctx)})
     if as_json:
         typer.echo(current.model_dump_json(indent=2))
     else:
         print_status(ctx, current)
     return 0 if current.running else NOT_RUNNING_EXIT
+
+
+def _stuck_runs(ctx: Context) -> int:
+    """How many runs have a workflow Temporal flags for failing workflow tasks (docs/upgrades.md)."""
+    import asyncio
+
+    from cli.stuck import StuckRuns, stuck_runs
+
+    return len(stuck_runs(asyncio.run(StuckRuns(ctx.connection()).ask())))
 
 
 def foreground() -> int:

@@ -17,6 +17,9 @@ TUNING_ARGS = (
     "--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000",
     "--sqlite-pragma", "journal_mode=wal",
     "--sqlite-pragma", "synchronous=normal",
+    # A workflow whose workflow tasks failed twice in a row is flagged (TemporalReportedProblems): `ferry ps`
+    # shows its run as stuck (docs/upgrades.md#stuck-runs).
+    "--dynamic-config-value", "system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute=2",
 )  # fmt: skip
 
 

@@ -25,10 +25,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from core.settings import TASK_QUEUE, Settings
 from core.temporal_connection import temporal_namespace, without_security
+from core.version import ferry_version
 from worker.devserver import dev_server_command, port_open
 from worker.processes import (
     PRIVATE_UMASK,
@@ -94,11 +95,13 @@ class ProcessStatus(BaseModel):
 
 class StackStatus(BaseModel):
     home: str
+    version: str = Field(default_factory=ferry_version)  # of the code asking: the CLI's (docs/upgrades.md)
     running: bool  # every process alive
     address: str | None  # the Temporal gRPC address, host:port
     ui_url: str | None
     task_queue: str = TASK_QUEUE
     processes: list[ProcessStatus]
+    stuck_runs: int | None = None  # runs whose workflow cannot go on (cli/stuck.py); None: not asked
 
 
 class Stack:

@@ -11,6 +11,15 @@ def run_workflow_id(project: str, run_name: str) -> str:
     return f"ferry/{project}/{run_name}"
 
 
+def run_of_workflow(workflow_id: str) -> str | None:
+    """The run workflow id of a run's or one of its jobs' workflows (`ferry/<project>/<run>[/...]`); None
+    for a fleet's and for workflows that are not Ferry's."""
+    parts = workflow_id.split("/")
+    if len(parts) < 3 or parts[0] != "ferry" or (parts[2] == "fleet" and len(parts) == 4):
+        return None
+    return "/".join(parts[:3])
+
+
 def project_workflows(project: str) -> str:
     """The prefix of every workflow id of a project's runs and jobs."""
     return f"ferry/{project}/"

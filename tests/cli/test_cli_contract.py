@@ -40,6 +40,7 @@ def test_the_checker_finds_what_breaks_a_schema() -> None:
 def test_ps_json_matches_the_documented_schema() -> None:
     from cli.dev_environments import DevView
     from cli.services import ServiceView
+    from cli.stuck import StuckWorkflow
 
     runs = two_runs()
     web = run_record("web", "running", run_type="service")
@@ -48,11 +49,11 @@ def test_ps_json_matches_the_documented_schema() -> None:
     dev_job = job_record(dev, 0, "running", instance_name="local")
     services = {web.id: ServiceView(url=None, replicas={replica.id: "ready 1/1"})}
     devs = {dev.id: DevView(job_id=dev_job.id, link="vscode://x", asked=True, attached=True)}
-    data = render.runs_json(
-        [*runs, (web, [replica]), (dev, [dev_job])], services, devs, {runs[0][1][0].id: "pulling x: 1/2"}
-    )
+    stuck = {dev.id: StuckWorkflow(dev.workflow_id, 1.0e9, "Nondeterminism error: ...")}
+    pulls = {runs[0][1][0].id: "pulling x: 1/2"}
+    data = render.runs_json([*runs, (web, [replica]), (dev, [dev_job])], services, devs, pulls, stuck)
     check_schema(json.loads(json.dumps(data)), "ps")
-    assert {"url", "ide_link"} <= {key for run in data for key in run}
+    assert {"url", "ide_link", "stuck"} <= {key for run in data for key in run}
 
 
 @pytest.mark.usefixtures("fleets")

@@ -82,10 +82,11 @@ class WorkerProcesses:
         }
         self.started: list[subprocess.Popen[str]] = []
 
-    def start(self, queue: str) -> subprocess.Popen[str]:
-        """A new worker on `queue`, once it polls."""
+    def start(self, queue: str, *, broken_release: bool = False) -> subprocess.Popen[str]:
+        """A new worker on `queue`, once it polls (`broken_release`: see tests.lifecycle.worker_process)."""
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.lifecycle.worker_process", queue],
+            [sys.executable, "-m", "tests.lifecycle.worker_process", queue]
+            + (["--broken-release"] if broken_release else []),
             cwd=REPO,
             env=self._env,
             stdout=subprocess.PIPE,

@@ -1,9 +1,10 @@
 """A Ferry worker in a process of its own, for tests that kill it.
 
-    python -m tests.lifecycle.worker_process QUEUE
+    python -m tests.lifecycle.worker_process QUEUE [--broken-release]
 
 It reads FERRY_HOME and FERRY_TEMPORAL_ADDRESS like `ferry worker`, serves task queue QUEUE, prints
-`ready` once it polls, and stops on SIGTERM.
+`ready` once it polls, and stops on SIGTERM. With `--broken-release` its RunWorkflow is one changed
+without a patch (tests/workflows/broken_release.py): a run it picks up from another worker is stuck.
 """
 
 from __future__ import annotations
@@ -34,5 +35,16 @@ async def serve(queue: str) -> None:
     await instances.aclose()
 
 
+def break_the_release() -> None:
+    import worker.main
+    from tests.workflows.broken_release import RunWorkflowThatForgetsTheStore
+    from workflows.run import RunWorkflow
+
+    workflows = [RunWorkflowThatForgetsTheStore if w is RunWorkflow else w for w in worker.main.WORKFLOWS]
+    worker.main.WORKFLOWS = workflows
+
+
 if __name__ == "__main__":
+    if "--broken-release" in sys.argv[2:]:
+        break_the_release()
     asyncio.run(serve(sys.argv[1]))

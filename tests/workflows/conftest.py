@@ -18,6 +18,7 @@ from temporalio.worker import Worker
 
 from tests.workflows.doubles import FakeBackend
 from tests.workflows.harness import WORKFLOWS, Harness
+from tests.workflows.recording import record_test_histories, recording_dir
 from workflows.search_attributes import SEARCH_ATTRIBUTES
 
 KEYWORD = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
@@ -25,8 +26,10 @@ TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
 
 
 @pytest.fixture
-async def harness() -> AsyncIterator[Harness]:
-    """A fresh test server, and a worker running both workflows on the doubles of `harness.backend`."""
+async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    """A fresh test server, and a worker running both workflows on the doubles of `harness.backend`;
+    with FERRY_RECORD_HISTORIES set, the test's histories recorded after it (tests/workflows/recording.py).
+    """
     env = await WorkflowEnvironment.start_time_skipping(
         data_converter=pydantic_data_converter, test_server_existing_path=str(TEST_SERVER)
     )
@@ -55,6 +58,9 @@ async def harness() -> AsyncIterator[Harness]:
     try:
         async with worker:
             yield harness
+            if (directory := recording_dir()) is not None:
+                test = f"{request.node.module.__name__.rsplit('.', 1)[-1]}.{request.node.name}"
+                await record_test_histories(env.client, directory, test)
     finally:
         await env.shutdown()
         # The test server's handle must be freed while the event loop lives: freed at interpreter exit

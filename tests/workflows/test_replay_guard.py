@@ -7,22 +7,9 @@ from temporalio import workflow
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from core.wire.run_messages import RunInput, RunResult
+from tests.workflows.broken_release import RunWorkflowThatForgetsTheStore
 from tests.workflows.harness import WORKFLOWS, Harness, configuration
 from workflows.job import JobWorkflow
-from workflows.run import RunWorkflow
-
-
-@workflow.defn(name="RunWorkflow", sandboxed=False)
-class RunWorkflowThatForgetsTheStore(RunWorkflow):
-    """A release that stopped flushing the run's events, without `workflow.patched`."""
-
-    async def _flush(self) -> None:
-        return None
-
-    @workflow.run
-    async def run(self, inp: RunInput) -> RunResult:
-        return await super().run(inp)
 
 
 async def test_replayer_catches_a_nondeterministic_change(harness: Harness) -> None:

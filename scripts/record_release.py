@@ -1,0 +1,60 @@
+"""The release step (docs/upgrades.md#releasing): record this version's workflow histories.
+
+    .venv/bin/python scripts/record_release.py
+
+runs tests/workflows with the harness recording every execution it saw (tests/workflows/recording.py)
+into tests/histories/<version>/, where <version> is pyproject.toml's; every later commit's test suite
+replays them (tests/workflows/test_release_histories.py). A version is recorded once: bump the version in
+pyproject.toml first (an existing directory is refused, `--replace` overwrites it before the release is
+published). The release is the commit that adds tests/histories/<version>/: commit them with the code
+they were recorded from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HISTORIES = ROOT / "tests" / "histories"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replace", action="store_true", help="overwrite this version's recorded histories")
+    args = parser.parse_args()
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    target = HISTORIES / version
+    if target.exists() and not args.replace:
+        print(f"record_release: {target.relative_to(ROOT)} exists: bump the version first", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory(prefix="ferry-histories-") as scratch:
+        env = {**os.environ, "FERRY_RECORD_HISTORIES": scratch}
+        # Not the replay of earlier releases: it records nothing, and needs no release to be recorded yet.
+        replays = "--ignore=tests/workflows/test_release_histories.py"
+        pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", replays, "tests/workflows"]
+        tests = subprocess.run(pytest, cwd=ROOT, env=env)
+        if tests.returncode != 0:
+            print("record_release: the workflow tests failed: nothing recorded", file=sys.stderr)
+            return 1
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(scratch, target)
+    recorded = {"version": version, "temporalio": metadata.version("temporalio")}
+    release = {**recorded, "tests": len(list(target.glob("*.json.gz")))}
+    (target / "RELEASE.json").write_text(json.dumps(release, indent=2) + "\n")
+    where = target.relative_to(ROOT)
+    print(f"record_release: {release['tests']} tests' histories in {where}: commit them with the code")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
