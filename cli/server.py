@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from types import FrameType
@@ -80,7 +81,7 @@ def status(*, as_json: bool) -> int:
     ctx = Context.from_env()
     current = _stack(ctx).status()
     if current.running:
-        current = current.model_copy(update={"stuck_runs": _stuck_runs(ctx)})
+        current = current.model_copy(update={"stuck_runs": _stuck_runs(current)})
     if as_json:
         typer.echo(current.model_dump_json(indent=2))
     else:
@@ -88,13 +89,21 @@ def status(*, as_json: bool) -> int:
     return 0 if current.running else NOT_RUNNING_EXIT
 
 
-def _stuck_runs(ctx: Context) -> int:
-    """How many runs have a workflow Temporal flags for failing workflow tasks (docs/upgrades.md)."""
+def _stuck_runs(status: StackStatus) -> int | None:
+    """How many runs have a workflow Temporal flags for failing workflow tasks (docs/upgrades.md), asked of
+    the stack's own Temporal (plain TCP on loopback, as its processes reach it); None if it cannot tell."""
     import asyncio
 
-    from cli.stuck import StuckRuns, stuck_runs
+    from cli.stuck import count_stuck_runs
+    from core.temporal_connection import TemporalConnection, temporal_namespace
 
-    return len(stuck_runs(asyncio.run(StuckRuns(ctx.connection()).ask())))
+    if status.address is None:
+        return None
+    connection = TemporalConnection(address=status.address, namespace=temporal_namespace(os.environ))
+    try:
+        return asyncio.run(count_stuck_runs(connection))
+    except Exception:  # noqa: BLE001 — the status of the stack's processes is shown regardless
+        return None
 
 
 def foreground() -> int:

@@ -42,18 +42,31 @@ class StuckWorkflow:
         return f"workflow {self.workflow_id} stuck{since}: {self.reason}"
 
 
-async def stuck_workflows(client: Client) -> list[StuckWorkflow]:
-    """Every open workflow Temporal flags for failing workflow tasks, with why and since when; none from a
-    server that does not know the flag (before Temporal 1.29)."""
+async def stuck_workflow_ids(client: Client) -> list[str]:
+    """The open workflows Temporal flags for failing workflow tasks; none from a server that does not know
+    the flag (before Temporal 1.29)."""
     from temporalio.service import RPCError, RPCStatusCode
 
     try:
-        ids = [execution.id async for execution in client.list_workflows(STUCK_QUERY)]
+        return [execution.id async for execution in client.list_workflows(STUCK_QUERY)]
     except RPCError as err:
         if err.status != RPCStatusCode.INVALID_ARGUMENT:
             raise
         return []
+
+
+async def stuck_workflows(client: Client) -> list[StuckWorkflow]:
+    """Every flagged workflow, with why and since when."""
+    ids = await stuck_workflow_ids(client)
     return list(await asyncio.gather(*(_why(client, workflow_id) for workflow_id in ids)))
+
+
+async def count_stuck_runs(connection: TemporalConnection) -> int:
+    """How many runs have a flagged workflow (`ferry server status`)."""
+    from worker.temporal import connect_to
+
+    ids = await asyncio.wait_for(stuck_workflow_ids(await connect_to(connection)), ASK_TIMEOUT)
+    return len({run for run in map(run_of_workflow, ids) if run is not None})
 
 
 async def _why(client: Client, workflow_id: str) -> StuckWorkflow:
@@ -122,10 +135,14 @@ class StuckRuns:
     async def ask(self) -> list[StuckWorkflow]:
         from temporalio.service import RPCError
 
+        from core.temporal_connection import ConnectionSettingsError
         from worker.temporal import connect_to
 
+        async def ask() -> list[StuckWorkflow]:
+            return await stuck_workflows(await connect_to(self._connection))
+
+        # ps shows the store's runs regardless: a server it cannot reach or ask shows none stuck.
         try:
-            client = await connect_to(self._connection)
-            return await asyncio.wait_for(stuck_workflows(client), ASK_TIMEOUT)
-        except (RuntimeError, RPCError, TimeoutError):  # ps shows the store's runs regardless
+            return await asyncio.wait_for(ask(), ASK_TIMEOUT)
+        except (RuntimeError, RPCError, TimeoutError, ConnectionSettingsError):
             return []
