@@ -123,8 +123,16 @@ def main(argv: list[str] | None = None) -> None:
     app = create_app(registry, token, ssh_server)
     # The standard event loop, not uvloop, which keeps SIGCHLD to itself: the watcher is woken by it the
     # moment a job's process ends, where otherwise it would notice at its next poll (agent/task_watch.py).
+    # On SIGTERM (a stop, an upgrade), the held pulls of the instance watches would keep it open until they
+    # end: they are reads, which the watch repeats against the next agent, so they are cut after a second.
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, loop="asyncio"
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=False,
+        loop="asyncio",
+        timeout_graceful_shutdown=1,
     )
     # The API's port, which the deployer only probed, is held before the app's startup binds the SSH
     # server to a free port: that one could otherwise be the same (docs/fleets.md#ssh-fleets).

@@ -14,7 +14,7 @@ FAILED = 1
 # active, a cycle of dependencies, a volume in use), or what can never happen (`wait` for a status of a
 # run that has finished another way).
 USAGE = 2
-# No such run, fleet, volume or secret; `ferry server status`: the stack is not running.
+# No such run, fleet, volume or secret; `ferry server status` or `upgrade`: the stack is not running.
 NOT_FOUND = 3
 # The Temporal server cannot be reached, or the embedded stack cannot be started.
 UNREACHABLE = 4
@@ -26,7 +26,11 @@ TABLE: tuple[tuple[str, int, str], ...] = (
     ("OK", OK, "done: the run ended done, `wait` reached what it waited for"),
     ("FAILED", FAILED, "the run failed, `wait` timed out, a confirmation was declined, an internal error"),
     ("USAGE", USAGE, "a usage error, an invalid configuration, a refusal, what can never happen"),
-    ("NOT_FOUND", NOT_FOUND, "no such run, fleet, volume or secret; `server status`: not running"),
+    (
+        "NOT_FOUND",
+        NOT_FOUND,
+        "no such run, fleet, volume or secret; `server status`, `server upgrade`: not running",
+    ),
     ("UNREACHABLE", UNREACHABLE, "the Temporal server cannot be reached, or the embedded stack not started"),
     ("INTERRUPTED", INTERRUPTED, "Ctrl-C (`apply` leaves its run running)"),
 )

@@ -1,4 +1,5 @@
-"""`ferry server [start | stop | status]`: the embedded stack, in the foreground or in the background."""
+"""`ferry server [start | stop | status | upgrade]`: the embedded stack, in the foreground or in the
+background."""
 
 from __future__ import annotations
 
@@ -77,6 +78,20 @@ def stop() -> None:
     typer.echo(f"stopped: {', '.join(stopped)}" if stopped else "the stack was not running")
 
 
+def upgrade() -> int:
+    """Replace the running stack's worker, agent and proxy with this release's; the runs go on."""
+    from worker.stack import StackNotRunning
+
+    ctx = Context.from_env()
+    stack = _stack(ctx)
+    try:
+        print_status(ctx, stack.upgrade(say=lambda line: typer.echo(line, err=True)))
+    except StackNotRunning as err:
+        typer.echo(f"ferry server upgrade: {err}", err=True)
+        return NOT_RUNNING_EXIT
+    return 0
+
+
 def status(*, as_json: bool) -> int:
     ctx = Context.from_env()
     current = _stack(ctx).status()
@@ -126,7 +141,8 @@ def foreground() -> int:
         print_status(ctx, stack.start())
         typer.echo("Ctrl-C stops it.", err=True)
         while not done.wait(_WATCH_INTERVAL):
-            dead = [p for p in stack.status().processes if not p.alive]
+            # Settled: during an upgrade (another terminal's) two workers run, and neither is dead.
+            dead = [p for p in stack.settled_status().processes if not p.alive]
             if [p.name for p in dead] == ["agent"]:
                 # Its jobs outlive it, and it re-adopts them: started again (docs/jobs.md#a-restarted-agent).
                 typer.echo(f"ferry server: the agent exited (see {dead[0].log}); starting it again", err=True)

@@ -72,6 +72,16 @@ def server_stop() -> None:
     stop_server()
 
 
+@server_app.command("upgrade")
+@one_line_errors
+def server_upgrade() -> None:
+    """Replace the running stack's worker, agent and proxy with this Ferry's, without stopping its runs
+    (docs/upgrades.md); exits 3 if the stack is not running."""
+    from cli.server import upgrade
+
+    raise typer.Exit(upgrade())
+
+
 @server_app.command("status")
 @one_line_errors
 def server_status(as_json: bool = typer.Option(False, "--json", help="JSON, for scripts.")) -> None:

@@ -17,19 +17,14 @@ Light to import: no Temporal SDK at module level.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from core.settings import TASK_QUEUE, Settings
-from core.temporal_connection import temporal_namespace, without_security
-from core.version import ferry_version
+from core.settings import Settings
+from core.temporal_connection import temporal_namespace
 from worker.devserver import dev_server_command, port_open
 from worker.processes import (
     PRIVATE_UMASK,
@@ -40,16 +35,29 @@ from worker.processes import (
     make_private,
     pid_alive,
     port_free,
-    private_dir,
     private_opener,
     terminate,
 )
+from worker.stack_files import StackFiles, proxy_url, ready_pid
+from worker.stack_state import ProcessStatus, StackState, StackStatus
+
+__all__ = [
+    "ProcessStatus",
+    "Stack",
+    "StackError",
+    "StackStatus",
+    "ensure_stack",
+    "pid_alive",
+    "worker_command",
+]
 
 DEFAULT_PORT = 7233
 DEFAULT_UI_PORT = 8233
 DEFAULT_PROXY_PORT = 8300  # the services proxy (gateway/): http://127.0.0.1:8300/proxy/services/...
 START_TIMEOUT = 60.0
 PORT_ATTEMPTS = 3  # starts of a process whose free port another took before it could bind it
+# An upgraded worker's graceful shutdown (worker.main: 5 s for its activities), and a margin to exit.
+DRAIN_TIMEOUT = 30.0
 
 
 class StackError(RuntimeError):
@@ -60,200 +68,17 @@ class PortTaken(StackError):
     """A process of the stack exited because another took the port chosen for it (free when chosen)."""
 
 
+class StackNotRunning(StackError):
+    """An upgrade asked of a stack that is not running."""
+
+
 def worker_command(ready_file: Path) -> list[str]:
     """A stack worker's command; it writes its pid to `ready_file` once it polls."""
     return [sys.executable, "-m", "worker.stack_worker", "--ready-file", str(ready_file)]
 
 
-class StackState(BaseModel):
-    """stack.json: the ports the stack uses (kept across restarts) and the pids of its processes."""
-
-    port: int
-    ui_port: int
-    proxy_port: int | None = None  # None: a stack.json of a Ferry before the proxy; one is chosen
-    temporal_pid: int | None = None
-    worker_pid: int | None = None
-    proxy_pid: int | None = None
-
-
-class AgentFile(BaseModel):
-    """What this module reads of worker.local_agent's agent.json (that module imports httpx: slow)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    url: str
-    pid: int
-
-
-class ProcessStatus(BaseModel):
-    name: str
-    pid: int | None
-    alive: bool
-    address: str | None = None
-    log: str
-
-
-class StackStatus(BaseModel):
-    home: str
-    version: str = Field(default_factory=ferry_version)  # of the code asking: the CLI's (docs/upgrades.md)
-    running: bool  # every process alive
-    address: str | None  # the Temporal gRPC address, host:port
-    ui_url: str | None
-    task_queue: str = TASK_QUEUE
-    processes: list[ProcessStatus]
-    stuck_runs: int | None = None  # runs whose workflow cannot go on (cli/stuck.py); None: not asked
-
-
-class Stack:
-    """The embedded stack of one FERRY_HOME."""
-
-    def __init__(self, home: Path, env: dict[str, str] | None = None) -> None:
-        self.home = home
-        self.dir = home / "stack"
-        # The stack is plain TCP on loopback: TEMPORAL_TLS_* and TEMPORAL_API_KEY, for a remote server, are
-        # not its processes' (docs/deployment.md#the-embedded-stack).
-        self._env = without_security(os.environ if env is None else env)
-
-    # --- files ------------------------------------------------------------------------------------
-
-    @property
-    def state_file(self) -> Path:
-        return self.dir / "stack.json"
-
-    @property
-    def db_file(self) -> Path:
-        return self.dir / "temporal.db"
-
-    @property
-    def ready_file(self) -> Path:
-        return self.dir / "worker.ready"
-
-    @property
-    def proxy_ready_file(self) -> Path:
-        return self.dir / "proxy.ready"
-
-    def log(self, name: str) -> Path:
-        return self.home / "agent" / "agent.log" if name == "agent" else self.dir / f"{name}.log"
-
-    def _read_state(self) -> StackState | None:
-        try:
-            return StackState.model_validate_json(self.state_file.read_text())
-        except (OSError, ValueError):
-            return None
-
-    def _write_state(self, state: StackState) -> None:
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.unlink(missing_ok=True)  # created anew, so private whatever mode a stale one had
-        with open(tmp, "w", opener=private_opener) as out:
-            out.write(state.model_dump_json(indent=2))
-        tmp.replace(self.state_file)
-        for name, pid in (
-            ("temporal", state.temporal_pid),
-            ("worker", state.worker_pid),
-            ("proxy", state.proxy_pid),
-        ):
-            pid_file = self.dir / f"{name}.pid"
-            if pid is None:
-                pid_file.unlink(missing_ok=True)
-            else:
-                with open(pid_file, "w", opener=private_opener) as out:
-                    out.write(f"{pid}\n")
-
-    def _agent(self) -> AgentFile | None:
-        try:
-            return AgentFile.model_validate_json((self.home / "agent" / "agent.json").read_text())
-        except (OSError, ValueError):
-            return None
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        private_dir(self.home)
-        private_dir(self.dir)
-        with open(self.dir / "lock", "w", opener=private_opener) as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield
-
-    # What identifies each process in its command line, so a recycled pid is never taken for ours.
-    def _temporal_marker(self) -> str:
-        return str(self.db_file)
-
-    def _worker_marker(self) -> str:
-        return str(self.ready_file)
-
-    def _proxy_marker(self) -> str:
-        return str(self.proxy_ready_file)
-
-    def _agent_marker(self) -> str:
-        return str(self.home / "agent" / "token")
-
-    # --- state ------------------------------------------------------------------------------------
-
-    def _temporal_up(self, state: StackState | None) -> bool:
-        return (
-            state is not None
-            and pid_alive(state.temporal_pid, self._temporal_marker())
-            and port_open(state.port)
-        )
-
-    def _worker_up(self, state: StackState | None) -> bool:
-        if state is None or not pid_alive(state.worker_pid, self._worker_marker()):
-            return False
-        try:
-            return int(self.ready_file.read_text()) == state.worker_pid
-        except (OSError, ValueError):
-            return False
-
-    def _proxy_up(self, state: StackState | None) -> bool:
-        if state is None or not pid_alive(state.proxy_pid, self._proxy_marker()):
-            return False
-        try:
-            return int(self.proxy_ready_file.read_text()) == state.proxy_pid
-        except (OSError, ValueError):
-            return False
-
-    def status(self) -> StackStatus:
-        state = self._read_state()
-        agent = self._agent()
-        temporal_up = self._temporal_up(state)
-        processes = [
-            ProcessStatus(
-                name="temporal",
-                pid=state.temporal_pid if state else None,
-                alive=temporal_up,
-                address=f"127.0.0.1:{state.port}" if state else None,
-                log=str(self.log("temporal")),
-            ),
-            ProcessStatus(
-                name="worker",
-                pid=state.worker_pid if state else None,
-                alive=self._worker_up(state),
-                log=str(self.log("worker")),
-            ),
-            ProcessStatus(
-                name="proxy",
-                pid=state.proxy_pid if state else None,
-                alive=self._proxy_up(state),
-                address=proxy_url(state.proxy_port) if state and state.proxy_port else None,
-                log=str(self.log("proxy")),
-            ),
-            ProcessStatus(
-                name="agent",
-                pid=agent.pid if agent else None,
-                alive=agent is not None and pid_alive(agent.pid, self._agent_marker()),
-                address=agent.url if agent else None,
-                log=str(self.log("agent")),
-            ),
-        ]
-        return StackStatus(
-            home=str(self.home),
-            running=all(p.alive for p in processes),
-            address=f"127.0.0.1:{state.port}" if state and temporal_up else None,
-            ui_url=f"http://127.0.0.1:{state.ui_port}" if state and temporal_up else None,
-            processes=processes,
-        )
-
-    def is_running(self) -> bool:
-        return self.status().running
+class Stack(StackFiles):
+    """The embedded stack of one FERRY_HOME: started, stopped and upgraded."""
 
     # --- start and stop ---------------------------------------------------------------------------
 
@@ -346,6 +171,59 @@ class Stack:
                     stopped.append("agent")
                 (self.home / "agent" / "agent.json").unlink(missing_ok=True)
         return stopped
+
+    def upgrade(self, timeout: float = START_TIMEOUT, say: Callable[[str], object] = print) -> StackStatus:
+        """Replace the running stack's worker, agent and proxy with processes of the code that calls this,
+        leaving the dev server and the runs' jobs as they are (docs/upgrades.md#upgrading-the-embedded-stack).
+        The new worker polls before the old one is sent SIGTERM, so no workflow or activity task waits for a
+        worker; the old one's activities still running after its graceful shutdown are retried on the new
+        one. The agent's jobs outlive it, and the new agent re-adopts them (docs/jobs.md#a-restarted-agent).
+        The proxy is stopped (gracefully: its requests in flight finish) before the new one takes its port."""
+        with self._locked():
+            state = self._read_state()
+            if state is None or not self.status().running:
+                raise StackNotRunning(f"the stack of {self.home} is not running: `ferry server start` it")
+            deadline = time.monotonic() + timeout
+            began = time.monotonic()
+
+            def took() -> str:
+                nonlocal began
+                seconds, began = time.monotonic() - began, time.monotonic()
+                return f"{seconds:.1f} s"
+
+            old_worker = state.worker_pid
+            worker = self._spawn("worker", self._worker_command(state), env=self._worker_env(state))
+            self._wait("worker", worker, lambda: ready_pid(self.ready_file) == worker.pid, deadline)
+            state.worker_pid = worker.pid
+            self._write_state(state)
+            terminate(old_worker, self._worker_marker(), DRAIN_TIMEOUT)
+            say(f"worker: pid {old_worker} replaced by pid {worker.pid} ({took()})")
+
+            old_agent = self._agent()
+            if old_agent is not None:
+                terminate(old_agent.pid, self._agent_marker())
+            from worker.local_agent import ensure_local_agent
+
+            try:
+                agent = ensure_local_agent(self.home, startup_timeout=timeout)
+            except RuntimeError as err:
+                raise StackError(str(err)) from None
+            say(f"agent: pid {old_agent.pid if old_agent else '-'} replaced by pid {agent.pid} ({took()})")
+
+            old_proxy = state.proxy_pid
+            terminate(old_proxy, self._proxy_marker())
+            self.proxy_ready_file.unlink(missing_ok=True)
+            proxy = self._spawn("proxy", self._proxy_command(state), env=self._worker_env(state))
+            state.proxy_pid = proxy.pid
+            self._write_state(state)
+            self._wait("proxy", proxy, lambda: self._proxy_up(state), deadline, (state.proxy_port,))
+            say(f"proxy: pid {old_proxy} replaced by pid {proxy.pid} ({took()})")
+        return self.status()
+
+    def settled_status(self) -> StackStatus:
+        """status(), once no start, stop or upgrade is under way (during an upgrade two workers run)."""
+        with self._locked():
+            return self.status()
 
     def make_private(self) -> None:
         """FERRY_HOME's directories 0700 and files 0600, each change said on stderr (the next start finds
@@ -441,10 +319,6 @@ class Stack:
             lines = []
         last = f": {lines[-1].strip()[:200]}" if lines else ""
         return f"{last} (see {self.log(name)})"
-
-
-def proxy_url(port: int) -> str:
-    return f"http://127.0.0.1:{port}"
 
 
 def ensure_stack(settings: Settings) -> str:

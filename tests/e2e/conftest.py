@@ -26,13 +26,15 @@ class Ferry:
 
     home: Path
     env: dict[str, str] = field(default_factory=dict)
+    command: list[str] = field(default_factory=lambda: list(FERRY))
+    cwd: Path = ROOT  # another release's code runs from its own directory (tests/upgrade)
 
     def __call__(
         self, *args: str, timeout: float = 60, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*FERRY, *args],
-            cwd=ROOT,
+            [*self.command, *args],
+            cwd=self.cwd,
             env={**self.env, **(env or {})},
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -42,8 +44,8 @@ class Ferry:
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [*FERRY, *args],
-            cwd=ROOT,
+            [*self.command, *args],
+            cwd=self.cwd,
             env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

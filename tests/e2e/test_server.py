@@ -40,6 +40,11 @@ def test_start_status_stop(tmp_path: Path) -> None:
     assert stopped.stdout == "stopped: proxy, worker, temporal, agent\n"
     assert not any(pid_alive(pid) for pid in pids.values())
     assert ferry("server", "status").returncode == 3  # not running
+    refused = ferry("server", "upgrade")  # tests/upgrade upgrades a running one
+    assert (refused.returncode, refused.stderr) == (
+        3,
+        f"ferry server upgrade: the stack of {tmp_path} is not running: `ferry server start` it\n",
+    )
     # The ports are kept for the next start, so that the addresses stay the same.
     assert json.loads((tmp_path / "stack" / "stack.json").read_text())["port"] == int(address.split(":")[1])
 
