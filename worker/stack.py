@@ -179,10 +179,13 @@ class Stack(StackFiles):
         worker; the old one's activities still running after its graceful shutdown are retried on the new
         one. The agent's jobs outlive it, and the new agent re-adopts them (docs/jobs.md#a-restarted-agent).
         The proxy is stopped (gracefully: its requests in flight finish) before the new one takes its port."""
+        not_running = StackNotRunning(f"the stack of {self.home} is not running: `ferry server start` it")
+        if not self.status().running:  # before the lock, which would make FERRY_HOME/stack
+            raise not_running
         with self._locked():
             state = self._read_state()
             if state is None or not self.status().running:
-                raise StackNotRunning(f"the stack of {self.home} is not running: `ferry server start` it")
+                raise not_running
             deadline = time.monotonic() + timeout
             began = time.monotonic()
 
