@@ -124,20 +124,12 @@ class Stack(StackFiles):
                 state.worker_pid = worker.pid
             if not self._proxy_up(state):
                 terminate(state.proxy_pid, self._proxy_marker())  # alive but never ready
-                self.proxy_ready_file.unlink(missing_ok=True)
                 state.proxy_port = self._choose_port(state.proxy_port, DEFAULT_PROXY_PORT)
-                proxy = self._spawn("proxy", self._proxy_command(state), env=self._worker_env(state))
-                state.proxy_pid = proxy.pid
+                proxy = self._spawn_proxy(state)
             self._write_state(state)
             agent = self._agent()
             if agent is None or not pid_alive(agent.pid, self._agent_marker()):
-                # The agent starts while the worker imports; the worker then finds it running.
-                from worker.local_agent import ensure_local_agent
-
-                try:
-                    ensure_local_agent(self.home, startup_timeout=timeout)
-                except RuntimeError as err:
-                    raise StackError(str(err)) from None
+                self._start_agent(timeout)  # while the worker imports; the worker then finds it running
             deadline = time.monotonic() + timeout
             if temporal is not None:
                 ports = (state.port, state.ui_port)
@@ -205,23 +197,32 @@ class Stack(StackFiles):
             old_agent = self._agent()
             if old_agent is not None:
                 terminate(old_agent.pid, self._agent_marker())
-            from worker.local_agent import ensure_local_agent
-
-            try:
-                agent = ensure_local_agent(self.home, startup_timeout=timeout)
-            except RuntimeError as err:
-                raise StackError(str(err)) from None
-            say(f"agent: pid {old_agent.pid if old_agent else '-'} replaced by pid {agent.pid} ({took()})")
+            agent_pid = self._start_agent(timeout)
+            say(f"agent: pid {old_agent.pid if old_agent else '-'} replaced by pid {agent_pid} ({took()})")
 
             old_proxy = state.proxy_pid
             terminate(old_proxy, self._proxy_marker())
-            self.proxy_ready_file.unlink(missing_ok=True)
-            proxy = self._spawn("proxy", self._proxy_command(state), env=self._worker_env(state))
-            state.proxy_pid = proxy.pid
+            proxy = self._spawn_proxy(state)
             self._write_state(state)
             self._wait("proxy", proxy, lambda: self._proxy_up(state), deadline, (state.proxy_port,))
             say(f"proxy: pid {old_proxy} replaced by pid {proxy.pid} ({took()})")
         return self.status()
+
+    def _spawn_proxy(self, state: StackState) -> subprocess.Popen[bytes]:
+        """A new proxy on `state.proxy_port`, its pid in `state` (the caller has stopped the old one)."""
+        self.proxy_ready_file.unlink(missing_ok=True)
+        proxy = self._spawn("proxy", self._proxy_command(state), env=self._worker_env(state))
+        state.proxy_pid = proxy.pid
+        return proxy
+
+    def _start_agent(self, timeout: float) -> int:
+        """The local agent, started if none runs (worker.local_agent); its pid."""
+        from worker.local_agent import ensure_local_agent
+
+        try:
+            return ensure_local_agent(self.home, startup_timeout=timeout).pid
+        except RuntimeError as err:
+            raise StackError(str(err)) from None
 
     def settled_status(self) -> StackStatus:
         """status(), once no start, stop or upgrade is under way (during an upgrade two workers run)."""
