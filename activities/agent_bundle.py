@@ -65,6 +65,12 @@ sys.exit(main())
 _CLOSURE_SCRIPT = r"""
 import importlib.metadata as md, json, os, sys, sysconfig
 preloaded = set(sys.modules)  # the interpreter's start (site, .pth hooks) is not the agent's
+real = os.path.realpath
+paths = sysconfig.get_paths()
+sites = {real(paths["purelib"]), real(paths["platlib"])}
+# The worker's own packages where it imported them from, e.g. a source tree on PYTHONPATH, which -I drops.
+if len(sys.argv) > 1 and real(sys.argv[1]) not in sites:
+    sys.path.insert(0, sys.argv[1])
 import agent.main, agent.app
 import uvicorn
 async def app(scope, receive, send):
@@ -75,9 +81,6 @@ try:
     auto_loop_factory()
 except ImportError:
     pass
-real = os.path.realpath
-paths = sysconfig.get_paths()
-sites = {real(paths["purelib"]), real(paths["platlib"])}
 stdlib = {real(paths["stdlib"]), real(paths["platstdlib"])}
 def under(path, roots):
     return any(path.startswith(root + os.sep) for root in roots)
@@ -132,9 +135,16 @@ def _skipped(arcname: str) -> bool:
 
 def agent_closure(python: str = sys.executable) -> dict[str, Path]:
     """Every file the bundle holds, by its path inside the bundle."""
+    import agent  # the worker deploys the agent of the code it runs, wherever that code was imported from
+
+    imported_from = str(Path(agent.__file__).resolve().parent.parent)
     try:
         done = subprocess.run(
-            [python, "-I", "-c", _CLOSURE_SCRIPT], capture_output=True, text=True, check=True, timeout=120
+            [python, "-I", "-c", _CLOSURE_SCRIPT, imported_from],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
         )
     except subprocess.CalledProcessError as exc:
         raise BundleError(f"could not list the agent's imports: {exc.stderr.strip()[-2000:]}") from exc

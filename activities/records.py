@@ -44,17 +44,22 @@ class RecordActivities:
         await asyncio.to_thread(self._record_run, record)
 
     def _record_run(self, record: RecordRun) -> None:
-        self._store.record_changes(
-            record.run_id,
-            {
-                "status": record.status.value,
-                "termination_reason": record.termination_reason.value if record.termination_reason else None,
-                "status_message": record.status_message,
-                "finished_at": record.finished_at,
-            },
-            (record.start_seq, _rows(record.events)),
-            [(job_submission_record(job), job.start_seq, _rows(job.events)) for job in record.jobs],
-        )
+        store_run_changes(self._store, record)
+
+
+def store_run_changes(store: Store, record: RecordRun) -> None:
+    """A run's new events and status, and its jobs', in one transaction."""
+    store.record_changes(
+        record.run_id,
+        {
+            "status": record.status.value,
+            "termination_reason": record.termination_reason.value if record.termination_reason else None,
+            "status_message": record.status_message,
+            "finished_at": record.finished_at,
+        },
+        (record.start_seq, _rows(record.events)),
+        [(job_submission_record(job), job.start_seq, _rows(job.events)) for job in record.jobs],
+    )
 
 
 def pipeline_task_record(request: RecordPipelineTask) -> RunRecord:

@@ -15,7 +15,6 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from core.eventlog import Event
 from core.runs.state_machine import replay_run
 from core.runs.watching import RunNews
 from core.status import RunStatus
@@ -52,8 +51,5 @@ class RunWatchActivities:
             raise LookupError(f"run {run_id} is not in the store")  # retried: submission stores it first
         if not RunStatus(record.status).is_finished():
             return None
-        events = [
-            Event(timestamp=r.timestamp, name=r.name, context=r.context_data())
-            for r in self._store.read_events(run_id, None)
-        ]
+        events = [r.to_event() for r in self._store.read_events(run_id, None)]
         return RunNews.of(run_id, replay_run(events))

@@ -16,7 +16,7 @@ from activities.code import MissingCodeSource, RepoTooLarge, code_sources, pack_
 from cli.errors import FerryError, RunActive, RunNotFound, RunStuck
 from cli.fleet_api import FleetAPI, choose_fleet
 from cli.secret_api import check_secrets
-from cli.stuck import stuck_runs, stuck_workflows
+from cli.stuck import StuckWorkflow, stop_stuck_run, stuck_runs, stuck_workflows
 from cli.tasks import task_run
 from cli.volume_api import run_volumes
 from core.configuration import RunConfiguration
@@ -304,12 +304,17 @@ class FerryAPI:
         record = await self.get_run(run_name)
         if RunStatus(record.status).is_finished():
             return StopReply(status=RunStatus(record.status))
-        await self._refuse_if_stuck(record, "a stop")
+        stuck = await self._stuck(record)
+        if stuck is not None:  # it would never take the update: stopped from outside instead
+            return await stop_stuck_run(self.client, self.task_queue, self.project, record, stuck, abort)
         return await self._handle(record).execute_update(RunWorkflow.stop, StopRequest(abort=abort))
+
+    async def _stuck(self, record: RunRecord) -> StuckWorkflow | None:
+        return stuck_runs(await stuck_workflows(self.client)).get(record.workflow_id)
 
     async def _refuse_if_stuck(self, record: RunRecord, what: str) -> None:
         """An update to a stuck workflow would wait for ever: said at once instead (docs/upgrades.md)."""
-        stuck = stuck_runs(await stuck_workflows(self.client)).get(record.workflow_id)
+        stuck = await self._stuck(record)
         if stuck is not None:
             raise RunStuck(
                 f"run {record.run_name} cannot take {what}: its {stuck.message()} "
@@ -370,7 +375,7 @@ class FerryAPI:
 
 
 def _events(rows: list[EventRecord]) -> list[Event]:
-    return [Event(timestamp=r.timestamp, name=r.name, context=r.context_data()) for r in rows]
+    return [r.to_event() for r in rows]
 
 
 _ADJECTIVES = (

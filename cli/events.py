@@ -11,7 +11,6 @@ from cli import render
 from cli.context import Context
 from cli.errors import CommandError
 from cli.tasks import task_run
-from core.eventlog import Event
 from core.status import RunStatus
 
 if TYPE_CHECKING:
@@ -48,7 +47,7 @@ def events(
                 job_id = _job_submission(store, run, replica or 0, job or 0, submission)
             new = [] if of_job and job_id is None else store.read_events(run.id, job_id, after)
             for record in new:
-                event = Event(timestamp=record.timestamp, name=record.name, context=record.context_data())
+                event = record.to_event()
                 typer.echo(event.to_json() if as_json else render.event_line(event))
                 after = record.seq
             if not follow or any(r.name == FINAL_EVENT for r in new) or (finished and not new):

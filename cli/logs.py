@@ -30,7 +30,6 @@ def parse_since(value: str | None) -> float | None:
 def cycle_jobs(store: Store, run: RunRecord, cycle: int | None) -> set[tuple[int, int, int]] | None:
     """A scheduled run's logs are one cycle's (docs/schedules.md): the latest, or `--cycle N`; None (every
     submission) for any other run."""
-    from core.eventlog import Event
     from core.runs.cycles import cycle_submissions
 
     scheduled = run.configuration_data().get("schedule") is not None
@@ -39,7 +38,7 @@ def cycle_jobs(store: Store, run: RunRecord, cycle: int | None) -> set[tuple[int
             raise CommandError(f"--cycle: run {run.run_name} is not a scheduled run", USAGE_EXIT)
         return None
     rows = store.read_events(run.id, None)
-    events = [Event(timestamp=r.timestamp, name=r.name, context=r.context_data()) for r in rows]
+    events = [r.to_event() for r in rows]
     _, keys = cycle_submissions(events, cycle)
     if cycle is not None and not keys:
         latest, _ = cycle_submissions(events, None)

@@ -1,4 +1,5 @@
-"""`ferry stop RUN [-x] [-y]`: stop (or abort) a run through Temporal, then wait until it has finished."""
+"""`ferry stop RUN [-x] [-y]`: stop (or abort) a run through Temporal, then wait until it has finished; a
+stuck run is stopped from outside (docs/upgrades.md#stopping-a-stuck-run)."""
 
 from __future__ import annotations
 
@@ -31,9 +32,14 @@ def stop(run_name: str, *, abort: bool, yes: bool) -> int:
 
 async def _stop(ctx: Context, run: RunRecord, *, abort: bool) -> int:
     api = await ctx.api()
-    await api.stop(run.run_name, abort=abort)
+    reply = await api.stop(run.run_name, abort=abort)
     console = render.console(stderr=True)
-    console.print(f"run {run.run_name}: {'aborting' if abort else 'stopping'}", highlight=False)
+    doing = "aborted" if abort else "stopped"
+    if reply.stuck is not None:  # docs/upgrades.md#stopping-a-stuck-run
+        said = f"run {run.run_name}: {doing} from outside, its {reply.stuck}"
+    else:
+        said = f"run {run.run_name}: {'aborting' if abort else 'stopping'}"
+    console.print(said, highlight=False, markup=False, soft_wrap=True)
     while True:
         current = await asyncio.to_thread(api.store.get_run, run.id)
         if current is not None and RunStatus(current.status).is_finished():

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from core.temporal_connection import TemporalConnection
+    from core.wire.run_messages import StopReply
     from store import RunRecord
 
 STUCK_QUERY = "TemporalReportedProblems IS NOT NULL AND ExecutionStatus = 'Running'"
@@ -146,3 +147,40 @@ class StuckRuns:
             return await asyncio.wait_for(ask(), ASK_TIMEOUT)
         except (RuntimeError, RPCError, TimeoutError, ConnectionSettingsError):
             return []
+
+
+async def stop_stuck_run(
+    client: Client, task_queue: str, project: str, record: RunRecord, stuck: StuckWorkflow, abort: bool
+) -> StopReply:
+    """`ferry stop` of a stuck run: carried out from outside by a StuckStopWorkflow beside the run's
+    (docs/upgrades.md#stopping-a-stuck-run); a second stop meanwhile waits for the same one."""
+    from temporalio.client import WorkflowFailureError
+    from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+    from temporalio.exceptions import FailureError
+
+    from cli.errors import FerryError
+    from core.wire.stuck_stop import StuckStopInput
+    from core.wire.workflow_ids import stuck_stop_workflow_id
+    from workflows.stuck_stop import StuckStopWorkflow
+
+    inp = StuckStopInput(
+        run_id=record.id,
+        run_workflow_id=record.workflow_id,
+        project=project,
+        abort=abort,
+        note=stuck.message(),
+    )
+    try:
+        return await client.execute_workflow(
+            StuckStopWorkflow.run,
+            inp,
+            id=stuck_stop_workflow_id(record.workflow_id),
+            task_queue=task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+    except WorkflowFailureError as err:
+        cause = err.cause.message if isinstance(err.cause, FailureError) else str(err.cause)
+        raise FerryError(
+            f"run {record.run_name} is stuck and could not be stopped from outside: {cause}"
+        ) from err

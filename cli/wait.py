@@ -15,7 +15,6 @@ from cli import exit_codes, render
 from cli.context import Context
 from cli.errors import USAGE_EXIT, CommandError, say
 from core.configuration.durations import parse_duration
-from core.eventlog import Event
 from core.status import RunStatus
 
 if TYPE_CHECKING:
@@ -43,7 +42,7 @@ def check(
     if event is not None:
         for record in store.read_all_events(run.id):
             if record.name == event:
-                found = Event(timestamp=record.timestamp, name=record.name, context=record.context_data())
+                found = record.to_event()
                 return REACHED, render.event_line(found)
         return (
             IMPOSSIBLE if finished else None

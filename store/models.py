@@ -14,6 +14,8 @@ from typing import Any
 from sqlalchemy import BigInteger, Index, Integer, LargeBinary, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
+from core.eventlog import Event
+
 # SQLite only autoincrements an INTEGER PRIMARY KEY (the rowid); elsewhere the append-only tables
 # get 64-bit ids, as they may well outgrow 2**31 rows over a long-lived server's life.
 _BIG_ID = BigInteger().with_variant(Integer(), "sqlite")
@@ -96,6 +98,9 @@ class EventRecord(SQLModel, table=True):
     def context_data(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.context)
         return data
+
+    def to_event(self) -> Event:
+        return Event(timestamp=self.timestamp, name=self.name, context=self.context_data())
 
 
 class LogChunkRecord(SQLModel, table=True):

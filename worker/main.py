@@ -25,6 +25,7 @@ from activities.schedules import ScheduleActivities
 from activities.services import ServiceActivities
 from activities.ssh import HostPool
 from activities.ssh_config import DeployOptions
+from activities.stuck_stop import StuckStopActivities
 from activities.volumes import VolumeActivities
 from core.settings import TASK_QUEUE, Settings
 from core.wire.volumes import HostDirs
@@ -38,6 +39,7 @@ from workflows.metrics import MetricsWorkflow
 from workflows.notify import NotifyWorkflow
 from workflows.pipeline import PipelineWorkflow
 from workflows.run import RunWorkflow
+from workflows.stuck_stop import StuckStopWorkflow
 
 WORKFLOWS: Sequence[type] = (
     RunWorkflow,
@@ -47,6 +49,7 @@ WORKFLOWS: Sequence[type] = (
     PipelineWorkflow,
     MetricsWorkflow,
     NotifyWorkflow,
+    StuckStopWorkflow,
 )
 # Per-call timeout for agent requests: short, so a lost host is noticed within the watch's threshold.
 AGENT_REQUEST_TIMEOUT = 5.0
@@ -65,6 +68,7 @@ def activities_for(
     volumes = VolumeActivities(store)
     metrics = MetricsActivities(instances)
     notifications = NotificationActivities(store)
+    stuck_stops = StuckStopActivities(client, instances, store)
     # A host this worker has not deployed (a fleet older than the worker) is found through the store.
     instances.set_resolver(InstanceResolver(instances, store))
     return [
@@ -96,6 +100,9 @@ def activities_for(
         schedules.update_schedule,
         watches.watch_run,
         notifications.deliver_notification,
+        stuck_stops.end_run_workflows,
+        stuck_stops.remove_run_tasks,
+        stuck_stops.record_stuck_stop,
     ]
 
 

@@ -192,13 +192,21 @@ def start_job(inp: JobInput, job_id: str, placement: Placement) -> StartJob:
 
 def job_record(inp: JobInput, state: JobState, start_seq: int, events: list[Event]) -> RecordJob:
     """A job submission's new events (from `start_seq`) and its status, for the store."""
+    job_id = job_submission_id(inp.run_id, inp.replica_num, inp.job_num, inp.submission_num)
+    return job_record_of(job_id, inp.run_id, state, start_seq, events)
+
+
+def job_record_of(
+    job_id: str, run_id: str, state: JobState, start_seq: int, events: list[Event]
+) -> RecordJob:
+    """The same, for a job known by its ids and its replayed state (core.runs.stuck_stop)."""
     finished_at = state.times.get(state.status) if state.status.is_finished() else None
     return RecordJob(
-        job_submission_id=job_submission_id(inp.run_id, inp.replica_num, inp.job_num, inp.submission_num),
-        run_id=inp.run_id,
-        replica_num=inp.replica_num,
-        job_num=inp.job_num,
-        submission_num=inp.submission_num,
+        job_submission_id=job_id,
+        run_id=run_id,
+        replica_num=state.replica_num,
+        job_num=state.job_num,
+        submission_num=state.submission_num,
         status=state.status,
         termination_reason=state.termination_reason,
         termination_message=last_note(state),

@@ -42,3 +42,8 @@ WATCH_RUN = "watch_run"
 
 # Notifications (activities/notifications.py): a run's webhook called (docs/runs.md#notifications).
 DELIVER_NOTIFICATION = "deliver_notification"
+
+# A stuck run stopped from outside (activities/stuck_stop.py, docs/upgrades.md#stopping-a-stuck-run).
+END_RUN_WORKFLOWS = "end_run_workflows"
+REMOVE_RUN_TASKS = "remove_run_tasks"
+RECORD_STUCK_STOP = "record_stuck_stop"

@@ -111,6 +111,7 @@ class DeployReply(Message):
 class StopReply(Message):
     status: RunStatus
     termination_reason: RunTerminationReason | None = None
+    stuck: str | None = None  # a stuck run stopped from outside: which workflow was stuck, and why
 
 
 class RunDescription(Message):

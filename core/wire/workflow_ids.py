@@ -58,3 +58,8 @@ def fleet_workflow_id(project: str, fleet: str) -> str:
 def schedule_id(run_workflow_id: str, run_id: str) -> str:
     """A scheduled run's schedule: beside its workflow, named by its run id (names are reused)."""
     return f"{run_workflow_id}/schedule/{run_id}"
+
+
+def stuck_stop_workflow_id(run_workflow: str) -> str:
+    """A stuck run's stop from outside (docs/upgrades.md#stopping-a-stuck-run), beside its workflow."""
+    return f"{run_workflow}/stuck-stop"

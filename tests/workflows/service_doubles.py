@@ -18,6 +18,7 @@ from temporalio import activity
 from temporalio.client import Client
 
 from activities.run_watch import RunWatchActivities
+from core.eventlog import Event
 from core.services.replicas import ReplicaState
 from core.wire import activity_names as names
 from core.wire.messages import CreateSchedule, RecordPipelineTask, UpdateScheduleRequest, WatchReply, WatchRun
@@ -126,8 +127,8 @@ class _StoredEvent:
     name: str
     context: dict[str, Any]
 
-    def context_data(self) -> dict[str, Any]:
-        return self.context
+    def to_event(self) -> Event:
+        return Event(timestamp=self.timestamp, name=self.name, context=self.context)
 
 
 class StoredRuns:
