@@ -21,6 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.agent_client import AgentUnreachable
+from activities.handover import hands_over
 from activities.instances import LOCAL_INSTANCE, InstanceDirectory, UnknownInstance
 from activities.jobs import heartbeating, remove_task
 from activities.ssh import HostPool
@@ -104,6 +105,7 @@ class FleetActivities:
     # --- health ------------------------------------------------------------------------------------------
 
     @activity.defn(name=names.WATCH_FLEET_HEALTH)
+    @hands_over
     async def watch_fleet_health(self, request: WatchFleet) -> HealthReport:
         """Until an instance changes: a ready one stops answering, or an unreachable one is deployed again."""
         targets = {target.name: target for target in ssh_targets(request.configuration, request.fleet)}

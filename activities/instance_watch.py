@@ -25,6 +25,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.agent_client import AgentClient, AgentError, AgentUnreachable
+from activities.handover import hands_over
 from activities.instances import InstanceDirectory
 from activities.jobs import HTTP_NOT_FOUND, heartbeating
 from core.status import JobTerminationReason
@@ -62,6 +63,7 @@ class InstanceWatchActivities:
         self._replaced: set[asyncio.Task[None]] = set()
 
     @activity.defn(name=names.WATCH_INSTANCE)
+    @hands_over
     async def watch_instance(self, request: WatchInstance) -> None:
         """Until cancelled (the fleet ends or moves on): follow the instance's tasks. A newer watch of the
         same instance and project on this worker replaces this one, which then returns: the fleet

@@ -19,6 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.agent_client import AgentClient, AgentError, AgentUnreachable
+from activities.handover import hands_over
 from activities.instances import InstanceDirectory
 from activities.secrets import SecretFiller
 from core.jobs.transitions import published_ports
@@ -207,6 +208,7 @@ class JobActivities:
         return await self.start_job(request.start)
 
     @activity.defn(name=names.WATCH_JOB)
+    @hands_over
     async def watch_job(self, request: WatchJob) -> JobOutcome:
         """Pull the job's states and logs until it has ended, storing the logs as they arrive.
 

@@ -20,6 +20,7 @@ import httpx
 from temporalio import activity
 
 from activities.agent_client import AgentError
+from activities.handover import hands_over
 from activities.instances import InstanceDirectory
 from activities.jobs import heartbeating
 from core.configuration.service import ProbeSpec
@@ -107,6 +108,7 @@ class ServiceActivities:
         await asyncio.to_thread(self._store.remove_replica, job_submission_id)
 
     @activity.defn(name=names.WATCH_LOAD)
+    @hands_over
     async def watch_load(self, request: WatchLoad) -> LoadChange:
         rule = request.rule
         async with heartbeating():

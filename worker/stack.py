@@ -56,7 +56,8 @@ DEFAULT_UI_PORT = 8233
 DEFAULT_PROXY_PORT = 8300  # the services proxy (gateway/): http://127.0.0.1:8300/proxy/services/...
 START_TIMEOUT = 60.0
 PORT_ATTEMPTS = 3  # starts of a process whose free port another took before it could bind it
-# An upgraded worker's graceful shutdown (worker.main: 5 s for its activities), and a margin to exit.
+# An upgraded worker's graceful shutdown (worker.main: 5 s at most for activities other than the watches,
+# which hand over at once: activities/handover.py), and a margin to exit.
 DRAIN_TIMEOUT = 30.0
 
 
