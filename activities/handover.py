@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -24,7 +24,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def hands_over(watch: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+def hands_over(watch: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
     @functools.wraps(watch)
     async def handing_over(*args: P.args, **kwargs: P.kwargs) -> T:
         work = asyncio.ensure_future(watch(*args, **kwargs))
