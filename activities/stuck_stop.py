@@ -28,6 +28,7 @@ from core.configuration.base import DEFAULT_STOP_DURATION
 from core.configuration.durations import parse_optional_duration
 from core.eventlog import Event, EventlogError
 from core.runs.stuck_stop import StuckStop, end_stuck_run
+from core.runs.terminating import stop_reason
 from core.status import JobTerminationReason
 from core.wire import activity_names as names
 from core.wire.agent_api import TaskStatus
@@ -116,11 +117,7 @@ class StuckStopActivities:
                 self._instance_names, request, [j.instance_name for j in records]
             )
             grace = 0.0 if request.abort else max(_grace(run) for run in runs)
-            reason = (
-                JobTerminationReason.ABORTED_BY_USER
-                if request.abort
-                else JobTerminationReason.TERMINATED_BY_USER
-            )
+            reason = stop_reason(request.abort).to_job_termination_reason()  # as the run tells its jobs
             removed: list[str] = []
             unremoved: dict[str, str] = {}
             for instance in instances:
