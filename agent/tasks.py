@@ -126,7 +126,10 @@ class TaskRegistry:
         for task_dir in sorted(self.tasks_dir.iterdir()):
             paths = TaskPaths(task_dir)
             if not paths.record.exists():
-                continue  # a submission that died before its first write: nothing was granted
+                # A submission that died before its first write, or a removal that died after its first:
+                # nothing is granted or runs there, and no client will ask for it again.
+                shutil.rmtree(task_dir, ignore_errors=True)
+                continue
             try:
                 record = load_record(paths)
             except ValueError as exc:
@@ -236,6 +239,8 @@ class TaskRegistry:
             raise TaskConflict(f"task {task_id!r} is {record.status}: terminate it before removing it")
         if record.netns is not None:
             task_network.teardown(task_id, record.netns)
+        # The record first: a removal cut short leaves a directory without one, which load() removes.
+        self.paths(task_id).record.unlink(missing_ok=True)
         shutil.rmtree(self.paths(task_id).root, ignore_errors=True)
         del self._records[task_id]
         self.tell(task_id)

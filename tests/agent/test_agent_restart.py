@@ -149,3 +149,25 @@ async def assert_reports_the_same_after_another_restart(
     finally:
         again.kill()
     assert after == before
+
+
+async def test_a_restarted_agent_removes_what_a_cut_short_removal_or_submission_left(workspace: Path) -> None:
+    """An agent killed between a removal's first and last write (or a submission's) leaves a task's
+    directory without its record: the next agent on the data dir removes it (the chaos suite found one)."""
+    agent = start_agent(workspace / "first")
+    tasks = agent.data_dir / "tasks"
+    kept, removed = new_id("kept"), new_id("removed")
+    try:
+        async with agent.client() as client:
+            for task_id in (kept, removed):
+                await start_job(client, ["echo done"], task_id=task_id)
+                await pull_all(client, task_id)
+        agent.kill()
+        (tasks / removed / "task.json").unlink()  # what remove() does first
+        (tasks / new_id("submitted")).mkdir()  # what a submission does before its record
+        agent = start_agent(workspace / "second", data_dir=agent.data_dir)
+        async with agent.client() as client:
+            assert [task.id for task in await client.list_tasks()] == [kept]
+        assert sorted(path.name for path in tasks.iterdir()) == [kept]
+    finally:
+        stop_agent(agent)
