@@ -28,6 +28,8 @@ core.fleets.placement):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pydantic import Field
 
 from core.fleets.placement import (
@@ -96,6 +98,30 @@ class InstanceCapacity(Frozen):
     used: Resources = Field(default_factory=Resources, description="what its jobs hold: `ferry fleet list`")
 
 
+class QueueIndex:
+    """The request and job ids of a scheduler's queue, kept up across a step's enqueues: each would
+    otherwise search the whole queue, and a burst's step hears thousands (docs/fleets.md#scheduling).
+    Valid for the one queue it was built or last updated for (queues are never changed in place); any
+    other queue is indexed anew."""
+
+    def __init__(self) -> None:
+        self._queue: list[PlacementRequest] | None = None
+        self.requests: set[str] = set()
+        self.jobs: set[str] = set()
+
+    def of(self, queue: list[PlacementRequest]) -> QueueIndex:
+        if queue is not self._queue:
+            self.requests = {request.request_id for request in queue}
+            self.jobs = {node.job_id for request in queue for node in request.nodes}
+            self._queue = queue
+        return self
+
+    def added(self, request: PlacementRequest, queue: list[PlacementRequest]) -> None:
+        self.requests.add(request.request_id)
+        self.jobs.update(node.job_id for node in request.nodes)
+        self._queue = queue
+
+
 class SchedulerState(Frozen):
     instances: dict[str, InstanceSlot] = Field(default_factory=dict)
     queue: list[PlacementRequest] = Field(default_factory=list, description="waiting, in submission order")
@@ -112,8 +138,20 @@ class SchedulerState(Frozen):
         ids = [request.request_id for request in self.waiting()]
         return ids.index(request_id) + 1 if request_id in ids else None
 
-    def grant(self, request_id: str) -> Grant | None:
-        """The placements of a granted request still held (all its nodes until they are released)."""
+    def grant(self, request_id: str, job_ids: Iterable[str] | None = None) -> Grant | None:
+        """The placements of a granted request still held (all its nodes until they are released).
+        `job_ids`, the request's jobs where the caller knows them, are looked up rather than searched
+        for among every allocation: a fleet's step costs what it hears, not its whole book."""
+        slots = self._slots()
+        if job_ids is None:
+            held = [(slot, job, a) for slot in slots for job, a in slot.allocations.items()]
+        else:
+            held = [
+                (slot, job, slot.allocations[job])
+                for job in job_ids
+                for slot in slots
+                if job in slot.allocations
+            ]
         placements = [
             NodePlacement(
                 job_id=job,
@@ -124,8 +162,7 @@ class SchedulerState(Frozen):
                 blocks=a.blocks,
                 shared=slot.blocks is None or a.blocks < slot.blocks,
             )
-            for slot in self._slots()
-            for job, a in slot.allocations.items()
+            for slot, job, a in held
             if a.request_id == request_id
         ]
         return (
@@ -133,6 +170,12 @@ class SchedulerState(Frozen):
             if placements
             else None
         )
+
+    def knows(self, request: PlacementRequest, index: QueueIndex | None = None) -> bool:
+        """Whether the request is queued or granted already (`index`: the step's, if it keeps one)."""
+        if request.request_id in (index or QueueIndex()).of(self.queue).requests:
+            return True
+        return self.grant(request.request_id, [node.job_id for node in request.nodes]) is not None
 
     def job_instance(self, job_id: str) -> str | None:
         return next((slot.name for slot in self._slots() if job_id in slot.allocations), None)
@@ -215,23 +258,28 @@ class SchedulerState(Frozen):
 
     # --- changing ------------------------------------------------------------------------------------------
 
-    def enqueue(self, request: PlacementRequest) -> SchedulerState:
-        """The request, queued with the next submission number; the same request id again changes nothing."""
-        if any(r.request_id == request.request_id for r in self.queue) or self.grant(request.request_id):
+    def enqueue(self, request: PlacementRequest, index: QueueIndex | None = None) -> SchedulerState:
+        """The request, queued with the next submission number; the same request id again changes nothing.
+        `index`: the step's, if it keeps one."""
+        index = (index or QueueIndex()).of(self.queue)
+        if self.knows(request, index):
             return self
-        taken = {node.job_id for r in self.queue for node in r.nodes} | self._allocated_jobs()
-        clash = sorted(taken & {node.job_id for node in request.nodes})
+        jobs = [node.job_id for node in request.nodes]
+        clash = sorted(job for job in jobs if job in index.jobs or self.job_instance(job) is not None)
         if clash:
             raise ValueError(f"job {clash[0]} is already queued or placed by another request")
         queued = request.model_copy(update={"seq": self.next_seq})
-        return self.model_copy(update={"queue": [*self.queue, queued], "next_seq": self.next_seq + 1})
+        state = self.model_copy(update={"queue": [*self.queue, queued], "next_seq": self.next_seq + 1})
+        index.added(queued, state.queue)
+        return state
 
     def schedule(self) -> tuple[SchedulerState, list[Grant]]:
         """Grant every waiting gang that fits now, in priority order, without passing a blocked one."""
         instances = dict(self.instances)
         rooms = {slot.name: Room.of(slot) for slot in self._slots() if slot.status == InstanceStatus.READY}
         blocked: set[str] = set()
-        granted: list[str] = []
+        granted: list[PlacementRequest] = []
+        added: dict[str, dict[str, Allocation]] = {}  # instance -> the step's new allocations there
         slots = self._slots()
         # A burst queues many requests alike: one that found no room decides for the others (the same
         # rooms, the same usable instances); each step of the fleet costs its head, not its whole queue
@@ -257,14 +305,18 @@ class SchedulerState(Frozen):
                 allocation = Allocation(
                     request_id=request.request_id, node=node, resources=reserved, blocks=blocks
                 )
-                slot = instances[name]
-                instances[name] = slot.model_copy(
-                    update={"allocations": {**slot.allocations, request.nodes[node].job_id: allocation}}
-                )
-            granted.append(request.request_id)
-        queue = [request for request in self.queue if request.request_id not in granted]
+                added.setdefault(name, {})[request.nodes[node].job_id] = allocation
+            granted.append(request)
+        for name, allocations in added.items():  # each instance copied once, however many it took
+            slot = instances[name]
+            instances[name] = slot.model_copy(update={"allocations": {**slot.allocations, **allocations}})
+        ids = {request.request_id for request in granted}
+        queue = [request for request in self.queue if request.request_id not in ids]
         state = self.model_copy(update={"instances": instances, "queue": queue})
-        return state, [grant for request_id in granted if (grant := state.grant(request_id)) is not None]
+        grants = [
+            state.grant(request.request_id, [node.job_id for node in request.nodes]) for request in granted
+        ]
+        return state, [grant for grant in grants if grant is not None]
 
     def release(self, job_id: str) -> SchedulerState:
         """The job's capacity back; a deleted instance goes with its last job. Unknown jobs change nothing."""
@@ -272,7 +324,8 @@ class SchedulerState(Frozen):
         if name is None:
             return self
         slot = self.instances[name]
-        left = {job: a for job, a in slot.allocations.items() if job != job_id}
+        left = dict(slot.allocations)  # a copy in C, not a comprehension: releases come in bursts too
+        del left[job_id]
         instances = dict(self.instances)
         if not left and slot.status == InstanceStatus.DELETED:
             del instances[name]
@@ -356,9 +409,6 @@ class SchedulerState(Frozen):
             if slot.status != InstanceStatus.DELETED
             and any(isinstance(node_cost(slot, n), tuple) for n in request.nodes)
         }
-
-    def _allocated_jobs(self) -> set[str]:
-        return {job for slot in self.instances.values() for job in slot.allocations}
 
     def _with_status(self, slot: InstanceSlot, status: InstanceStatus) -> SchedulerState:
         return self.model_copy(

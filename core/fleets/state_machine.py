@@ -37,7 +37,7 @@ from core.fleets.messages import (
     Undelivered,
 )
 from core.fleets.placement import Frozen, InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
-from core.fleets.scheduling import SchedulerState
+from core.fleets.scheduling import QueueIndex, SchedulerState
 from core.run_types import configurator_for
 from core.wire.agent_api import ClusterInfo, Resources
 from core.wire.job_messages import Enqueue, Placement
@@ -161,10 +161,6 @@ class FleetBook(Frozen):
         ]
         return sorted(rows, key=lambda row: row.name)
 
-    def knows(self, request_id: str) -> bool:
-        queued = any(r.request_id == request_id for r in self.scheduler.queue)
-        return queued or self.scheduler.grant(request_id) is not None
-
 
 class FleetInput(Frozen):
     project: str
@@ -215,10 +211,11 @@ def _forget(book: FleetBook, request: PlacementRequest) -> FleetBook:
     )
 
 
-def apply(book: FleetBook, command: FleetCommand) -> Step:
-    """One message heard by the fleet, applied to its book."""
+def apply(book: FleetBook, command: FleetCommand, index: QueueIndex | None = None) -> Step:
+    """One message heard by the fleet, applied to its book. `index`: one kept for the step's commands,
+    so that each enqueue costs what it adds, not the queue's length."""
     if isinstance(command, Enqueue):
-        return _enqueue(book, command)
+        return _enqueue(book, command, index)
     if isinstance(command, ReleaseJob):
         return _release(book, command.job_id)
     if isinstance(command, CancelRequest):
@@ -240,7 +237,8 @@ def apply(book: FleetBook, command: FleetCommand) -> Step:
 def _release(book: FleetBook, job_id: str) -> Step:
     """A job gives its capacity back; one that never got any (stopped while waiting) withdraws its replica."""
     if book.scheduler.job_instance(job_id) is not None:
-        notify = {job: wid for job, wid in book.notify.items() if job != job_id}
+        notify = dict(book.notify)
+        notify.pop(job_id, None)
         return book.copy_with(scheduler=book.scheduler.release(job_id), notify=notify), []
     request = next((r for r in book.scheduler.queue if any(n.job_id == job_id for n in r.nodes)), None)
     if request is None:  # its replica is not enqueued yet (or was dropped): it must not be placed later
@@ -255,9 +253,10 @@ def as_queued(book: FleetBook, request: PlacementRequest) -> PlacementRequest:
     return request.model_copy(update={"fleets": None, "spread": request.spread and not book.local})
 
 
-def _enqueue(book: FleetBook, command: Enqueue) -> Step:
+def _enqueue(book: FleetBook, command: Enqueue, index: QueueIndex | None) -> Step:
     request = as_queued(book, command.request)
-    if book.knows(request.request_id):
+    index = (index or QueueIndex()).of(book.scheduler.queue)
+    if book.scheduler.knows(request, index):
         return book, []
     withdrawn = {n.job_id for n in request.nodes} & set(book.gone)
     if withdrawn:
@@ -271,7 +270,7 @@ def _enqueue(book: FleetBook, command: Enqueue) -> Step:
     if why is not None:
         return book, _refusals(command.notify, request, why)
     try:
-        scheduler = book.scheduler.enqueue(request)
+        scheduler = book.scheduler.enqueue(request, index)
     except ValueError as err:
         return book, _refusals(command.notify, request, str(err))
     return book.copy_with(scheduler=scheduler, notify={**book.notify, **command.notify}), []

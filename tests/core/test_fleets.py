@@ -17,6 +17,7 @@ from core.fleets.messages import (
     Undelivered,
 )
 from core.fleets.placement import InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
+from core.fleets.scheduling import QueueIndex
 from core.fleets.state_machine import FleetBook, apply, deployed, replica_enqueue, schedule, undelivered
 from core.wire.agent_api import Resources
 from core.wire.job_messages import Enqueue
@@ -224,3 +225,23 @@ def test_a_replicas_request_from_a_run_configuration() -> None:
         snake, run_id="s-1", replica_num=0, submissions=[0], job_workflow_ids=["w"], priority=0
     )
     assert boxed.request.nodes[0].container
+
+
+def test_a_steps_queue_index_follows_the_queue_whoever_changes_it() -> None:
+    """One QueueIndex across a step's commands (workflows/fleet.py): a repeat is known, a clash refused,
+    and a request cancelled by another command may be queued again."""
+    index = QueueIndex()
+    state = book(hosts=1)
+    state, _ = apply(state, gang("a", cpu=8), index)  # the host's whole
+    state, _ = apply(state, gang("b", cpu=8), index)
+    state, notices = apply(state, gang("b", cpu=8), index)
+    assert notices == [] and [r.request_id for r in state.scheduler.queue] == ["a", "b"]
+    b = gang("b")
+    clash = Enqueue(request=b.request.model_copy(update={"request_id": "c"}), notify=b.notify)
+    state, notices = apply(state, clash, index)
+    assert kinds(notices) == [("placement_refused", "b-j0")]
+    state, _ = apply(state, CancelRequest(request_id="b"), index)
+    state, notices = apply(state, gang("b", cpu=8), index)
+    assert notices == [] and [r.request_id for r in state.scheduler.queue] == ["a", "b"]
+    state, notices = step(state)
+    assert kinds(notices) == [("placed", "a-j0"), ("queued", "b-j0")]
