@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
@@ -169,11 +169,14 @@ class FleetAPI:
             updated_at=now,
         )
 
+    def _fleet_handle(self, workflow_id: str) -> WorkflowHandle[FleetWorkflow, object]:
+        return self.client.get_workflow_handle_for(FleetWorkflow.run, workflow_id)
+
     # --- reading -------------------------------------------------------------------------------------------
 
     async def describe(self, name: str) -> FleetDescription:
         """The fleet as its scheduler sees it now: instances, capacity, the queue."""
-        handle = self.client.get_workflow_handle_for(FleetWorkflow.run, fleet_workflow_id(self.project, name))
+        handle = self._fleet_handle(fleet_workflow_id(self.project, name))
         try:
             return await handle.query(FleetWorkflow.describe)
         except RPCError as err:
@@ -183,7 +186,7 @@ class FleetAPI:
 
     async def offer(self, name: str, request: PlacementRequest) -> FleetOffer:
         """What the fleet's scheduler would do with the request now (`ferry offer`); nothing is queued."""
-        handle = self.client.get_workflow_handle_for(FleetWorkflow.run, fleet_workflow_id(self.project, name))
+        handle = self._fleet_handle(fleet_workflow_id(self.project, name))
         try:
             return await handle.query(FleetWorkflow.answer_offer, request)
         except RPCError as err:
@@ -217,7 +220,7 @@ class FleetAPI:
         if record is None or record.status == FleetStatus.DELETED:
             raise FleetNotFound(f"no fleet named {name} in project {self.project!r} (see ferry fleet list)")
         await asyncio.to_thread(self.store.update_fleet, self.project, name, status=FleetStatus.DELETING)
-        handle = self.client.get_workflow_handle_for(FleetWorkflow.run, record.workflow_id)
+        handle = self._fleet_handle(record.workflow_id)
         try:
             described = await handle.execute_update(FleetWorkflow.delete)
         except (RPCError, WorkflowUpdateFailedError):
@@ -244,6 +247,8 @@ class FleetAPI:
             raise RunNotFound(f"no run named {run_name!r} in project {self.project!r}")
         if RunStatus(record.status).is_finished():
             raise FerryError(f"run {run_name} has finished ({record.status})")
-        handle = self.client.get_workflow_handle_for(RunWorkflow.run, record.workflow_id)
+        handle: WorkflowHandle[RunWorkflow, object] = self.client.get_workflow_handle_for(
+            RunWorkflow.run, record.workflow_id
+        )
         await handle.signal(RunWorkflow.set_priority, SetPriority(priority=priority))
         await asyncio.to_thread(self.store.update_run, record.id, priority=priority)
