@@ -23,6 +23,7 @@ from activities.records import RecordActivities
 from activities.run_watch import RunWatchActivities
 from activities.schedules import ScheduleActivities
 from activities.services import ServiceActivities
+from activities.signals import SignalActivities
 from activities.ssh import HostPool
 from activities.ssh_config import DeployOptions
 from activities.stuck_stop import StuckStopActivities
@@ -69,6 +70,7 @@ def activities_for(
     metrics = MetricsActivities(instances)
     notifications = NotificationActivities(store)
     stuck_stops = StuckStopActivities(client, instances, store)
+    signals = SignalActivities(client)
     # A host this worker has not deployed (a fleet older than the worker) is found through the store.
     instances.set_resolver(InstanceResolver(instances, store))
     return [
@@ -103,6 +105,7 @@ def activities_for(
         stuck_stops.end_run_workflows,
         stuck_stops.remove_run_tasks,
         stuck_stops.record_stuck_stop,
+        signals.send_signals,
     ]
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 from datetime import timedelta
 
 from temporalio import workflow
@@ -48,11 +47,11 @@ with workflow.unsafe.imports_passed_through():
         ReleaseJob,
         SetQueuedPriority,
         StopFleet,
-        Undelivered,
         WatchFleet,
     )
     from core.fleets.offers import FleetOffer, offer
     from core.fleets.placement import InstanceSlot, InstanceStatus, PlacementRequest
+    from core.fleets.scheduling import QueueIndex
     from core.fleets.state_machine import (
         FleetBook,
         FleetInput,
@@ -64,11 +63,11 @@ with workflow.unsafe.imports_passed_through():
         undelivered,
     )
     from core.fleets.status import FleetStatus
-    from core.status import JobTerminationReason
     from core.wire import activity_names as names
-    from core.wire.job_messages import Enqueue, PlacementRefused, Queued, TerminateJob
+    from core.wire.job_messages import Enqueue
     from core.wire.workflow_ids import project_workflows
-    from workflows import retry_policies
+    from workflows import retry_policies, signals
+    from workflows.fleet_notices import NoticeSender
     from workflows.handles import abandon
     from workflows.instance_watches import InstanceWatches
 
@@ -97,9 +96,9 @@ class FleetWorkflow:
         self._recorded: tuple[str, list[InstanceView]] | None = None
         self._recorded_at = 0.0
         self._wake_for_record: asyncio.Future[None] | None = None
-        self._sending: dict[str, asyncio.Future[None]] = {}  # by JobWorkflow id: its last signal on the way
         self._watches = InstanceWatches(project_workflows(inp.project))
         self._watching = False  # whether this run watches its instances (the jobs placed hear of it)
+        self._notices = NoticeSender(self._inbox, lambda: self._watching)
 
     # --- messages ---------------------------------------------------------------------------------------
 
@@ -181,70 +180,46 @@ class FleetWorkflow:
             with contextlib.suppress(ActivityError, CancelledError):
                 self._inbox.extend(handle.result().changes)
         notices: list[Notice] = []
+        index = QueueIndex()  # kept across the step's enqueues (a burst's step hears thousands)
         while self._inbox:
             command = self._inbox.pop(0)
             if isinstance(command, InstanceChange) and command.status == InstanceStatus.READY:
                 await self._clean(command.name)
-            self._book, more = apply(self._book, command)
+            self._book, more = apply(self._book, command, index)
             notices += more
         self._book, more = schedule(self._book)
         await self._send(notices + more)
-        if self._sending and (self._book.finished() or workflow.info().is_continue_as_new_suggested()):
+        if self._notices.in_flight and (
+            self._book.finished() or workflow.info().is_continue_as_new_suggested()
+        ):
             # Before the workflow ends or continues as new: every signal delivered, or back in the inbox.
-            await workflow.wait_condition(lambda: not self._sending)
+            await workflow.wait_condition(lambda: not self._notices.in_flight)
 
     async def _send(self, notices: list[Notice]) -> None:
         """Signal each job; a job that has ended gets nothing: what it was granted or waits for goes.
 
-        The signals go out and the next step starts at once: waiting for their delivery (seconds, for a
-        burst's hundreds of `queued`) held every grant back meanwhile. One that cannot be delivered comes
-        back through the inbox (`Undelivered`); a job's signals still arrive in the order they were sent
-        (docs/fleets.md#the-workflow-and-its-book)."""
-        if not workflow.patched(_SEND_UNBLOCKED):  # a history begun before: each step waited for its signals
+        A step's signals go by one local activity (milliseconds): one marker in the fleet's history, where
+        the fleet's own signals cost two events each and a workflow task to hear of their delivery. One
+        that cannot be delivered comes back through the inbox (`Undelivered`); a job's signals arrive in
+        the order they were sent (docs/fleets.md#the-workflow-and-its-book)."""
+        if workflow.patched(signals.LOCAL_HOT_PATH):
+            await self._notices.send_locally(notices)
+        elif workflow.patched(_SEND_UNBLOCKED):
+            self._notices.send_unblocked(notices)
+        else:  # a history begun before: each step waited for its signals
             await self._send_and_wait(notices)
-            return
-        for notice in notices:
-            before = self._sending.get(notice.workflow_id)
-            sending = asyncio.ensure_future(self._deliver(notice, before))
-            self._sending[notice.workflow_id] = sending
-            sending.add_done_callback(functools.partial(self._delivered, notice.workflow_id))
-
-    async def _deliver(self, notice: Notice, before: asyncio.Future[None] | None) -> None:
-        if before is not None:
-            await before  # never raises: an earlier _deliver to the same job
-        try:
-            await self._signal(notice)
-        except Exception:  # the job has ended (or never was): the book takes back what it gave it
-            self._inbox.append(Undelivered(notice=notice))
-
-    def _delivered(self, workflow_id: str, done: asyncio.Future[None]) -> None:
-        if self._sending.get(workflow_id) is done:
-            del self._sending[workflow_id]
 
     async def _send_and_wait(self, notices: list[Notice]) -> None:
         """Before `_SEND_UNBLOCKED`: the step waits until every signal is delivered or has failed."""
         while notices:
-            results = await asyncio.gather(*(self._signal(n) for n in notices), return_exceptions=True)
+            sent = [self._notices.signal(notice) for notice in notices]
+            results = await asyncio.gather(*sent, return_exceptions=True)
             failed = [notice for notice, result in zip(notices, results, strict=True) if result is not None]
             for notice in failed:
                 self._book = undelivered(self._book, notice)
             notices = []
             if any(n.kind in (NoticeKind.PLACED, NoticeKind.QUEUED) for n in failed):
                 self._book, notices = schedule(self._book)
-
-    async def _signal(self, notice: Notice) -> None:
-        handle = workflow.get_external_workflow_handle(notice.workflow_id)
-        if notice.kind == NoticeKind.PLACED:
-            assert notice.placement is not None  # a PLACED notice carries one
-            placement = notice.placement.model_copy(update={"watched": self._watching})
-            await handle.signal(notice.kind.value, placement)
-        elif notice.kind == NoticeKind.REFUSED:
-            await handle.signal(notice.kind.value, PlacementRefused(reason=notice.message or "no capacity"))
-        elif notice.kind == NoticeKind.QUEUED:
-            await handle.signal(notice.kind.value, Queued(position=notice.position or 0))
-        else:
-            reason = JobTerminationReason.INSTANCE_UNREACHABLE
-            await handle.signal(notice.kind.value, TerminateJob(reason=reason, message=notice.message))
 
     # --- activities -------------------------------------------------------------------------------------
 

@@ -14,7 +14,6 @@ workflow remembers beyond its log (the fleet's answer, a stop asked for) is `cor
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -49,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from core.wire.messages import TASK_ENDED, JobOutcome, PrepareAndStart, SSHEndpoint, SSHEndpointRequest
     from core.wire.workflow_ids import job_submission_id
-    from workflows import retry_policies
+    from workflows import retry_policies, signals
     from workflows.handles import abandon
     from workflows.job_agent import JobAgent, Stopped
     from workflows.job_news import JobNews
@@ -191,14 +190,12 @@ class JobWorkflow:
 
     async def _place(self, inp: JobInput) -> Placement | None:
         """Wait for the fleet's decision (node 0 asks for the whole replica); None when it is refused."""
-        fleet = workflow.get_external_workflow_handle(inp.fleet_workflow_id)
-        if inp.enqueue is not None:
-            try:
-                await fleet.signal(FLEET_ENQUEUE, inp.enqueue)
-            except FailureError:
-                reason = JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY
-                self._log(*fatal(reason, f"its fleet is not running ({inp.fleet_workflow_id})"))
-                return None
+        enqueue = inp.enqueue
+        fleet = inp.fleet_workflow_id
+        if enqueue is not None and not await signals.send_one(fleet, FLEET_ENQUEUE, enqueue, "enqueue"):
+            reason = JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY
+            self._log(*fatal(reason, f"its fleet is not running ({inp.fleet_workflow_id})"))
+            return None
         while True:
             await workflow.wait_condition(lambda: self._control.placement_outcome() is not None)
             outcome = self._control.placement_outcome()
@@ -324,7 +321,7 @@ class JobWorkflow:
         reason = self._state.termination_reason
         assert reason is not None  # every way here logged a fatal exception or the job's finish
         self._log("clean", status=reason.to_status(), reason=reason)
-        self._news.publish()
+        self._news.publish(last=True)
         await self._news.published()
         if releasing is not None:
             await releasing
@@ -347,9 +344,7 @@ class JobWorkflow:
 
     async def _release(self, inp: JobInput) -> None:
         """The capacity back to the fleet, once the task is gone (a fleet deleted meanwhile needs nothing)."""
-        fleet = workflow.get_external_workflow_handle(inp.fleet_workflow_id)
-        with contextlib.suppress(FailureError):
-            await fleet.signal(FLEET_RELEASE, ReleaseJob(job_id=self._id))
+        await signals.send_one(inp.fleet_workflow_id, FLEET_RELEASE, ReleaseJob(job_id=self._id), "release")
 
     def _note(self, **memo: str) -> None:
         self._log("memo", **memo)

@@ -9,18 +9,17 @@ both workflows a workflow task and the run a store write, so news is sent only a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from core.eventlog import Event
     from core.jobs.state_machine import JobState
     from core.jobs.transitions import job_update
     from core.wire.job_messages import JobInput
+    from workflows import signals
 
 RUN_SIGNAL = "job_update"
 # How long news of a quick step may wait for the next: short against how long a person watching
@@ -31,7 +30,7 @@ NEWS_DELAY = timedelta(seconds=1)
 class JobNews:
     """The news channel of one job submission to its run.
 
-    The job goes on while news travels (the signal leaves in the same workflow task as the job's next
+    The job goes on while news travels (a local activity sends it, workflows/signals.py, beside the job's next
     step). One signal is in flight at a time, so the run hears them in order; news asked for meanwhile
     goes with the next. News that can wait (`soon`: a step the next one usually follows within moments,
     provisioning -> pulling -> running) goes after NEWS_DELAY unless news that cannot wait takes it along.
@@ -45,9 +44,10 @@ class JobNews:
         self._state: JobState | None = None  # the job as of those
         self._sending: asyncio.Future[None] | None = None
         self._delayed: asyncio.Future[None] | None = None
+        self._last: int | None = None  # events up to the job's last word
 
-    def publish(self, *, soon: bool = False) -> None:
-        """Tell the run every event logged so far (soon: within NEWS_DELAY)."""
+    def publish(self, *, soon: bool = False, last: bool = False) -> None:
+        """Tell the run every event logged so far (soon: within NEWS_DELAY; last: the job's last word)."""
         if soon:
             if self._delayed is None:
                 self._delayed = asyncio.ensure_future(self._publish_later())
@@ -57,6 +57,8 @@ class JobNews:
             self._delayed = None
         events, self._state = self._job()
         self._upto = len(events)
+        if last:
+            self._last = self._upto
         if self._sending is None or self._sending.done():
             self._sending = asyncio.ensure_future(self._send())
 
@@ -72,13 +74,17 @@ class JobNews:
 
     async def _send(self) -> None:
         inp = self._input
-        run = workflow.get_external_workflow_handle(inp.run_workflow_id)
         while self._sent < self._upto:
             state = self._state
             assert state is not None
             events, _ = self._job()
             start, self._sent = self._sent, self._upto
             update = job_update(inp, state, workflow.now().timestamp(), start, events[start : self._sent])
-            # The run waits for every job's last word, so it is there; unless it was terminated.
-            with contextlib.suppress(FailureError):
-                await run.signal(RUN_SIGNAL, update)
+            # The run waits for every job's last word, so it is there; unless it was terminated. The last
+            # word goes by the workflow itself: the workflow task that sends it is not the one that ends the
+            # job, which the server refuses when a signal came meanwhile, and a local activity's signal sent
+            # again by the task redone would be dropped as a repeat, its newer events with it.
+            if self._sent == self._last:
+                await signals.send_by_workflow(inp.run_workflow_id, RUN_SIGNAL, update)
+            else:
+                await signals.send_one(inp.run_workflow_id, RUN_SIGNAL, update, f"news-{start}")

@@ -357,19 +357,20 @@ class RunWorkflow:
         self._publish_status()
         if not new and not jobs:
             return
-        # A regular activity, not a local one: see JobWorkflow._publish.
+        record = RecordRun(
+            run_id=self._input.run_id,
+            status=state.status,
+            termination_reason=state.termination_reason,
+            status_message=status_message(state),
+            start_seq=start,
+            events=new,
+            finished_at=state.status_since if state.status.is_finished() else None,
+            jobs=jobs,
+        )
+        # A regular activity, not a local one: activities/records.py says why.
         await workflow.execute_activity(
             names.RECORD_RUN,
-            RecordRun(
-                run_id=self._input.run_id,
-                status=state.status,
-                termination_reason=state.termination_reason,
-                status_message=status_message(state),
-                start_seq=start,
-                events=new,
-                finished_at=state.status_since if state.status.is_finished() else None,
-                jobs=jobs,
-            ),
+            record,
             start_to_close_timeout=timedelta(seconds=10),
             retry_policy=retry_policies.QUICK,
         )

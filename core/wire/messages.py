@@ -9,6 +9,8 @@ Payloads stay small: logs and code travel through the store, referenced by job s
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.configuration import TaskConfiguration
@@ -217,3 +219,21 @@ class StopTask(Message):
     reason: JobTerminationReason
     message: str | None = None
     timeout: float  # seconds between SIGTERM and SIGKILL; 0 aborts
+
+
+# --- signals sent by a local activity (workflows/signals.py) ----------------------------------------
+
+
+class Signal(Message):
+    """One signal to another workflow: its argument as the JSON its handler's type reads, and the id that
+    makes it once only (Temporal drops a second signal with the same request id: a redone workflow task
+    or a retried local activity sends it again)."""
+
+    workflow_id: str
+    signal: str
+    arg: dict[str, Any] | None = None
+    request_id: str
+
+
+class SendSignals(Message):
+    signals: list[Signal]

@@ -16,6 +16,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.signals import SignalActivities
 from tests.workflows.doubles import FakeBackend
 from tests.workflows.harness import WORKFLOWS, Harness
 from tests.workflows.recording import record_test_histories, recording_dir
@@ -49,7 +50,8 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
         env.client,
         task_queue=queue,
         workflows=WORKFLOWS,
-        activities=backend.activities(),
+        # Signals sent for the workflows by a local activity go through the real one (workflows/signals.py).
+        activities=[*backend.activities(), SignalActivities(env.client).send_signals],
         # Heartbeats reach the server at once, so a cancelled activity hears of it at its next beat.
         default_heartbeat_throttle_interval=timedelta(milliseconds=50),
         max_heartbeat_throttle_interval=timedelta(milliseconds=50),

@@ -50,11 +50,11 @@ def configuration(kind: str = "task", **fields: Any) -> Any:
 
 
 @contextlib.contextmanager
-def without_patch(patch_id: str) -> Iterator[None]:
+def without_patch(*patch_ids: str) -> Iterator[None]:
     """Workflows run as a release before `workflow.patched(patch_id)` did: they record no marker for it."""
     patched = workflow.patched
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(workflow, "patched", lambda id: id != patch_id and patched(id))
+        mp.setattr(workflow, "patched", lambda id: id not in patch_ids and patched(id))
         yield
 
 
