@@ -291,9 +291,10 @@ class FerrySide:
 
     # --- scale ------------------------------------------------------------------------------------
 
-    async def scale(self, count: int, *, parallel: int = 32, timeout: float = 420) -> None:
+    async def scale(self, count: int, *, parallel: int = 32) -> None:
         """`count` long-running runs sharing the local instance; footprint and one more run meanwhile."""
         r = self.report
+        timeout = max(420.0, count * 0.25)  # each wait: about 4 runs/s or better (10,000 runs: 42 minutes)
         conf = configuration(["sleep 3600"], SHARED)
         resources = configurator_for(conf).resources()
         r.put("scale_runs", count)

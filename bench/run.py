@@ -13,6 +13,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -406,6 +407,9 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="ferry-bench-"))
     bench = Bench(plan, report, work)
     clock = Clock()
+    # SIGTERM (`kill`, a timeout) ends the benchmark as Ctrl-C does: through the `finally` below, which
+    # stops its stacks; by default it would leave them running, with their jobs.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         asyncio.run(bench.run())
     finally:
