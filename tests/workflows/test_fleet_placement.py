@@ -91,7 +91,8 @@ async def test_a_lost_host_fails_its_job_which_is_retried_on_another(harness: Ha
     )
     # The run stores the lost job's end and starts the new submission in the same step, in either order.
     lost = backend.jobs[(0, 0, 0)]
-    await harness.wait_until("the lost job's end stored", lambda: JobStatus(lost.status).is_finished())
+    ended = lambda: JobStatus(lost.status or JobStatus.SUBMITTED).is_finished()  # noqa: E731
+    await harness.wait_until("the lost job's end stored", ended)
     assert (lost.status, lost.reason) == (JobStatus.FAILED, JobTerminationReason.INSTANCE_UNREACHABLE)
     events = harness.job_events((0, 0, 0))
     [exception] = named(events, "exception", severity=0)
