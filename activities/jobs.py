@@ -323,13 +323,12 @@ class JobActivities:
 
     @activity.defn(name=names.RELEASE_TASK)
     async def release_task(self, ref: TaskRef) -> None:
-        """Make sure the task's process has ended, then remove the task: its capacity is free again."""
+        """Make sure the task's process has ended, then remove the task: its capacity is free again.
+        An agent that cannot be reached fails the attempt (AgentUnreachable) and the job's retry policy tries
+        again: one being restarted or upgraded is back within seconds, and a removal skipped then left its
+        task on the agent for good (tests/upgrade). A host lost for good is the fleet's to clean."""
         client = await self._instances.resolve(ref.instance_name)
-        try:
-            await remove_task(client, ref.job_submission_id)
-        except AgentUnreachable as err:
-            # The instance is gone, and its capacity with it; the fleet's health check tells when it is back.
-            activity.logger.warning("release of %s skipped: %s", ref.job_submission_id, err)
+        await remove_task(client, ref.job_submission_id)
 
 
 async def remove_task(client: AgentClient, task_id: str) -> None:

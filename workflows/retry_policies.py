@@ -17,8 +17,9 @@ QUICK = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interv
 # One-off requests whose failure the caller handles (stop a task, clean or stop an instance): three tries.
 FEW_TRIES = RetryPolicy(maximum_attempts=3)
 
-# Removing a finished task from its agent: a few tries, then the job logs that it could not.
-REMOVE = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=5))
+# Removing a finished task from its agent: tries for about half a minute (an agent restarted or upgraded
+# meanwhile is back within seconds), then the job logs that it could not.
+REMOVE = RetryPolicy(maximum_attempts=8, maximum_interval=timedelta(seconds=5))
 
 # Freeing a job's volumes (docs/volumes.md): until it succeeds, however long, backing off to a try every
 # 10 s; the job stays TERMINATING meanwhile and its capacity is released only after (seed 000 STEP 5).

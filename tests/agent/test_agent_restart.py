@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from agent_harness import (
     AgentProcess,
     new_id,
@@ -19,10 +20,14 @@ from agent_harness import (
     wait_for_log,
     wait_terminated,
 )
+from temporalio.testing import ActivityEnvironment
 
-from activities.agent_client import AgentClient
+from activities.agent_client import AgentClient, AgentUnreachable
+from activities.instances import InstanceDirectory
+from activities.jobs import JobActivities
 from core.status import JobStatus, JobTerminationReason
 from core.wire.agent_api import Resources, TaskStatus
+from core.wire.messages import TaskRef
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -169,5 +174,31 @@ async def test_a_restarted_agent_removes_what_a_cut_short_removal_or_submission_
         async with agent.client() as client:
             assert [task.id for task in await client.list_tasks()] == [kept]
         assert sorted(path.name for path in tasks.iterdir()) == [kept]
+    finally:
+        stop_agent(agent)
+
+
+async def test_a_task_removed_while_its_agent_restarts_is_removed_once_it_is_back(workspace: Path) -> None:
+    """The job's removal (`release_task`) fails while the agent is down, so that its retry policy tries
+    again, rather than being skipped and leaving the task for good (the upgrade test found one)."""
+    agent = start_agent(workspace / "first")
+    task_id = new_id("removed")
+    ref = TaskRef(job_submission_id=task_id, instance_name="local")
+    try:
+        async with agent.client() as client:
+            await start_job(client, ["echo done"], task_id=task_id)
+            await pull_all(client, task_id)
+        agent.kill()
+        instances = InstanceDirectory()
+        async with agent.client() as down:
+            instances.add("local", down)
+            release = JobActivities(instances, store=None).release_task  # type: ignore[arg-type]
+            with pytest.raises(AgentUnreachable):
+                await ActivityEnvironment().run(release, ref)
+        agent = start_agent(workspace / "second", data_dir=agent.data_dir)
+        async with agent.client() as client:
+            instances.add("local", client)  # the worker's own client follows its agent (agent_client.py)
+            await ActivityEnvironment().run(release, ref)
+            assert await client.list_tasks() == []
     finally:
         stop_agent(agent)

@@ -142,7 +142,16 @@ def leak_figures(home: Path, store: Store, project: str, names: set[str]) -> Fig
             "extra stack processes": len(home_processes(home)) - STACK_PROCESSES,
         }
 
-    return settle(measure)
+    figures = settle(measure)
+    if figures["leaked agent tasks"] or figures["leaked task directories"]:  # what they are, to find why
+        agent = json.loads((home / "agent" / "agent.json").read_text())
+        headers = {"Authorization": f"Bearer {agent['token']}"}
+        tasks = httpx.get(f"{agent['url']}/api/tasks", headers=headers, timeout=30).json()["tasks"]
+        print("leaked tasks:", json.dumps(tasks, indent=1, default=str))
+        task_dirs = home / "agent" / "data" / "tasks"
+        left = {d.name: sorted(f.name for f in d.iterdir()) for d in task_dirs.iterdir()}
+        print("leaked directories:", left)
+    return figures
 
 
 def settle(measure: Callable[[], Figures], limit: float = SETTLE_LIMIT) -> Figures:
