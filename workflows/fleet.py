@@ -23,6 +23,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from core.fleets import state_machine
     from core.fleets.messages import (
         FLEET_CANCEL,
         FLEET_ENQUEUE,
@@ -78,6 +79,8 @@ _HEARTBEAT = timedelta(seconds=10)
 _HEALTH_HEARTBEAT = timedelta(seconds=4)
 # Since this patch a step does not wait for its signals' delivery (`_send`).
 _SEND_UNBLOCKED = "fleet-send-unblocked"
+# Since this patch a step applies at most state_machine.STEP_COMMANDS of what it heard (`_process`).
+_STEP_BOUNDED = "fleet-step-bounded"
 # How often at most the instances' load (busy blocks, jobs) is written for `ferry fleet list`.
 _RECORD_EVERY = timedelta(seconds=2)
 
@@ -181,8 +184,11 @@ class FleetWorkflow:
                 self._inbox.extend(handle.result().changes)
         notices: list[Notice] = []
         index = QueueIndex()  # kept across the step's enqueues (a burst's step hears thousands)
-        while self._inbox:
+        limit = state_machine.STEP_COMMANDS if workflow.patched(_STEP_BOUNDED) else None
+        taken = 0
+        while self._inbox and (limit is None or taken < limit):
             command = self._inbox.pop(0)
+            taken += 1
             if isinstance(command, InstanceChange) and command.status == InstanceStatus.READY:
                 await self._clean(command.name)
             self._book, more = apply(self._book, command, index)

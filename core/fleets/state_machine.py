@@ -162,6 +162,12 @@ class FleetBook(Frozen):
         return sorted(rows, key=lambda row: row.name)
 
 
+# The most commands one step applies; the rest wait for the next step, after this one's signals (a local
+# activity, which ends the workflow's activation): an activation that has not yielded after 2 s is taken
+# for a deadlock, and a burst's step may hear ten thousand enqueues (docs/fleets.md#scheduling).
+STEP_COMMANDS = 256
+
+
 class FleetInput(Frozen):
     project: str
     name: str

@@ -7,10 +7,12 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
 from core.configuration import FleetConfiguration, parse_configuration
+from core.fleets import state_machine
 from core.fleets.messages import FLEET_ENQUEUE, InstanceChange
 from core.fleets.placement import InstanceStatus, NodeRequest, PlacementRequest
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
@@ -173,6 +175,18 @@ async def test_a_queued_burst_runs_every_job_and_never_two_on_one_host(harness: 
     heard = await signals_heard(harness, handles)
     assert heard.count("placed") == 6 and heard.count("queued") >= 1  # some waited
     for handle in handles:  # each run's, its job's and the fleet's
+        await harness.check_histories_replay(handle)
+
+
+async def test_a_step_applies_at_most_step_commands_and_the_rest_waits_for_the_next(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One command a step (STEP_COMMANDS is 256): every run still runs, none twice on a host, and the
+    histories replay."""
+    monkeypatch.setattr(state_machine, "STEP_COMMANDS", 1)
+    handles = await queued_burst(harness, 6)
+    assert (await signals_heard(harness, handles)).count("placed") == 6
+    for handle in handles:
         await harness.check_histories_replay(handle)
 
 
