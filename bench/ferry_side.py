@@ -321,6 +321,9 @@ class FerrySide:
         r.put("scale_all_running_s", clock.elapsed() if running else float("nan"))
         if not running:
             r.note(f"only {self._count_jobs(project, [JobStatus.RUNNING.value])} of {count} jobs RUNNING")
+        # Activations the SDK took for deadlocks (not yielded within 2 s): each leaves its workflow stuck
+        # on that worker (docs/scaling.md#many-runs-at-once).
+        r.put("scale_worker_deadlocks", self._worker_log_count("TMPRL1101"))
         await asyncio.sleep(5)  # settle: the footprint of N jobs being watched, not of N being started
         after = self._footprint()
         busy = await asyncio.to_thread(self._cpu_percent, 10.0)
@@ -367,6 +370,10 @@ class FerrySide:
         tasks = await self._agent_tasks()
         r.put("scale_agent_tasks_left", tasks)
         r.put("scale_job_processes_left", len(processes_mentioning(str(self.tasks_dir))))
+
+    def _worker_log_count(self, text: str) -> int:
+        logs = self.stack.dir.glob("worker*.log")
+        return sum(path.read_text(errors="replace").count(text) for path in logs)
 
     def _footprint(self) -> dict[str, float | None]:
         footprint: dict[str, float | None] = {}
