@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -125,10 +126,8 @@ def leak_figures(home: Path, store: Store, project: str, names: set[str]) -> Fig
     """Once what finished jobs give back has had time to be back (SETTLE_LIMIT): what is still held."""
 
     def measure() -> Figures:
-        agent = json.loads((home / "agent" / "agent.json").read_text())
-        headers = {"Authorization": f"Bearer {agent['token']}"}
-        tasks = httpx.get(f"{agent['url']}/api/tasks", headers=headers, timeout=30).json()["tasks"]
-        info = httpx.get(f"{agent['url']}/api/instance/info", headers=headers, timeout=30).json()
+        tasks = agent_get(home, "tasks")["tasks"]
+        info = agent_get(home, "instance/info")
         instances = store.list_instances(project)
         task_dirs = home / "agent" / "data" / "tasks"
         return {
@@ -144,14 +143,18 @@ def leak_figures(home: Path, store: Store, project: str, names: set[str]) -> Fig
 
     figures = settle(measure)
     if figures["leaked agent tasks"] or figures["leaked task directories"]:  # what they are, to find why
-        agent = json.loads((home / "agent" / "agent.json").read_text())
-        headers = {"Authorization": f"Bearer {agent['token']}"}
-        tasks = httpx.get(f"{agent['url']}/api/tasks", headers=headers, timeout=30).json()["tasks"]
-        print("leaked tasks:", json.dumps(tasks, indent=1, default=str))
+        print("leaked tasks:", json.dumps(agent_get(home, "tasks")["tasks"], indent=1, default=str))
         task_dirs = home / "agent" / "data" / "tasks"
         left = {d.name: sorted(f.name for f in d.iterdir()) for d in task_dirs.iterdir()}
         print("leaked directories:", left)
     return figures
+
+
+def agent_get(home: Path, path: str) -> Any:
+    """GET /api/<path> of the home's local agent."""
+    agent = json.loads((home / "agent" / "agent.json").read_text())
+    headers = {"Authorization": f"Bearer {agent['token']}"}
+    return httpx.get(f"{agent['url']}/api/{path}", headers=headers, timeout=30).json()
 
 
 def settle(measure: Callable[[], Figures], limit: float = SETTLE_LIMIT) -> Figures:
