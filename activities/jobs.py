@@ -326,7 +326,8 @@ class JobActivities:
         """Make sure the task's process has ended, then remove the task: its capacity is free again.
         An agent that cannot be reached fails the attempt (AgentUnreachable) and the job's retry policy tries
         again: one being restarted or upgraded is back within seconds, and a removal skipped then left its
-        task on the agent for good (tests/upgrade). A host lost for good is the fleet's to clean."""
+        task on the agent for good (docs/jobs.md#a-shorter-history). A host lost for good is the fleet's
+        to clean."""
         client = await self._instances.resolve(ref.instance_name)
         await remove_task(client, ref.job_submission_id)
 
