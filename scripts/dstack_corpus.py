@@ -91,6 +91,7 @@ def extract(git_dir: str, commit: str) -> None:
     entries: list[dict[str, Any]] = []
     other_types: Counter[str] = Counter()
     for path in sorted(paths):
+        found: list[tuple[int | None, int, str]]
         if path.endswith(".md"):
             found = [
                 (number, line, text)

@@ -1,4 +1,5 @@
-"""Workflow tests on Temporal's time-skipping test server, with the activities replaced by doubles."""
+"""Workflow tests on Temporal's time-skipping test server, with the activities replaced by doubles; a test
+marked `dev_server` runs on a real dev server instead (real time, no skipping)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from activities.signals import SignalActivities
 from tests.workflows.doubles import FakeBackend
 from tests.workflows.harness import WORKFLOWS, Harness
 from tests.workflows.recording import record_test_histories, recording_dir
+from worker.devserver import TUNING_ARGS, temporal_binary
 from workflows.search_attributes import SEARCH_ATTRIBUTES
 
 KEYWORD = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
@@ -31,9 +33,19 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     """A fresh test server, and a worker running both workflows on the doubles of `harness.backend`;
     with FERRY_RECORD_HISTORIES set, the test's histories recorded after it (tests/workflows/recording.py).
     """
-    env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=str(TEST_SERVER)
-    )
+    if request.node.get_closest_marker("dev_server") is None:
+        env = await WorkflowEnvironment.start_time_skipping(
+            data_converter=pydantic_data_converter, test_server_existing_path=str(TEST_SERVER)
+        )
+    else:
+        # The test server fails a workflow task that cancels an activity completing in the same task
+        # (ACTIVITY_UNKNOWN, then the workflow is stuck); the real server takes it. A test whose cancels
+        # race completions under load runs here.
+        env = await WorkflowEnvironment.start_local(
+            data_converter=pydantic_data_converter,
+            dev_server_existing_path=temporal_binary(),
+            dev_server_extra_args=list(TUNING_ARGS),
+        )
     # RunWorkflow keeps FerryStatus up to date; like the dev server, the test server needs it registered.
     await env.client.operator_service.add_search_attributes(
         AddSearchAttributesRequest(
