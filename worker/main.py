@@ -135,7 +135,16 @@ def local_instances(settings: Settings, ssh: DeployOptions | None = None) -> Ins
 # its first store write (`python -m bench.run --scale 1000`). Watches mostly wait on their agent, so a slot
 # costs little; the CPU, not this number, bounds the work in flight.
 MAX_CONCURRENT_ACTIVITIES = 20_000
-MAX_CACHED_WORKFLOWS = 10_000
+# Activations run in threads under one GIL, and the SDK takes one not done 2 s after it was handed over for a
+# deadlock (TMPRL1101), which leaves its workflow stuck on this worker: the slots bound how many share the
+# CPU at once. 100 slots stalled 10,000 runs at 805 RUNNING; 32, with the cache below, brought all
+# 10,000 up (docs/scaling.md#many-runs-at-once).
+MAX_CONCURRENT_WORKFLOW_TASKS = 32
+# A quiet workflow (a running job waiting for its end) needs no place in the cache: evicted, it is replayed
+# when it next hears something. Each cached workflow holds about 140 KB, so the cache, not the number of
+# runs, bounds the worker's memory (10,000 runs: 572 MB, against 994 MB for 3,000 with a cache of 10,000).
+# The 500 burst's active workflows (two per run in flight) fit in it.
+MAX_CACHED_WORKFLOWS = 2_000
 
 
 def build_worker(
@@ -157,9 +166,7 @@ def build_worker(
         workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
         activities=activities_for(instances, store, client, task_queue),
         max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
-        max_concurrent_workflow_tasks=100,
-        # Every run is at least two workflows (the run and a job) besides the fleets': a cache smaller than
-        # what is active evicts them, and each eviction costs a replay of the whole history at the next task.
+        max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS,
         max_cached_workflows=MAX_CACHED_WORKFLOWS,
         graceful_shutdown_timeout=timedelta(seconds=5),
     )
