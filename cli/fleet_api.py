@@ -22,6 +22,7 @@ from core.fleets.offers import FleetOffer
 from core.fleets.placement import PlacementRequest
 from core.fleets.state_machine import FleetInput, instance_name
 from core.fleets.status import FleetStatus
+from core.settings import fleet_task_queue
 from core.status import RunStatus
 from core.wire.run_messages import SetPriority
 from core.wire.workflow_ids import LOCAL_FLEET, fleet_workflow_id
@@ -90,7 +91,7 @@ class FleetAPI:
             FleetWorkflow.run,
             FleetInput(project=self.project, name=LOCAL_FLEET),
             id=fleet_workflow_id(self.project, LOCAL_FLEET),
-            task_queue=self.task_queue,
+            task_queue=fleet_task_queue(self.task_queue),
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
@@ -150,7 +151,7 @@ class FleetAPI:
             FleetWorkflow.run,
             FleetInput(project=self.project, name=name, configuration=configuration),
             id=fleet_workflow_id(self.project, name),
-            task_queue=self.task_queue,
+            task_queue=fleet_task_queue(self.task_queue),
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             id_conflict_policy=conflict,
         )

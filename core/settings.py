@@ -18,8 +18,17 @@ from core.temporal_connection import (
 )
 
 TASK_QUEUE = "ferry"
+# The fleets' schedulers have a task queue of their own beside each worker's: every placement and release
+# goes through one of them, so their workflow tasks must not wait behind thousands of runs' and jobs'
+# (docs/scaling.md#the-fleets-own-queue).
+FLEET_QUEUE_SUFFIX = "-fleets"
 DEFAULT_PROJECT = "main"
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+
+def fleet_task_queue(task_queue: str) -> str:
+    """The task queue of the fleets served beside `task_queue` (the same for a fleets' queue itself)."""
+    return task_queue if task_queue.endswith(FLEET_QUEUE_SUFFIX) else task_queue + FLEET_QUEUE_SUFFIX
 
 
 class Settings(BaseModel):

@@ -1,8 +1,10 @@
-"""`ferry worker`: runs Ferry's workflows and activities on task queue `ferry` until SIGTERM."""
+"""`ferry worker`: runs Ferry's workflows and activities on task queue `ferry` (the fleets' schedulers on
+`ferry-fleets`) until SIGTERM."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import Callable, Sequence
@@ -28,7 +30,7 @@ from activities.ssh import HostPool
 from activities.ssh_config import DeployOptions
 from activities.stuck_stop import StuckStopActivities
 from activities.volumes import VolumeActivities
-from core.settings import TASK_QUEUE, Settings
+from core.settings import TASK_QUEUE, Settings, fleet_task_queue
 from core.wire.volumes import HostDirs
 from store import Store, open_store
 from worker.local_agent import agent_data_dir, local_agent_client
@@ -147,6 +149,31 @@ MAX_CONCURRENT_WORKFLOW_TASKS = 32
 MAX_CACHED_WORKFLOWS = 2_000
 
 
+# The fleets' queue: a fleet's workflow task is one step of its scheduler, and one runs at a time per fleet;
+# a few slots let several fleets step at once without taking the CPU from the runs.
+FLEET_WORKFLOW_TASKS = 4
+FLEET_CACHED_WORKFLOWS = 100
+
+
+class FerryWorker:
+    """The worker: one Temporal worker on the task queue, one on the fleets' queue beside it (both in this
+    process, on the same activities); `async with` runs both."""
+
+    def __init__(self, workers: Sequence[Worker]) -> None:
+        self.workers = list(workers)
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> FerryWorker:
+        async with contextlib.AsyncExitStack() as stack:
+            for worker in self.workers:
+                await stack.enter_async_context(worker)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._stack.aclose()
+
+
 def build_worker(
     client: Client,
     instances: InstanceDirectory,
@@ -154,22 +181,39 @@ def build_worker(
     *,
     task_queue: str = TASK_QUEUE,
     sandboxed: bool = False,
-) -> Worker:
+) -> FerryWorker:
     """The worker. Unsandboxed by default: the SDK's sandbox re-imports each workflow's module for every
     new workflow and runs payload conversion inside it, which cost about a third of the worker's CPU
     (py-spy, `python -m bench.run --profile`). Ferry's workflows import only `core`'s pure modules, the
-    workflow tests run them in the sandbox, and recorded histories are replayed there."""
-    return Worker(
+    workflow tests run them in the sandbox, and recorded histories are replayed there.
+
+    FleetWorkflow is served on both queues: a fleet started before the fleets had their own queue goes on
+    where it began until it continues as new onto the fleets' queue."""
+    activities = activities_for(instances, store, client, task_queue)
+    runner = SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner()
+    common: dict[str, Any] = {
+        "activities": activities,
+        "workflow_runner": runner,
+        "max_concurrent_activities": MAX_CONCURRENT_ACTIVITIES,
+        "graceful_shutdown_timeout": timedelta(seconds=5),
+    }
+    main = Worker(
         client,
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
-        workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
-        activities=activities_for(instances, store, client, task_queue),
-        max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
         max_concurrent_workflow_tasks=MAX_CONCURRENT_WORKFLOW_TASKS,
         max_cached_workflows=MAX_CACHED_WORKFLOWS,
-        graceful_shutdown_timeout=timedelta(seconds=5),
+        **common,
     )
+    fleets = Worker(
+        client,
+        task_queue=fleet_task_queue(task_queue),
+        workflows=[FleetWorkflow],
+        max_concurrent_workflow_tasks=FLEET_WORKFLOW_TASKS,
+        max_cached_workflows=FLEET_CACHED_WORKFLOWS,
+        **common,
+    )
+    return FerryWorker([main, fleets])
 
 
 async def run_worker(settings: Settings, on_ready: Callable[[], object] | None = None) -> None:

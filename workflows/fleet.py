@@ -44,7 +44,6 @@ with workflow.unsafe.imports_passed_through():
         LocalInstance,
         Notice,
         NoticeKind,
-        RecordFleet,
         ReleaseJob,
         SetQueuedPriority,
         StopFleet,
@@ -64,11 +63,13 @@ with workflow.unsafe.imports_passed_through():
         undelivered,
     )
     from core.fleets.status import FleetStatus
+    from core.settings import fleet_task_queue
     from core.wire import activity_names as names
     from core.wire.job_messages import Enqueue
     from core.wire.workflow_ids import project_workflows
     from workflows import retry_policies, signals
     from workflows.fleet_notices import NoticeSender
+    from workflows.fleet_records import FleetRecords
     from workflows.handles import abandon
     from workflows.instance_watches import InstanceWatches
 
@@ -81,8 +82,8 @@ _HEALTH_HEARTBEAT = timedelta(seconds=4)
 _SEND_UNBLOCKED = "fleet-send-unblocked"
 # Since this patch a step applies at most state_machine.STEP_COMMANDS of what it heard (`_process`).
 _STEP_BOUNDED = "fleet-step-bounded"
-# How often at most the instances' load (busy blocks, jobs) is written for `ferry fleet list`.
-_RECORD_EVERY = timedelta(seconds=2)
+# Since this patch the fleet continues as new once its history holds state_machine.HISTORY_EVENTS events.
+_BOUNDED_HISTORY = "fleet-bounded-history"
 
 
 @workflow.defn
@@ -95,10 +96,7 @@ class FleetWorkflow:
         self._inbox: list[FleetCommand] = []
         self._health: workflow.ActivityHandle[HealthReport] | None = None
         self._health_view: tuple[list[str], list[str]] | None = None
-        self._recording: workflow.ActivityHandle[None] | None = None
-        self._recorded: tuple[str, list[InstanceView]] | None = None
-        self._recorded_at = 0.0
-        self._wake_for_record: asyncio.Future[None] | None = None
+        self._records = FleetRecords(inp.project, inp.name, self._views)
         self._watches = InstanceWatches(project_workflows(inp.project))
         self._watching = False  # whether this run watches its instances (the jobs placed hear of it)
         self._notices = NoticeSender(self._inbox, lambda: self._watching)
@@ -157,7 +155,7 @@ class FleetWorkflow:
             await self._send(notices)
         while True:
             await self._process()
-            self._record()
+            self._records.write()
             if self._book.finished():
                 await self._finish()
                 return FleetResult()
@@ -171,7 +169,7 @@ class FleetWorkflow:
                 lambda: (
                     bool(self._inbox)
                     or self._health_reported()
-                    or self._record_due()
+                    or self._records.due()
                     or self._watches.any_ended()
                 )
             )
@@ -195,9 +193,7 @@ class FleetWorkflow:
             notices += more
         self._book, more = schedule(self._book)
         await self._send(notices + more)
-        if self._notices.in_flight and (
-            self._book.finished() or workflow.info().is_continue_as_new_suggested()
-        ):
+        if self._notices.in_flight and (self._book.finished() or _history_long()):
             # Before the workflow ends or continues as new: every signal delivered, or back in the inbox.
             await workflow.wait_condition(lambda: not self._notices.in_flight)
 
@@ -320,43 +316,6 @@ class FleetWorkflow:
     def _health_reported(self) -> bool:
         return self._health is not None and self._health.done()
 
-    def _record(self) -> None:
-        """The instances as `ferry fleet list` shows them, written when they change (one write at a time).
-
-        A change of the jobs' count alone waits until _RECORD_EVERY has passed since the last write: every
-        job placed and released changes it, and each write costs an activity."""
-        if not self._record_due():
-            waking = self._wake_for_record is not None and not self._wake_for_record.done()
-            if self._only_counts_changed() and not waking:
-                left = self._recorded_at + _RECORD_EVERY.total_seconds() - workflow.now().timestamp()
-                self._wake_for_record = asyncio.ensure_future(asyncio.sleep(max(left, 0)))  # a durable timer
-            return
-        self._wake_for_record = None
-        inp, current = self._input, self._views()
-        self._recorded, self._recorded_at = current, workflow.now().timestamp()
-        status, views = current
-        self._recording = workflow.start_activity(
-            names.RECORD_FLEET,
-            RecordFleet(project=inp.project, fleet=inp.name, status=status, instances=views),
-            start_to_close_timeout=timedelta(seconds=10),
-            retry_policy=retry_policies.QUICK,
-        )
-
-    def _record_due(self) -> bool:
-        if self._recording is not None and not self._recording.done():
-            return False
-        if self._views() == self._recorded:
-            return False
-        waited = workflow.now().timestamp() - self._recorded_at >= _RECORD_EVERY.total_seconds()
-        return waited or not self._only_counts_changed()
-
-    def _only_counts_changed(self) -> bool:
-        """Since the last write, the instances and their statuses are the same: only their load changed."""
-        if self._recorded is None:
-            return False
-        (status, views), (was, before) = self._views(), self._recorded
-        return (status, [(v.name, v.status) for v in views]) == (was, [(v.name, v.status) for v in before])
-
     def _views(self) -> tuple[str, list[InstanceView]]:
         book = self._book
         return (FleetStatus.DELETING if book.deleting else FleetStatus.ACTIVE), book.views()
@@ -369,9 +328,7 @@ class FleetWorkflow:
             with contextlib.suppress(ActivityError, CancelledError):
                 await self._health
             self._health = self._health_view = None
-        if self._recording is not None:
-            with contextlib.suppress(ActivityError):
-                await self._recording
+        await self._records.settle()
 
     async def _finish(self) -> None:
         await self._settle()
@@ -386,13 +343,27 @@ class FleetWorkflow:
 
     async def _continued_as_new(self) -> bool:
         """Continue as new with the whole book when the history grows long; False if news came first."""
-        if not workflow.info().is_continue_as_new_suggested() or self._inbox:
+        if not _history_long() or self._inbox:
             return False
         await self._settle()
         if self._inbox or not workflow.all_handlers_finished():
             return False
         inp = self._input
-        workflow.continue_as_new(inp.model_copy(update={"carry": self._book}))
+        # A fleet begun on the workers' own queue moves to the fleets' queue here (worker/main.py).
+        workflow.continue_as_new(
+            inp.model_copy(update={"carry": self._book}),
+            task_queue=fleet_task_queue(workflow.info().task_queue),
+        )
+
+
+def _history_long() -> bool:
+    info = workflow.info()
+    if info.is_continue_as_new_suggested():
+        return True
+    return (
+        workflow.patched(_BOUNDED_HISTORY)
+        and info.get_current_history_length() >= state_machine.HISTORY_EVENTS
+    )
 
 
 def _why(error: BaseException) -> str:

@@ -166,6 +166,10 @@ class FleetBook(Frozen):
 # activity, which ends the workflow's activation): an activation that has not yielded after 2 s is taken
 # for a deadlock, and a burst's step may hear ten thousand enqueues (docs/fleets.md#scheduling).
 STEP_COMMANDS = 256
+# The fleet continues as new once its history holds this many events, if the server has not suggested it
+# sooner (at 4,096): a replay reads the whole history, and the 9,000 events of a fleet that could not
+# continue took longer than the SDK's 2 s deadlock limit (docs/scaling.md#the-fleets-own-queue).
+HISTORY_EVENTS = 2_000
 
 
 class FleetInput(Frozen):

@@ -18,6 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.signals import SignalActivities
+from core.settings import fleet_task_queue
 from tests.workflows.doubles import FakeBackend
 from tests.workflows.harness import WORKFLOWS, Harness
 from tests.workflows.recording import record_test_histories, recording_dir
@@ -58,19 +59,24 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     backend = FakeBackend()
     backend.client = env.client
     queue = f"wf-{uuid.uuid4().hex[:8]}"
-    worker = Worker(
-        env.client,
-        task_queue=queue,
-        workflows=WORKFLOWS,
-        # Signals sent for the workflows by a local activity go through the real one (workflows/signals.py).
-        activities=[*backend.activities(), SignalActivities(env.client).send_signals],
-        # Heartbeats reach the server at once, so a cancelled activity hears of it at its next beat.
-        default_heartbeat_throttle_interval=timedelta(milliseconds=50),
-        max_heartbeat_throttle_interval=timedelta(milliseconds=50),
-    )
+    # Signals sent for the workflows by a local activity go through the real one (workflows/signals.py).
+    activities = [*backend.activities(), SignalActivities(env.client).send_signals]
+    # As a Ferry worker does (worker/main.py): the fleets on a queue of their own beside the runs'.
+    workers = [
+        Worker(
+            env.client,
+            task_queue=task_queue,
+            workflows=WORKFLOWS,
+            activities=activities,
+            # Heartbeats reach the server at once, so a cancelled activity hears of it at its next beat.
+            default_heartbeat_throttle_interval=timedelta(milliseconds=50),
+            max_heartbeat_throttle_interval=timedelta(milliseconds=50),
+        )
+        for task_queue in (queue, fleet_task_queue(queue))
+    ]
     harness = Harness(env, backend, queue)
     try:
-        async with worker:
+        async with workers[0], workers[1]:
             yield harness
             if (directory := recording_dir()) is not None:
                 test = f"{request.node.module.__name__.rsplit('.', 1)[-1]}.{request.node.name}"
@@ -80,5 +86,5 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
         # The test server's handle must be freed while the event loop lives: freed at interpreter exit
         # instead, the SDK's native side may abort the process (PyGILState_Release during finalization).
         harness.release()
-        del env, worker
+        del env, workers
         gc.collect()

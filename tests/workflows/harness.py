@@ -23,6 +23,7 @@ from core.fleets.state_machine import FleetInput
 from core.jobs.state_machine import replay_job
 from core.runs.state_machine import RunState, replay_run
 from core.runs.watching import DependencyTarget
+from core.settings import fleet_task_queue
 from core.wire.job_messages import JobDescription
 from core.wire.run_messages import RunDescription, RunInput, RunResult, StopReply, StopRequest
 from core.wire.workflow_ids import LOCAL_FLEET, fleet_workflow_id, job_workflow_id, run_workflow_id
@@ -58,15 +59,19 @@ def without_patch(*patch_ids: str) -> Iterator[None]:
         yield
 
 
-async def check_patch_guards(history: WorkflowHistory, patch_id: str) -> None:
+async def check_patch_guards(
+    history: WorkflowHistory,
+    patch_id: str,
+    diverged: tuple[type[BaseException], ...] = (workflow.NondeterminismError,),
+) -> None:
     """A history recorded `without_patch(patch_id)` replays on today's workflows, and would not if the
-    change the patch guards were made without its guard."""
+    change the patch guards were made without its guard (the replay fails with one of `diverged`)."""
     replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
     await replayer.replay_workflow(history)
     patched = workflow.patched
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(workflow, "patched", lambda id: id == patch_id or patched(id))
-        with pytest.raises(workflow.NondeterminismError):
+        with pytest.raises(diverged):
             await replayer.replay_workflow(history)
 
 
@@ -139,7 +144,7 @@ class Harness:
             FleetWorkflow.run,
             FleetInput(project=PROJECT, name=name, configuration=configuration),
             id=fleet_workflow_id(PROJECT, name),
-            task_queue=self.queue,
+            task_queue=fleet_task_queue(self.queue),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
 

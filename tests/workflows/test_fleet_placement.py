@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
@@ -15,14 +16,17 @@ from core.configuration import FleetConfiguration, parse_configuration
 from core.fleets import state_machine
 from core.fleets.messages import FLEET_ENQUEUE, InstanceChange
 from core.fleets.placement import InstanceStatus, NodeRequest, PlacementRequest
+from core.fleets.state_machine import FleetInput
+from core.settings import fleet_task_queue
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire import activity_names as names
 from core.wire.agent_api import Resources
 from core.wire.job_messages import Enqueue
-from core.wire.workflow_ids import job_workflow_id
+from core.wire.workflow_ids import fleet_workflow_id, job_workflow_id
 from tests.workflows.doubles import BLOCK, host_slot
 from tests.workflows.harness import (
     POLL,
+    PROJECT,
     WAIT_LIMIT,
     Harness,
     check_patch_guards,
@@ -31,6 +35,7 @@ from tests.workflows.harness import (
     without_patch,
 )
 from workflows import fleet as fleet_workflow
+from workflows.fleet import FleetWorkflow
 from workflows.signals import LOCAL_HOT_PATH
 
 FLEET = "lab"
@@ -230,3 +235,72 @@ async def test_fleet_histories_from_before_the_unblocked_sends_replay(harness: H
     marker = EventType.EVENT_TYPE_MARKER_RECORDED
     assert all(fleet_workflow._SEND_UNBLOCKED not in str(e) for e in history.events if e.event_type == marker)
     await check_patch_guards(history, fleet_workflow._SEND_UNBLOCKED)
+
+
+async def fleet_histories(harness: Harness, first_run_id: str) -> list[tuple[str, Any]]:
+    """The fleet's executions from its first on, each continued as new from the one before: (the task
+    queue it ran on, its history)."""
+    found: list[tuple[str, Any]] = []
+    run_id: str | None = first_run_id
+    while run_id is not None:
+        history = await harness.client.get_workflow_handle(
+            harness.fleet(FLEET).id, run_id=run_id
+        ).fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        found.append((started.task_queue.name, history))
+        last = history.events[-1]
+        continued = last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+        run_id = (
+            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            if continued
+            else None
+        )
+    return found
+
+
+# The time-skipping server fails the workflow task that cancels the watches before continuing as new
+# (tests/workflows/conftest.py); the real server takes it.
+@pytest.mark.dev_server
+async def test_a_fleet_continues_as_new_after_history_events_onto_the_fleets_queue(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet begun on the runs' queue (before the fleets had their own) continues as new once its history
+    holds HISTORY_EVENTS events, onto the fleets' queue; every run still runs, none twice on a host, and
+    the book goes over whole (the fleet ends idle, its queue empty)."""
+    monkeypatch.setattr(state_machine, "HISTORY_EVENTS", 60)
+    first = await harness.client.start_workflow(
+        FleetWorkflow.run,
+        FleetInput(project=PROJECT, name=FLEET, configuration=lab(hosts=2)),
+        id=fleet_workflow_id(PROJECT, FLEET),
+        task_queue=harness.queue,
+    )
+    handles = await queued_burst(harness, 6)
+    assert first.result_run_id is not None
+    deadline = time.monotonic() + WAIT_LIMIT  # its last step may still be going on
+    while len(executions := await fleet_histories(harness, first.result_run_id)) < 2:
+        assert time.monotonic() < deadline, "the fleet never continued as new"
+        await asyncio.sleep(POLL)
+    assert executions[0][0] == harness.queue
+    assert {queue for queue, _ in executions[1:]} == {fleet_task_queue(harness.queue)}
+    # Continued soon after the bound: within a step or two of it.
+    assert all(len(history.events) < 120 for _, history in executions[:-1])
+    for handle in handles:
+        await harness.check_histories_replay(handle)
+
+
+async def test_fleet_histories_from_before_the_bounded_history_replay(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet that continued as new only when the server suggested it (before `fleet-bounded-history`)
+    replays on today's workflow, which does not continue it sooner."""
+    monkeypatch.setattr(state_machine, "HISTORY_EVENTS", 30)
+    with without_patch(fleet_workflow._BOUNDED_HISTORY):
+        await queued_burst(harness, 4)
+        history = await harness.fleet(FLEET).fetch_history()
+    assert history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id == ""
+    assert len(history.events) > 60  # it would have continued after 30, long before its end
+    # Continuing sooner first cancels the watches: a replay that diverges on an activity's cancel fails as
+    # a fatal error of the SDK's state machines (a RuntimeError), not always as a NondeterminismError.
+    await check_patch_guards(
+        history, fleet_workflow._BOUNDED_HISTORY, (workflow.NondeterminismError, RuntimeError)
+    )
