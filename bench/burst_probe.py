@@ -1,11 +1,12 @@
-"""Where a burst's time goes: `python -m bench.burst_probe [--runs N] [--workers W]`.
+"""Where a burst's time goes: `python -m bench.burst_probe [--runs N] [--workers W] [--slots S]`.
 
-N trivial runs at once on a fresh embedded stack (as bench.run's throughput section), then, from the
-histories of up to 60 of them, when each step happened after its run's start (p50 and max: the job's
-workflow started, `placed` heard, its one activity scheduled and
-done, `task_ended` heard, the job and the run completed), and the fleet's history by event type with its
-workflow tasks' waits (scheduled -> started) and work (started -> completed). docs/scaling.md#the-hot-path
-reads it.
+N trivial runs at once on a fresh embedded stack (as bench.run's throughput section; with `--slots S`,
+each job asks 1/S of the instance's memory, as its slots section: at most S run at once, the rest queue),
+then, from the histories of up to 60 of them, when each step happened after its run's start (p50 and max:
+the job's workflow started, `placed` heard, its one activity scheduled and done, `task_ended` heard, the
+job and the run completed), their events per run by kind (the run's and its job's workflow), and the
+fleet's history by event type with its workflow tasks' waits (scheduled -> started) and work (started ->
+completed). docs/scaling.md#the-hot-path reads it.
 """
 
 from __future__ import annotations
@@ -60,29 +61,37 @@ def _steps(run: list[Any], job: list[Any]) -> dict[str, float]:
     return {name: at - t0 for name, at in steps.items()}
 
 
-async def probe(runs: int, workers: int, home: Path) -> None:
+async def probe(runs: int, workers: int, slots: int | None, home: Path) -> None:
     side = FerrySide(home, Report(out=io.StringIO()), workers)
     await asyncio.to_thread(side.start)
     try:
         await side.connect()
         for i in range(2):
             await side.latency_sample(-1 - i)
-        result = await side.burst(runs, "probe")
+        resources = {} if slots is None else {"memory": await side.slot_memory(slots)}
+        result = await side.burst(runs, "probe", **resources)
         cpu = ", ".join(f"{name} {seconds:.1f}" for name, seconds in result.cpu_s.items())
         print(f"burst_runs: {runs}")
         print(f"burst_completion_rate_runs_per_s: {runs / result.all_done_s:.1f}")
         print(f"# CPU seconds: {cpu}, in {result.all_done_s:.1f} s")
         client: Any = side._client  # noqa: SLF001 - the bench's own client
         steps: dict[str, list[float]] = collections.defaultdict(list)
-        for workflow_id in _sample(side):
+        kinds = {"run": collections.Counter[str](), "job": collections.Counter[str]()}
+        sample = _sample(side)
+        for workflow_id in sample:
             run = await _history(client, workflow_id)
-            for name, at in _steps(
-                run, await _history(client, job_workflow_id(workflow_id, 0, 0, 0))
-            ).items():
+            job = await _history(client, job_workflow_id(workflow_id, 0, 0, 0))
+            for name, at in _steps(run, job).items():
                 steps[name].append(at)
+            kinds["run"].update(_kind(event) for event in run)
+            kinds["job"].update(_kind(event) for event in job)
         print("# step after the run's start: p50, max (s)")
         for name, ats in sorted(steps.items(), key=lambda item: statistics.median(item[1])):
             print(f"#   {name:55s} {statistics.median(ats):6.2f} {max(ats):6.2f}")
+        for workflow, counted in kinds.items():
+            print(f"burst_events_per_{workflow}_workflow: {sum(counted.values()) / len(sample):.1f}")
+            for kind, count in counted.most_common():
+                print(f"#   {count / len(sample):6.2f} {kind}")
         _print_fleet(await _history(client, fleet_workflow_id(PROJECT, "local")))
     finally:
         await asyncio.to_thread(side.stop)
@@ -130,9 +139,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--slots", type=int, default=None, help="at most this many jobs at once")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ferry-probe-") as work:
-        asyncio.run(probe(args.runs, args.workers, Path(work) / "ferry-home"))
+        asyncio.run(probe(args.runs, args.workers, args.slots, Path(work) / "ferry-home"))
 
 
 if __name__ == "__main__":

@@ -224,6 +224,18 @@ class FerrySide:
 
     # --- throughput -------------------------------------------------------------------------------
 
+    async def slot_memory(self, slots: int) -> str:
+        """The memory request that lets at most `slots` jobs run at once on the local instance (Slurm's
+        job slots, for the queued bursts)."""
+        from activities.agent_client import AgentClient
+        from worker.local_agent import ensure_local_agent
+
+        agent = await asyncio.to_thread(ensure_local_agent, self.home)
+        async with AgentClient(agent.url, agent.token) as client:
+            total = (await client.instance_info()).total
+        share_mib = int(total.memory * 1024) // slots
+        return f"{share_mib / 1024}GB.."
+
     async def burst(self, count: int, tag: str, **resources: str) -> BurstResult:
         """`count` trivial runs submitted at once; until all have finished (or 10 min have passed)."""
         project = f"burst-{tag}"

@@ -259,14 +259,7 @@ class Bench:
 
     async def slotted_burst(self, slots: int) -> None:
         """The burst with each job asking 1/slots of the instance's memory: at most `slots` at once."""
-        from activities.agent_client import AgentClient
-        from worker.local_agent import ensure_local_agent
-
-        agent = await asyncio.to_thread(ensure_local_agent, self.ferry.home)
-        async with AgentClient(agent.url, agent.token) as client:
-            total = (await client.instance_info()).total
-        share_mib = int(total.memory * 1024) // slots
-        memory = f"{share_mib / 1024}GB.."
+        memory = await self.ferry.slot_memory(slots)
         n = self.plan.slots_burst
         result = await self.burst_alone(f"slots{slots}", n, memory=memory)
         burst_figures(self.report, f"slots_{slots}slots", n, result)

@@ -96,6 +96,7 @@ class FleetWorkflow:
         self._inbox: list[FleetCommand] = []
         self._health: workflow.ActivityHandle[HealthReport] | None = None
         self._health_view: tuple[list[str], list[str]] | None = None
+        self._viewed: tuple[FleetBook, tuple[str, list[InstanceView]]] | None = None
         self._records = FleetRecords(inp.project, inp.name, self._views)
         self._watches = InstanceWatches(project_workflows(inp.project))
         self._watching = False  # whether this run watches its instances (the jobs placed hear of it)
@@ -317,8 +318,15 @@ class FleetWorkflow:
         return self._health is not None and self._health.done()
 
     def _views(self) -> tuple[str, list[InstanceView]]:
+        """The fleet's status and its instances' views, computed once per book. The records ask at every
+        activation (the wait's condition included), and each computation sums every job's allocation: at
+        10,000 jobs that was half the worker's CPU while the runs were aborted (docs/scaling.md). A book
+        is never changed, only replaced, so the same book has the same views."""
         book = self._book
-        return (FleetStatus.DELETING if book.deleting else FleetStatus.ACTIVE), book.views()
+        if self._viewed is None or self._viewed[0] is not book:
+            status = FleetStatus.DELETING if book.deleting else FleetStatus.ACTIVE
+            self._viewed = (book, (status, book.views()))
+        return self._viewed[1]
 
     async def _settle(self) -> None:
         """The health watch stopped and the last record written, before the workflow ends or goes on anew."""

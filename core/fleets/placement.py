@@ -54,12 +54,14 @@ class InstanceSlot(Frozen):
     allocations: dict[str, Allocation] = Field(default_factory=dict, description="by job id")
 
     def used(self) -> tuple[int, Resources]:
-        blocks = sum(a.blocks for a in self.allocations.values())
-        cpu = sum(a.resources.cpu for a in self.allocations.values())
-        memory = sum(a.resources.memory for a in self.allocations.values())
-        return blocks, Resources(
-            cpu=cpu, memory=memory, gpu=sum(a.resources.gpu for a in self.allocations.values())
-        )
+        """The blocks and resources its jobs hold: one pass (a fleet's instance may hold 10,000 jobs)."""
+        blocks, cpu, memory, gpu = 0, 0.0, 0.0, 0
+        for allocation in self.allocations.values():
+            blocks += allocation.blocks
+            cpu += allocation.resources.cpu
+            memory += allocation.resources.memory
+            gpu += allocation.resources.gpu
+        return blocks, Resources(cpu=cpu, memory=memory, gpu=gpu)
 
     def free(self) -> Resources:
         _, used = self.used()

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 
 import aiohttp
+import pytest
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
 from store.keys import keys_of, process_keys
 from tests.gateway.conftest import Harness
-from worker.codec import ENCODING, EncryptionCodec
+from worker.codec import COMPRESSION, ENCODING, ZLIB, EncryptionCodec
 from worker.codec_server import codec_endpoint
 
 PLAIN = Payload(metadata={"encoding": b"json/plain"}, data=b'{"env": {"HF_TOKEN": "a value"}}')
@@ -68,3 +69,40 @@ async def test_without_the_token_or_from_another_origin_nothing_is_decoded(
     async with http.post(f"{endpoint}/decode", data="not json") as answer:
         assert answer.status == 400
         assert json.loads(await answer.text())["message"].startswith("not Payloads")
+
+
+def a_fleet_book(jobs: int) -> Payload:
+    """A payload shaped like a fleet's book of `jobs` allocations (JSON, the same keys over and over)."""
+    allocations = [
+        {"job_id": f"ferry/main/s{n}/0/0/0", "cpu": 0.0, "memory": 0.0, "gpu": 0} for n in range(jobs)
+    ]
+    return Payload(
+        metadata={"encoding": b"json/plain"}, data=json.dumps({"allocations": allocations}).encode()
+    )
+
+
+async def test_a_large_payload_is_compressed_before_it_is_sealed_and_the_ui_reads_it(
+    harness: Harness, http: aiohttp.ClientSession
+) -> None:
+    keys = process_keys()
+    book = a_fleet_book(30_000)
+    assert len(book.data) > 2_000_000  # over the server's limit on one payload, as it is
+    [sealed] = await EncryptionCodec(keys).encode([book])
+    assert sealed.metadata[COMPRESSION] == ZLIB
+    assert len(sealed.data) < len(book.data) / 5
+    assert await EncryptionCodec(keys).decode([sealed]) == [book]
+    [small] = await EncryptionCodec(keys).encode([PLAIN])
+    assert COMPRESSION not in small.metadata  # the hot path's payloads are only sealed
+    _, url = await harness.gateway()
+    headers = {"Content-Type": "application/json", "X-Namespace": "default"}
+    endpoint = codec_endpoint(url, keys)
+    async with http.post(f"{endpoint}/decode", data=body(sealed), headers=headers) as answer:
+        assert payloads_of(await answer.text()) == [book]
+
+
+async def test_a_payload_compressed_in_a_way_this_ferry_does_not_know_is_refused_by_name() -> None:
+    keys = process_keys()
+    [sealed] = await EncryptionCodec(keys).encode([a_fleet_book(5_000)])
+    sealed.metadata[COMPRESSION] = b"zstd"
+    with pytest.raises(ValueError, match="compressed with b'zstd'"):
+        await EncryptionCodec(keys).decode([sealed])
