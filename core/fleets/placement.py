@@ -54,14 +54,21 @@ class InstanceSlot(Frozen):
     allocations: dict[str, Allocation] = Field(default_factory=dict, description="by job id")
 
     def used(self) -> tuple[int, Resources]:
-        """The blocks and resources its jobs hold: one pass (a fleet's instance may hold 10,000 jobs)."""
+        """The blocks and resources its jobs hold. Summed once per allocations, and carried over from the
+        slot before when a step adds or releases jobs (`with_allocations`, `without`): a fleet's instance
+        may hold 10,000 jobs, and every step of the fleet asks (docs/scaling.md)."""
+        known = self.__dict__.get(_USAGE)
+        if known is not None and known[0] is self.allocations:
+            return known[1], known[2]
         blocks, cpu, memory, gpu = 0, 0.0, 0.0, 0
         for allocation in self.allocations.values():
             blocks += allocation.blocks
             cpu += allocation.resources.cpu
             memory += allocation.resources.memory
             gpu += allocation.resources.gpu
-        return blocks, Resources(cpu=cpu, memory=memory, gpu=gpu)
+        resources = Resources(cpu=cpu, memory=memory, gpu=gpu)
+        self._know(blocks, resources)
+        return blocks, resources
 
     def free(self) -> Resources:
         _, used = self.used()
@@ -70,6 +77,41 @@ class InstanceSlot(Frozen):
             memory=max(0.0, self.total.memory - used.memory),
             gpu=max(0, self.total.gpu - used.gpu),
         )
+
+    def with_allocations(self, added: dict[str, Allocation]) -> InstanceSlot:
+        """This slot with `added` allocated too; its usage is this one's plus theirs."""
+        blocks, used = self.used()
+        for allocation in added.values():
+            blocks, used = blocks + allocation.blocks, _plus(used, allocation.resources, 1)
+        slot = self.model_copy(update={"allocations": {**self.allocations, **added}})
+        return slot._know(blocks, used)
+
+    def without(self, job_id: str) -> InstanceSlot:
+        """This slot with the job's allocation released; its usage is this one's less the job's."""
+        blocks, used = self.used()
+        left = dict(self.allocations)  # a copy in C, not a comprehension: releases come in bursts
+        gone = left.pop(job_id)
+        slot = self.model_copy(update={"allocations": left})
+        return slot._know(blocks - gone.blocks, _plus(used, gone.resources, -1) if left else Resources())
+
+    def _know(self, blocks: int, used: Resources) -> InstanceSlot:
+        # Kept beside the fields, not as one: pydantic neither serialises nor compares it, and a copy
+        # with other allocations (`model_copy` copies it too) does not take it for its own (`used`).
+        # A slot's usage depends only on how it was made, never on who asked first: replay-safe.
+        self.__dict__[_USAGE] = (self.allocations, blocks, used)
+        return self
+
+
+_USAGE = "_ferry_usage"
+
+
+def _plus(a: Resources, b: Resources, sign: int) -> Resources:
+    """a + sign * b, never below zero (a float sum less its parts may come out at -1e-17)."""
+    return Resources(
+        cpu=max(0.0, a.cpu + sign * b.cpu),
+        memory=max(0.0, a.memory + sign * b.memory),
+        gpu=max(0, a.gpu + sign * b.gpu),
+    )
 
 
 class NodeRequest(Frozen):

@@ -275,6 +275,8 @@ class SchedulerState(Frozen):
 
     def schedule(self) -> tuple[SchedulerState, list[Grant]]:
         """Grant every waiting gang that fits now, in priority order, without passing a blocked one."""
+        if not self.queue:
+            return self, []
         instances = dict(self.instances)
         rooms = {slot.name: Room.of(slot) for slot in self._slots() if slot.status == InstanceStatus.READY}
         blocked: set[str] = set()
@@ -308,8 +310,7 @@ class SchedulerState(Frozen):
                 added.setdefault(name, {})[request.nodes[node].job_id] = allocation
             granted.append(request)
         for name, allocations in added.items():  # each instance copied once, however many it took
-            slot = instances[name]
-            instances[name] = slot.model_copy(update={"allocations": {**slot.allocations, **allocations}})
+            instances[name] = instances[name].with_allocations(allocations)
         ids = {request.request_id for request in granted}
         queue = [request for request in self.queue if request.request_id not in ids]
         state = self.model_copy(update={"instances": instances, "queue": queue})
@@ -323,14 +324,12 @@ class SchedulerState(Frozen):
         name = self.job_instance(job_id)
         if name is None:
             return self
-        slot = self.instances[name]
-        left = dict(slot.allocations)  # a copy in C, not a comprehension: releases come in bursts too
-        del left[job_id]
+        slot = self.instances[name].without(job_id)
         instances = dict(self.instances)
-        if not left and slot.status == InstanceStatus.DELETED:
+        if not slot.allocations and slot.status == InstanceStatus.DELETED:
             del instances[name]
         else:
-            instances[name] = slot.model_copy(update={"allocations": left})
+            instances[name] = slot
         return self.model_copy(update={"instances": instances})
 
     def cancel(self, request_id: str) -> SchedulerState:

@@ -133,19 +133,22 @@ class FleetBook(Frozen):
         return self.deleting and not self.scheduler.instances and not self.scheduler.queue
 
     def views(self) -> list[InstanceView]:
-        rows = [
-            InstanceView(
-                name=c.name,
-                status=c.status.value,
-                address=c.address,
-                total=c.total,
-                blocks=c.blocks,
-                busy_blocks=c.busy_blocks,
-                jobs=len(c.jobs),
-                in_use=c.used,
+        """Each instance's view in the store: its load counted, its jobs not listed (a fleet's step asks)."""
+        rows = []
+        for slot in self.scheduler.instances.values():
+            busy, used = slot.used()
+            rows.append(
+                InstanceView(
+                    name=slot.name,
+                    status=slot.status.value,
+                    address=slot.address,
+                    total=slot.total,
+                    blocks=slot.blocks,
+                    busy_blocks=busy,
+                    jobs=len(slot.allocations),
+                    in_use=used,
+                )
             )
-            for c in self.scheduler.capacity()
-        ]
         rows += [
             InstanceView(
                 name=name,

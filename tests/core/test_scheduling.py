@@ -432,6 +432,11 @@ def test_any_sequence_keeps_the_invariants_and_releasing_everything_leaks_nothin
         before = state
         state, grants = state.schedule()
         assert state.check() == []
+        for slot in state.instances.values():  # the usage carried from step to step is the sum's
+            busy, used = slot.used()
+            fresh = InstanceSlot.model_validate(slot.model_dump()).used()
+            assert busy == fresh[0] and used.gpu == fresh[1].gpu
+            assert used.cpu == pytest.approx(fresh[1].cpu) and used.memory == pytest.approx(fresh[1].memory)
         for grant in grants:
             asked = next(r for r in before.queue if r.request_id == grant.request_id)
             assert [p.job_id for p in grant.placements] == [n.job_id for n in asked.nodes]  # whole gang
