@@ -167,6 +167,17 @@ class ProcessExecutor(Executor):
 
     def __init__(self) -> None:
         self._children: set[int] = set()  # wrappers this agent started and must reap
+        self._reaped: dict[int, ChildPoll] = {}  # of those, the ones `ended_children` found ended
+
+    def ended_children(self) -> set[int]:
+        """The wrappers this agent started that have ended and not yet been checked: one waitpid each,
+        their statuses kept for `check`. A pass of the watcher that a SIGCHLD woke checks their jobs only,
+        not every running job (agent/task_watch.py)."""
+        for pid in self._children - self._reaped.keys():
+            child = poll_child(pid)
+            if child.state != ChildState.RUNNING:
+                self._reaped[pid] = child
+        return set(self._reaped)
 
     def prepare(self, paths: TaskPaths, record: TaskRecord, spec: JobSpec) -> Path:
         if not spec.commands:
@@ -227,7 +238,7 @@ class ProcessExecutor(Executor):
 
     def check(self, record: TaskRecord, paths: TaskPaths) -> JobCheck:
         if record.pid is not None and record.pid in self._children:
-            child = poll_child(record.pid)
+            child = self._reaped.pop(record.pid, None) or poll_child(record.pid)
             if child.state == ChildState.RUNNING:
                 return JobCheck(JobLiveness.RUNNING)
             self._children.discard(record.pid)

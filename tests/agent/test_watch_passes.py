@@ -3,10 +3,22 @@ whose end wakes it by itself, every WATCH_INTERVAL while some job's end would no
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
-from agent.records import StopRequest, TaskRecord
+import pytest
+
+from agent import task_watch
+from agent.executors import JobLiveness, ProcessExecutor
+from agent.records import StopRequest, TaskPaths, TaskRecord
 from agent.task_watch import SAFETY_INTERVAL, WATCH_INTERVAL, next_pass
 from core.status import JobTerminationReason
 from core.wire.agent_api import Resources, TaskStatus
@@ -26,8 +38,7 @@ def record(task_id: str, **fields: Any) -> TaskRecord:
         env={},
         created_at=NOW - 100,
         started_at=NOW - 100,
-        pid=4242,
-        **fields,
+        **{"pid": 4242, **fields},
     )
 
 
@@ -90,3 +101,63 @@ def test_the_nearest_limit_is_when_the_next_pass_is_due() -> None:
 def test_a_dev_environment_nobody_is_connected_to_is_due_at_its_inactivity_limit() -> None:
     idle = record("idle", inactivity_duration=2, ssh_last_activity=NOW - 0.5)
     assert pause([idle]) == 1.5
+
+
+def test_a_pass_a_sigchld_woke_checks_only_the_jobs_that_may_have_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ended processes, stopping jobs, jobs past a limit, containers and jobs whose end would not wake the
+    watcher are checked; a quiet job waits for the next full pass."""
+    stop = StopRequest(reason=JobTerminationReason.TERMINATED_BY_USER, requested_at=NOW - 1, kill_at=NOW + 9)
+    quiet = [record(f"quiet{i}", pid=1000 + i) for i in range(50)]
+    changed = [
+        record("ended", pid=7),
+        record("stopping", pid=8, stop=stop),
+        record("late", pid=9, deadline=NOW - 1),
+        record("idle", pid=10, inactivity_duration=2, ssh_last_activity=NOW - 3),
+        record("adopted", pid=11),
+    ]
+    everything = [*quiet, *changed]
+    registry = Registry(everything, {t.id for t in everything} - {"adopted"})
+    registry_executors = registry.executors
+
+    class Process:
+        def ended_children(self) -> set[int]:
+            return {7}
+
+    registry_executors.process = Process()
+    checked: list[str] = []
+    monkeypatch.setattr(task_watch, "_check", lambda registry, task, now: checked.append(task.id))
+    monkeypatch.setattr(task_watch.time, "time", lambda: NOW)
+    woken = cast(Any, SimpleNamespace(running=registry.running, executors=registry_executors))
+    task_watch.check_running(woken, everyone=False)
+    assert checked == [t.id for t in changed]
+    checked.clear()
+    task_watch.check_running(woken)
+    assert checked == [t.id for t in everything]
+
+
+def test_the_process_executor_finds_its_ended_children_and_checks_each_once() -> None:
+    """One waitpid per child: an ended one is reaped once, its status kept until its job is checked."""
+    executor = ProcessExecutor()
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    try:
+        executor._children.update(p.pid for p in sleepers)
+        assert executor.ended_children() == set()
+        os.kill(sleepers[1].pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not (ended := executor.ended_children()):
+            assert time.monotonic() < deadline, "the killed child never ended"
+            time.sleep(0.05)
+        assert ended == {sleepers[1].pid}
+        task = record("killed", pid=sleepers[1].pid)
+        with tempfile.TemporaryDirectory() as root:
+            result = executor.check(task, TaskPaths(Path(root)))
+        assert (result.liveness, result.exit_status) == (JobLiveness.EXITED, 128 + signal.SIGKILL)
+        assert executor.ended_children() == set()
+    finally:
+        for sleeper in sleepers:
+            with contextlib.suppress(ProcessLookupError):
+                sleeper.kill()
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(sleeper.pid, 0)
