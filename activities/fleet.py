@@ -204,6 +204,8 @@ class FleetActivities:
             for view in request.instances
         ]
         self._store.put_instances(request.project, request.fleet, records)
+        if request.waiting is not None:
+            self._store.put_queue(request.project, request.fleet, request.waiting)
         with contextlib.suppress(RecordNotFoundError):
             self._store.update_fleet(request.project, request.fleet, status=request.status, updated_at=now)
 
@@ -215,7 +217,7 @@ class FleetActivities:
             async with heartbeating():
                 await asyncio.gather(*(self._stop(target) for target in targets))
         deleted = RecordFleet(
-            project=request.project, fleet=request.fleet, status=FleetStatus.DELETED, instances=[]
+            project=request.project, fleet=request.fleet, status=FleetStatus.DELETED, instances=[], waiting=[]
         )
         await asyncio.to_thread(self._record, deleted)
 

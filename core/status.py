@@ -26,6 +26,10 @@ class RunStatus(StrEnum):
         return not self.is_finished()
 
 
+# A submitted job's status message while its fleet holds it in its queue (docs/fleets.md).
+WAITING_FOR_CAPACITY = "waiting for capacity"
+
+
 class JobStatus(StrEnum):
     SUBMITTED = "submitted"
     PROVISIONING = "provisioning"

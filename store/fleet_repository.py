@@ -10,15 +10,17 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, update
+from sqlalchemy import Connection, Engine, Table, delete, insert, update
 from sqlmodel import Session, col, select
 
 from core.fleets.status import FleetStatus
-from store.models import FleetRecord, InstanceRecord
+from core.wire.workflow_ids import parse_job_submission_id
+from store.models import FleetRecord, InstanceRecord, QueuedJobRecord
 from store.sql import row_of
 
 _FLEETS: Table = FleetRecord.__table__  # type: ignore[attr-defined]
 _INSTANCES: Table = InstanceRecord.__table__  # type: ignore[attr-defined]
+_QUEUED: Table = QueuedJobRecord.__table__  # type: ignore[attr-defined]
 
 # InstanceStatus.DELETED: core.fleets.placement brings pydantic and the configurations, too much for the
 # CLI's every command to import with the store.
@@ -93,6 +95,39 @@ class FleetRecords(ABC):
                 )
                 .values(status=_INSTANCE_DELETED, busy_blocks=0, jobs=0, updated_at=now)
             )
+
+    # Queues
+
+    def put_queue(self, project: str, fleet: str, job_ids: list[str]) -> None:
+        """The fleet's queue as it is now, in the order it is served: these jobs, no other of the fleet
+        (an id that does not name a job submission is left out)."""
+        rows = []
+        for position, job in enumerate(job_ids, start=1):
+            named = parse_job_submission_id(job)
+            if named is not None:
+                run_id, replica, job_num, submission = named
+                rows.append(
+                    {
+                        "project": project,
+                        "fleet": fleet,
+                        "job_submission_id": job,
+                        "run_id": run_id,
+                        "replica_num": replica,
+                        "job_num": job_num,
+                        "submission_num": submission,
+                        "position": position,
+                    }
+                )
+        with self._writer.begin() as connection:
+            connection.execute(delete(_QUEUED).where(_QUEUED.c.project == project, _QUEUED.c.fleet == fleet))
+            if rows:
+                connection.execute(insert(_QUEUED), rows)
+
+    def queued_jobs(self, run_id: str) -> list[QueuedJobRecord]:
+        """The run's jobs that some fleet holds in its queue."""
+        statement = select(QueuedJobRecord).where(col(QueuedJobRecord.run_id) == run_id)
+        with self._session() as session:
+            return list(session.exec(statement).all())
 
     def list_instances(
         self, project: str, fleet: str | None = None, *, include_deleted: bool = False

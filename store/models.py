@@ -179,6 +179,25 @@ class InstanceRecord(SQLModel, table=True):
         return data
 
 
+class QueuedJobRecord(SQLModel, table=True):
+    """A job its fleet holds in its queue, as the fleet last recorded it (`put_queue`): `ferry ps` says
+    it waits for capacity. The fleet writes its whole queue at most every 2 s, where telling each job
+    cost a dozen history events per job (docs/fleets.md#the-queue-in-the-store)."""
+
+    __tablename__ = "queued_jobs"
+
+    project: str = Field(primary_key=True)
+    fleet: str = Field(primary_key=True)
+    job_submission_id: str = Field(primary_key=True, index=True)
+    # The job as its id names it: a job that waits may have no record of its own yet (its run writes it
+    # with the job's first news), and `ferry ps` shows it all the same.
+    run_id: str = Field(index=True)
+    replica_num: int
+    job_num: int
+    submission_num: int
+    position: int  # 1: the job served next
+
+
 class VolumeRecord(SQLModel, table=True):
     """A named volume (docs/volumes.md): a directory on one instance of a fleet, attached to one job at a
     time (`attached_to`, set and cleared by the job's attach_volumes and detach_volumes activities)."""

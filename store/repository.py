@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, Table, func, update
 from sqlmodel import Session, col, select
 
-from core.status import RunStatus
+from core.status import WAITING_FOR_CAPACITY, JobStatus, RunStatus
 from store.engine import for_writes
 from store.fleet_repository import FleetRecords
 from store.models import (
@@ -157,7 +157,38 @@ class Store(FleetRecords, ServiceRecords, VolumeRecords, SecretRecords, RunDelet
             )
         )
         with self._session() as session:
-            return list(session.exec(statement).all())
+            jobs = list(session.exec(statement).all())
+        return self._with_queue(run_id, jobs)
+
+    def _with_queue(self, run_id: str, jobs: list[JobSubmissionRecord]) -> list[JobSubmissionRecord]:
+        """The run's jobs that a fleet holds in its queue wait for capacity, those its run has not recorded
+        yet too: the fleet records its queue itself (`put_queue`), and a job's own record says nothing of
+        it (docs/fleets.md#the-queue-in-the-store)."""
+        queued = {row.job_submission_id: row for row in self.queued_jobs(run_id)}
+        if not queued:
+            return jobs
+        for job in jobs:
+            if job.id in queued and job.status == JobStatus.SUBMITTED and job.status_message is None:
+                job.status_message = WAITING_FOR_CAPACITY
+        unrecorded = [row for job_id, row in queued.items() if job_id not in {job.id for job in jobs}]
+        if not unrecorded:
+            return jobs
+        run = self.get_run(run_id)
+        submitted_at = run.submitted_at if run is not None else time.time()
+        jobs += [
+            JobSubmissionRecord(
+                id=row.job_submission_id,
+                run_id=run_id,
+                replica_num=row.replica_num,
+                job_num=row.job_num,
+                submission_num=row.submission_num,
+                status=JobStatus.SUBMITTED,
+                submitted_at=submitted_at,
+                status_message=WAITING_FOR_CAPACITY,
+            )
+            for row in unrecorded
+        ]
+        return sorted(jobs, key=lambda job: (job.replica_num, job.job_num, job.submission_num))
 
     # Eventlogs
 

@@ -19,6 +19,7 @@ from store.models import (
     EventRecord,
     JobSubmissionRecord,
     LogChunkRecord,
+    QueuedJobRecord,
     ReplicaDrainRecord,
     RunRecord,
     ServiceReplicaRecord,
@@ -33,6 +34,7 @@ _CODE: Table = CodeArchiveRecord.__table__  # type: ignore[attr-defined]
 _REPLICAS: Table = ServiceReplicaRecord.__table__  # type: ignore[attr-defined]
 _DRAINS: Table = ReplicaDrainRecord.__table__  # type: ignore[attr-defined]
 _REQUESTS: Table = ServiceRequestsRecord.__table__  # type: ignore[attr-defined]
+_QUEUED: Table = QueuedJobRecord.__table__  # type: ignore[attr-defined]
 
 
 class RunStillActive(RuntimeError):
@@ -82,7 +84,7 @@ def _delete_rows(connection: Connection, run_ids: list[str], jobs: list[str]) ->
     if jobs:
         connection.execute(sa.delete(_CHUNKS).where(_CHUNKS.c.job_submission_id.in_(jobs)))
         connection.execute(sa.delete(_DRAINS).where(_DRAINS.c.replica_id.in_(jobs)))
-    for table in (_EVENTS, _REPLICAS, _REQUESTS, _JOBS):
+    for table in (_EVENTS, _REPLICAS, _REQUESTS, _QUEUED, _JOBS):
         connection.execute(sa.delete(table).where(table.c.run_id.in_(run_ids)))
     connection.execute(sa.delete(_RUNS).where(_RUNS.c.id.in_(run_ids)))
 

@@ -40,7 +40,6 @@ with workflow.unsafe.imports_passed_through():
         FleetResult,
         HealthReport,
         InstanceChange,
-        InstanceView,
         LocalInstance,
         Notice,
         NoticeKind,
@@ -69,7 +68,7 @@ with workflow.unsafe.imports_passed_through():
     from core.wire.workflow_ids import project_workflows
     from workflows import retry_policies, signals
     from workflows.fleet_notices import NoticeSender
-    from workflows.fleet_records import FleetRecords
+    from workflows.fleet_records import FleetRecords, View
     from workflows.handles import abandon
     from workflows.instance_watches import InstanceWatches
 
@@ -84,6 +83,9 @@ _SEND_UNBLOCKED = "fleet-send-unblocked"
 _STEP_BOUNDED = "fleet-step-bounded"
 # Since this patch the fleet continues as new once its history holds state_machine.HISTORY_EVENTS events.
 _BOUNDED_HISTORY = "fleet-bounded-history"
+# Since this patch the fleet records its queue in the store (`ferry ps`: waiting for capacity) instead of
+# telling each job that waits: a dozen history events per queued job (docs/fleets.md#the-queue-in-the-store).
+_QUEUE_RECORDED = "fleet-queue-recorded"
 
 
 @workflow.defn
@@ -96,10 +98,11 @@ class FleetWorkflow:
         self._inbox: list[FleetCommand] = []
         self._health: workflow.ActivityHandle[HealthReport] | None = None
         self._health_view: tuple[list[str], list[str]] | None = None
-        self._viewed: tuple[FleetBook, tuple[str, list[InstanceView]]] | None = None
+        self._viewed: tuple[FleetBook, View] | None = None
         self._records = FleetRecords(inp.project, inp.name, self._views)
         self._watches = InstanceWatches(project_workflows(inp.project))
         self._watching = False  # whether this run watches its instances (the jobs placed hear of it)
+        self._queue_recorded = False  # whether this run records its queue rather than tell the jobs
         self._notices = NoticeSender(self._inbox, lambda: self._watching)
 
     # --- messages ---------------------------------------------------------------------------------------
@@ -150,6 +153,7 @@ class FleetWorkflow:
     async def run(self, inp: FleetInput) -> FleetResult:
         # A run begun before the instance watch keeps its jobs watching their tasks themselves.
         self._watching = workflow.patched("instance-watch")
+        self._queue_recorded = workflow.patched(_QUEUE_RECORDED)
         if inp.carry is None:
             slots, failed = await self._deploy(inp)
             self._book, notices = deployed(self._book, slots, failed)
@@ -192,7 +196,7 @@ class FleetWorkflow:
                 await self._clean(command.name)
             self._book, more = apply(self._book, command, index)
             notices += more
-        self._book, more = schedule(self._book)
+        self._book, more = schedule(self._book, tell_queued=not self._queue_recorded)
         await self._send(notices + more)
         if self._notices.in_flight and (self._book.finished() or _history_long()):
             # Before the workflow ends or continues as new: every signal delivered, or back in the inbox.
@@ -317,15 +321,15 @@ class FleetWorkflow:
     def _health_reported(self) -> bool:
         return self._health is not None and self._health.done()
 
-    def _views(self) -> tuple[str, list[InstanceView]]:
-        """The fleet's status and its instances' views, computed once per book. The records ask at every
-        activation (the wait's condition included), and each computation sums every job's allocation: at
-        10,000 jobs that was half the worker's CPU while the runs were aborted (docs/scaling.md). A book
-        is never changed, only replaced, so the same book has the same views."""
+    def _views(self) -> View:
+        """The fleet's status, its instances' views and its queue (if it records it), computed once per
+        book: the records ask at every activation (the wait's condition included). A book is never
+        changed, only replaced, so the same book has the same views (docs/scaling.md)."""
         book = self._book
         if self._viewed is None or self._viewed[0] is not book:
             status = FleetStatus.DELETING if book.deleting else FleetStatus.ACTIVE
-            self._viewed = (book, (status, book.views()))
+            waiting = book.waiting_jobs() if self._queue_recorded else None
+            self._viewed = (book, (status, book.views(), waiting))
         return self._viewed[1]
 
     async def _settle(self) -> None:

@@ -1,6 +1,7 @@
-"""How FleetWorkflow keeps the store's view of its instances (`ferry fleet list`) up to date: one write
-(an activity) at a time, when the instances or their statuses change; a change of their load alone (busy
-blocks, jobs: every placement and release) is written at most every RECORD_EVERY (docs/fleets.md)."""
+"""How FleetWorkflow keeps the store's view of its instances (`ferry fleet list`) and of its queue (`ferry
+ps`: waiting for capacity) up to date: one write (an activity) at a time, when the instances or their
+statuses change; a change of their load or of the queue alone (every placement and release) is written at
+most every RECORD_EVERY (docs/fleets.md)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ with workflow.unsafe.imports_passed_through():
 
 RECORD_EVERY = timedelta(seconds=2)
 
-View = tuple[str, list[InstanceView]]  # the fleet's status, its instances
+# The fleet's status, its instances, the jobs in its queue (None: a fleet that tells them instead).
+View = tuple[str, list[InstanceView], list[str] | None]
 
 
 class FleetRecords:
@@ -44,10 +46,13 @@ class FleetRecords:
         self._wake = None
         current = self._current()
         self._written, self._written_at = current, workflow.now().timestamp()
-        status, views = current
+        status, views, waiting = current
+        record = RecordFleet(
+            project=self._project, fleet=self._fleet, status=status, instances=views, waiting=waiting
+        )
         self._writing = workflow.start_activity(
             names.RECORD_FLEET,
-            RecordFleet(project=self._project, fleet=self._fleet, status=status, instances=views),
+            record,
             start_to_close_timeout=timedelta(seconds=10),
             retry_policy=retry_policies.QUICK,
         )
@@ -67,8 +72,9 @@ class FleetRecords:
                 await self._writing
 
     def _only_load_changed(self) -> bool:
-        """Since the last write, the instances and their statuses are the same: only their load changed."""
+        """Since the last write, the instances and their statuses are the same: only their load (or the
+        queue) changed."""
         if self._written is None:
             return False
-        (status, views), (was, before) = self._current(), self._written
+        (status, views, _), (was, before, _) = self._current(), self._written
         return (status, [(v.name, v.status) for v in views]) == (was, [(v.name, v.status) for v in before])

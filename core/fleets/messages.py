@@ -163,6 +163,10 @@ class RecordFleet(Frozen):
     fleet: str
     status: FleetStatus
     instances: list[InstanceView]
+    waiting: list[str] | None = Field(
+        default=None,
+        description="the jobs in its queue, served first first; None: its jobs are told themselves",
+    )
 
 
 class StopFleet(Frozen):

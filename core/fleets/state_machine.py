@@ -9,7 +9,8 @@ deployed.
 
 - A replica is placed whole or not at all, by priority then submission order (core.fleets.scheduling).
 - A replica no instance could ever hold is refused at once (FAILED_TO_START_DUE_TO_NO_CAPACITY); one that
-  waits is told so once (`queued`), for `ferry ps` to say "waiting for capacity".
+  waits is in the queue the fleet records in the store, for `ferry ps` to say "waiting for capacity" (a
+  fleet begun before that tells each such replica once instead: `queued`).
 - A lost host's jobs are told to terminate (INSTANCE_UNREACHABLE); their capacity stays held until each
   job releases it, and their tasks are removed from the host when it is back, before it takes new jobs.
 - The local fleet shares its one instance by exact needs, so a gang's nodes may share it (no spread).
@@ -127,6 +128,10 @@ class FleetBook(Frozen):
             queue=queue,
             idle=self.scheduler.idle(),
         )
+
+    def waiting_jobs(self) -> list[str]:
+        """The jobs of the replicas that wait, in the order they are served."""
+        return [node.job_id for request in self.scheduler.waiting() for node in request.nodes]
 
     def finished(self) -> bool:
         """A deleted fleet whose last job has released its capacity: the workflow may end."""
@@ -349,8 +354,9 @@ def _delete(book: FleetBook) -> Step:
     return book, notices
 
 
-def schedule(book: FleetBook) -> Step:
-    """Grant what fits now (whole replicas, by priority), then tell the replicas that wait, once."""
+def schedule(book: FleetBook, tell_queued: bool = True) -> Step:
+    """Grant what fits now (whole replicas, by priority), then tell the replicas that wait, once: unless
+    `tell_queued` is False, where the fleet records its queue in the store instead (docs/fleets.md)."""
     if not book.deployed:
         return book, []
     requests = {r.request_id: r for r in book.scheduler.queue}
@@ -379,6 +385,8 @@ def schedule(book: FleetBook) -> Step:
                     ),
                 )
             )
+    if not tell_queued:  # what a fleet begun before told is of no more use
+        return book.copy_with(scheduler=scheduler, told_queued=[]), notices
     granted = {grant.request_id for grant in grants}
     told = [r for r in book.told_queued if r not in granted]
     known = set(told)  # a burst's queue is long: `in` on the list made each step quadratic

@@ -10,7 +10,7 @@ from typing import Any
 from core.configuration.interpolation import node_addresses, substitute
 from core.eventlog import Event
 from core.jobs.state_machine import JobState
-from core.status import JobStatus, JobTerminationReason
+from core.status import WAITING_FOR_CAPACITY, JobStatus, JobTerminationReason
 from core.wire.agent_api import PortMapping, TaskNetwork
 from core.wire.job_messages import JobInput, JobUpdate, Placement, TerminateJob
 from core.wire.messages import JobOutcome, PrepareTask, RecordJob, StartJob
@@ -88,7 +88,6 @@ def last_note(state: JobState) -> str | None:
     return next((e.note for e in reversed(state.exceptions) if e.severity == 0), None)
 
 
-WAITING_FOR_CAPACITY = "waiting for capacity"
 # A job held by `startup_order` (core.runs.startup), by what its memo says it waits for.
 _WAITING_FOR_PEERS = {
     "master": "waiting for the master node to start (startup_order: master-first)",

@@ -40,6 +40,19 @@ def job_submission_id(run_id: str, replica_num: int, job_num: int, submission_nu
     return f"{run_id}-r{replica_num}-j{job_num}-s{submission_num}"
 
 
+def parse_job_submission_id(job_id: str) -> tuple[str, int, int, int] | None:
+    """(run id, replica, job, submission) of a `job_submission_id`; None for any other string."""
+    parts = job_id.rsplit("-", 3)
+    if len(parts) != 4 or not parts[0]:
+        return None
+    run_id, *numbered = parts
+    numbers = [part[1:] for part, letter in zip(numbered, "rjs", strict=True) if part[:1] == letter]
+    if len(numbers) != 3 or not all(n.isdigit() and n.isascii() for n in numbers):
+        return None
+    replica, job, submission = (int(n) for n in numbers)
+    return run_id, replica, job, submission
+
+
 def placement_request_id(run_id: str, replica_num: int, submission_num: int) -> str:
     """A replica's placement request (its gang) at one submission, as its fleet's scheduler knows it."""
     return f"{run_id}-r{replica_num}-s{submission_num}"

@@ -78,6 +78,20 @@ def test_a_gang_is_placed_whole_on_distinct_instances_with_its_masters_address()
     assert state.scheduler.check() == []
 
 
+def test_a_fleet_that_records_its_queue_tells_no_job_it_waits_and_lists_the_waiting_in_serving_order() -> (
+    None
+):
+    state, _ = step(book(hosts=1), gang("a"))
+    for command in (gang("b"), gang("c", priority=5)):
+        state, _ = apply(state, command)
+    state, notices = schedule(state, tell_queued=False)
+    assert notices == [] and state.told_queued == []
+    assert state.waiting_jobs() == ["c-j0", "b-j0"]
+    state, _ = apply(state, ReleaseJob(job_id="a-j0"))
+    state, notices = schedule(state, tell_queued=False)
+    assert kinds(notices) == [("placed", "c-j0")] and state.waiting_jobs() == ["b-j0"]
+
+
 def test_the_local_fleet_lets_a_gang_share_its_one_instance() -> None:
     state = book(hosts=1, local=True, blocks=None)
     state, notices = step(state, gang("a", nodes=2))

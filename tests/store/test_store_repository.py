@@ -5,6 +5,7 @@ import hashlib
 import pytest
 
 from core.status import JobStatus, RunStatus
+from core.wire.workflow_ids import job_submission_id, parse_job_submission_id
 from store.models import RUN_EVENTLOG, JobSubmissionRecord, RunRecord
 from store.repository import LogGapError, RecordNotFoundError, Store
 
@@ -297,3 +298,63 @@ def test_databases_without_on_conflict_stay_idempotent(store: Store, monkeypatch
     assert [e.seq for e in store.read_events("r1", None)] == [0, 1, 2]
     assert store.put_code(b"code") == store.put_code(b"code")
     assert store.get_code(store.put_code(b"code")) == b"code"
+
+
+# Fleets' queues
+
+
+def test_a_submitted_job_its_fleet_queues_waits_for_capacity_until_the_queue_is_written_without_it(
+    store: Store,
+) -> None:
+    store.put_run(_run("r1"))
+    # Ids as the workflows make them: a fleet's queue names its jobs by them.
+    first, second, running = (
+        _job("r1", job=n).model_copy(update={"id": job_submission_id("r1", 0, n, 0)}) for n in range(3)
+    )
+    unrecorded = job_submission_id("r1", 0, 3, 0)  # its run has not written it yet
+    for job in (first, second, running.model_copy(update={"status": JobStatus.RUNNING})):
+        store.put_job_submission(job)
+    store.put_queue("main", "lab", [second.id, first.id, running.id, unrecorded, "not-a-job"])
+    store.put_queue("main", "other", [])  # another fleet's write leaves this one's queue as it is
+
+    def shown() -> list[tuple[int, str, str | None]]:
+        return [(j.job_num, j.status, j.status_message) for j in store.list_job_submissions("r1")]
+
+    waiting = "waiting for capacity"
+    # A running job in a stale queue record says nothing of it; one not recorded yet is shown, waiting.
+    assert shown() == [
+        (0, "submitted", waiting),
+        (1, "submitted", waiting),
+        (2, "running", None),
+        (3, "submitted", waiting),
+    ]
+    assert [(r.job_submission_id, r.position) for r in store.queued_jobs("r1")] == [
+        (second.id, 1),
+        (first.id, 2),
+        (running.id, 3),
+        (unrecorded, 4),
+    ]
+    store.put_queue("main", "lab", [second.id])
+    assert shown() == [(0, "submitted", None), (1, "submitted", waiting), (2, "running", None)]
+    # A message of the job's own is kept; the record itself is never changed by a read.
+    store.update_job_submission(second.id, status_message="retrying")
+    assert shown()[1] == (1, "submitted", "retrying")
+    assert _stored_job(store, first.id).status_message is None
+    store.put_queue("main", "lab", [first.id])
+    store.update_run("r1", status=RunStatus.TERMINATED)  # only a finished run is deleted
+    assert store.delete_run("r1") is not None
+    assert store.queued_jobs("r1") == []
+
+
+def test_job_submission_ids_parse_back_and_nothing_else_does() -> None:
+    assert parse_job_submission_id(job_submission_id("my-run-1a2b", 2, 10, 3)) == ("my-run-1a2b", 2, 10, 3)
+    for other in (
+        "",
+        "r0-j0-s0",
+        "run-r0-s0",
+        "run-x0-j0-s0",
+        "run-r0-j0-s",
+        "run-r0-j0-s1a",
+        "run-r0-j٣-s0",
+    ):
+        assert parse_job_submission_id(other) is None, other

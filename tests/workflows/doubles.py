@@ -135,7 +135,8 @@ class FakeBackend(ServiceDoubles):
         # SSH fleets: the hosts' slots by index (an error string: that host fails to deploy).
         self.hosts: dict[int, InstanceSlot | str] = {}
         self.health: asyncio.Queue[InstanceChange] = asyncio.Queue()
-        self.fleet_records: dict[str, RecordFleet] = {}
+        self.fleet_records: dict[str, RecordFleet] = {}  # each fleet's last
+        self.queues_recorded: list[list[str] | None] = []  # every record's queue, in order
         self.cleaned: list[CleanInstance] = []
         self.stopped: list[str] = []
         # Jobs started whose end an instance watch tells: (job submission id, instance, owner).
@@ -237,6 +238,7 @@ class FakeBackend(ServiceDoubles):
     @activity.defn(name=names.RECORD_FLEET)
     async def record_fleet(self, request: RecordFleet) -> None:
         self.fleet_records[request.fleet] = request
+        self.queues_recorded.append(request.waiting)
 
     @activity.defn(name=names.STOP_FLEET)
     async def stop_fleet(self, request: StopFleet) -> None:

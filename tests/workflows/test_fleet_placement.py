@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -35,6 +36,7 @@ from tests.workflows.harness import (
     without_patch,
 )
 from workflows import fleet as fleet_workflow
+from workflows import fleet_records
 from workflows.fleet import FleetWorkflow
 from workflows.signals import LOCAL_HOT_PATH
 
@@ -175,12 +177,38 @@ async def queued_burst(harness: Harness, runs: int) -> list[Any]:
     return handles
 
 
-async def test_a_queued_burst_runs_every_job_and_never_two_on_one_host(harness: Harness) -> None:
+async def test_a_queued_burst_runs_every_job_and_never_two_on_one_host(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The jobs that wait are in the queue the fleet records (here at every step: the burst is over in
+    less than RECORD_EVERY), not told one by one; the last record of the queue, once all ran, is empty."""
+    monkeypatch.setattr(fleet_records, "RECORD_EVERY", timedelta(0))
     handles = await queued_burst(harness, 6)
     heard = await signals_heard(harness, handles)
-    assert heard.count("placed") == 6 and heard.count("queued") >= 1  # some waited
+    assert heard.count("placed") == 6 and heard.count("queued") == 0
+    recorded = harness.backend.queues_recorded
+    assert any(recorded) and None not in recorded  # some waited
+    deadline = time.monotonic() + WAIT_LIMIT  # the last record may still be on its way
+    while harness.backend.fleet_records[FLEET].waiting != []:
+        assert time.monotonic() < deadline, f"the queue recorded last: {recorded[-1]}"
+        await asyncio.sleep(POLL)
     for handle in handles:  # each run's, its job's and the fleet's
         await harness.check_histories_replay(handle)
+
+
+async def test_fleet_histories_from_before_the_queue_in_the_store_replay(harness: Harness) -> None:
+    """A fleet that told each waiting job (before `fleet-queue-recorded`) replays on today's workflow,
+    which goes on telling them; its records carry no queue."""
+    with without_patch(fleet_workflow._QUEUE_RECORDED):
+        handles = await queued_burst(harness, 4)
+        history = await harness.fleet(FLEET).fetch_history()
+    assert (await signals_heard(harness, handles)).count("queued") >= 1
+    assert harness.backend.queues_recorded and set(harness.backend.queues_recorded) == {None}
+    # Unguarded, a step would send fewer signals than its local activity's recorded result answers: the
+    # replay fails in the workflow's code (a RuntimeError from the replayer), not in the SDK's matching.
+    await check_patch_guards(
+        history, fleet_workflow._QUEUE_RECORDED, (workflow.NondeterminismError, RuntimeError)
+    )
 
 
 async def test_a_step_applies_at_most_step_commands_and_the_rest_waits_for_the_next(
