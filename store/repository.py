@@ -170,7 +170,8 @@ class Store(FleetRecords, ServiceRecords, VolumeRecords, SecretRecords, RunDelet
         for job in jobs:
             if job.id in queued and job.status == JobStatus.SUBMITTED and job.status_message is None:
                 job.status_message = WAITING_FOR_CAPACITY
-        unrecorded = [row for job_id, row in queued.items() if job_id not in {job.id for job in jobs}]
+        recorded = {job.id for job in jobs}
+        unrecorded = [row for job_id, row in queued.items() if job_id not in recorded]
         if not unrecorded:
             return jobs
         run = self.get_run(run_id)
