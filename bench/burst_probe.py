@@ -24,41 +24,11 @@ import sqlalchemy as sa
 
 from bench.common import Report
 from bench.ferry_side import FerrySide
-from core.wire.workflow_ids import fleet_workflow_id, job_workflow_id
+from bench.histories import event_kind, event_time, history, run_and_job, steps
+from core.wire.workflow_ids import fleet_workflow_id
 from store import RunRecord
 
 PROJECT = "burst-probe"
-
-
-def _at(event: Any) -> float:
-    return float(event.event_time.ToDatetime().timestamp())
-
-
-def _kind(event: Any) -> str:
-    kind = str(event.WhichOneof("attributes")).removesuffix("_event_attributes")
-    if kind == "workflow_execution_signaled":
-        kind += ":" + event.workflow_execution_signaled_event_attributes.signal_name
-    elif kind == "signal_external_workflow_execution_initiated":
-        kind += ":" + event.signal_external_workflow_execution_initiated_event_attributes.signal_name
-    elif kind == "activity_task_scheduled":
-        kind += ":" + event.activity_task_scheduled_event_attributes.activity_type.name
-    return kind
-
-
-def _steps(run: list[Any], job: list[Any]) -> dict[str, float]:
-    """Each step's time after the run's start (the first occurrence of each)."""
-    t0 = _at(run[0])
-    steps = {"job started": _at(job[0])}
-    for event in job:
-        kind = _kind(event)
-        if kind.startswith(("workflow_execution_signaled", "activity_task_")):
-            steps.setdefault(kind, _at(event))
-        elif kind == "external_workflow_execution_signaled":
-            steps.setdefault("its own signal delivered (its last word)", _at(event))
-        elif kind == "workflow_execution_completed":
-            steps["job completed"] = _at(event)
-    steps["run completed"] = _at(run[-1])
-    return {name: at - t0 for name, at in steps.items()}
 
 
 async def probe(runs: int, workers: int, slots: int | None, home: Path) -> None:
@@ -75,24 +45,23 @@ async def probe(runs: int, workers: int, slots: int | None, home: Path) -> None:
         print(f"burst_completion_rate_runs_per_s: {runs / result.all_done_s:.1f}")
         print(f"# CPU seconds: {cpu}, in {result.all_done_s:.1f} s")
         client: Any = side._client  # noqa: SLF001 - the bench's own client
-        steps: dict[str, list[float]] = collections.defaultdict(list)
+        timings: dict[str, list[float]] = collections.defaultdict(list)
         kinds = {"run": collections.Counter[str](), "job": collections.Counter[str]()}
         sample = _sample(side)
         for workflow_id in sample:
-            run = await _history(client, workflow_id)
-            job = await _history(client, job_workflow_id(workflow_id, 0, 0, 0))
-            for name, at in _steps(run, job).items():
-                steps[name].append(at)
-            kinds["run"].update(_kind(event) for event in run)
-            kinds["job"].update(_kind(event) for event in job)
+            run, job = await run_and_job(client, workflow_id)
+            for name, at in steps(run, job).items():
+                timings[name].append(at)
+            kinds["run"].update(event_kind(event) for event in run)
+            kinds["job"].update(event_kind(event) for event in job)
         print("# step after the run's start: p50, max (s)")
-        for name, ats in sorted(steps.items(), key=lambda item: statistics.median(item[1])):
+        for name, ats in sorted(timings.items(), key=lambda item: statistics.median(item[1])):
             print(f"#   {name:55s} {statistics.median(ats):6.2f} {max(ats):6.2f}")
         for workflow, counted in kinds.items():
             print(f"burst_events_per_{workflow}_workflow: {sum(counted.values()) / len(sample):.1f}")
             for kind, count in counted.most_common():
                 print(f"#   {count / len(sample):6.2f} {kind}")
-        _print_fleet(await _history(client, fleet_workflow_id(PROJECT, "local")))
+        _print_fleet(await history(client, fleet_workflow_id(PROJECT, "local")))
     finally:
         await asyncio.to_thread(side.stop)
 
@@ -106,26 +75,22 @@ def _sample(side: FerrySide, most: int = 60) -> list[str]:
     return ids[:: max(1, len(ids) // most)]
 
 
-async def _history(client: Any, workflow_id: str) -> list[Any]:
-    return list((await client.get_workflow_handle(workflow_id).fetch_history()).events)
-
-
 def _print_fleet(fleet: list[Any]) -> None:
-    kinds = collections.Counter(_kind(event) for event in fleet)
+    kinds = collections.Counter(event_kind(event) for event in fleet)
     print(f"# the fleet's history: {len(fleet)} events")
     for kind, count in kinds.most_common():
         print(f"#   {count:6d} {kind}")
     waits, work = [], []
     scheduled = started = 0.0
     for event in fleet:
-        kind = _kind(event)
+        kind = event_kind(event)
         if kind == "workflow_task_scheduled":
-            scheduled = _at(event)
+            scheduled = event_time(event)
         elif kind == "workflow_task_started":
-            started = _at(event)
+            started = event_time(event)
             waits.append(started - scheduled)
         elif kind == "workflow_task_completed":
-            work.append(_at(event) - started)
+            work.append(event_time(event) - started)
     if work:
         print(f"# the fleet's workflow tasks: {len(work)}")
         for name, times in (

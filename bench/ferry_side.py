@@ -17,6 +17,7 @@ import os
 import re
 import secrets
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -31,6 +32,7 @@ from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
 from bench import recovery
 from bench.common import Clock, Report, cpu_seconds, files_mb, processes_mentioning, rss_mb
+from bench.histories import event_time, run_and_job, steps
 from cli.api import FerryAPI
 from core.configuration import RunConfiguration, TaskConfiguration, parse_configuration
 from core.run_types import configurator_for
@@ -125,6 +127,7 @@ class FerrySide:
         self._store: Store | None = None
         self._api: dict[str, FerryAPI] = {}
         self.last_latency_run: RunRecord | None = None
+        self.latency_runs: list[tuple[RunRecord, float]] = []  # each sample's run and when it was submitted
         self._client: Any = None
 
     # --- the stack --------------------------------------------------------------------------------
@@ -220,6 +223,7 @@ class FerrySide:
         start = await asyncio.to_thread(self.start_event, record)
         assert start is not None
         self.last_latency_run = record
+        self.latency_runs.append((record, started))
         return start - started, float(mark.read_text()) - started, done - started
 
     # --- throughput -------------------------------------------------------------------------------
@@ -246,7 +250,7 @@ class FerrySide:
             record = await self.submit(project, f"b{index}", ["true"], **resources)
             submitted[record.id] = at
 
-        cpu = self._cpu_times()
+        cpu = self.cpu_times()
         t0 = time.time()
         await asyncio.gather(*(one(i) for i in range(count)))
         t1 = time.time()
@@ -264,14 +268,14 @@ class FerrySide:
             completed=sum(1 for status, _ in finished.values() if status == RunStatus.DONE),
             failed=sum(1 for status, _ in finished.values() if status != RunStatus.DONE),
             per_run_s=per_run,
-            cpu_s={name: self._cpu_times()[name] - used for name, used in cpu.items()},
+            cpu_s={name: self.cpu_times()[name] - used for name, used in cpu.items()},
         )
 
     def pids(self, name: str) -> list[int | None]:
         """The stack's process `name`, and for "worker" the extra workers too (their figures are summed)."""
         return [self.pid(name), *(self.extra_workers.pids if name == "worker" else [])]
 
-    def _cpu_times(self) -> dict[str, float]:
+    def cpu_times(self) -> dict[str, float]:
         names = ("worker", "temporal", "agent")
         return {name: sum(cpu_seconds(pid) or 0.0 for pid in self.pids(name)) for name in names}
 
@@ -358,6 +362,7 @@ class FerrySide:
                 break
         r.distribution("scale_one_more_submit_to_running", "ms", [s[0] for s in samples], 1000)
         r.distribution("scale_one_more_submit_to_done", "ms", [s[2] for s in samples], 1000)
+        await self._one_more_steps(self.latency_runs[-len(samples) :])
         # Abort them all; the agent must be left with no task and no job process.
         clock = Clock()
         api = self.api(project)
@@ -383,6 +388,19 @@ class FerrySide:
         r.put("scale_agent_tasks_left", tasks)
         r.put("scale_job_processes_left", len(processes_mentioning(str(self.tasks_dir))))
 
+    async def _one_more_steps(self, runs: list[tuple[RunRecord, float]]) -> None:
+        """Where the one more run's time went: each step after its submission, from its histories."""
+        timings: dict[str, list[float]] = {}
+        for record, submitted in runs:
+            run, job = await run_and_job(self._client, record.workflow_id)
+            timings.setdefault("run workflow started", []).append(event_time(run[0]) - submitted)
+            for name, at in steps(run, job).items():
+                timings.setdefault(name, []).append(event_time(run[0]) - submitted + at)
+        if timings:
+            self.report.note("one more run, each step after its submission: p50 of the samples (ms)")
+        for name, ats in sorted(timings.items(), key=lambda item: statistics.median(item[1])):
+            self.report.note(f"  {statistics.median(ats) * 1000:7.0f}  {name}")
+
     def _worker_log_count(self, text: str) -> int:
         logs = self.stack.dir.glob("worker*.log")
         return sum(path.read_text(errors="replace").count(text) for path in logs)
@@ -395,9 +413,9 @@ class FerrySide:
         return footprint
 
     def _cpu_percent(self, seconds: float) -> dict[str, float]:
-        first = self._cpu_times()
+        first = self.cpu_times()
         time.sleep(seconds)
-        return {name: (used - first[name]) / seconds * 100 for name, used in self._cpu_times().items()}
+        return {name: (used - first[name]) / seconds * 100 for name, used in self.cpu_times().items()}
 
     def _store_files(self) -> list[Path]:
         db = self.home / "ferry.db"
