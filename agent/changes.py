@@ -25,6 +25,9 @@ _LOOK_MIN = 0.02  # seconds between looks at a log that just grew
 _LOOK_MAX = 1.0  # ... and at one that has been quiet for a while
 _LOOK_GROWTH = 1.5
 _TICK = 0.05  # a waiting request wakes at most this often to look at the logs that are due
+# ... and looks at no more than this many at once: 10,000 quiet jobs are 10,000 looks a second, and a batch
+# of them all would hold the agent's other requests up (the rest are looked at one tick later).
+_LOOKS_AT_ONCE = 1000
 # Removed tasks are remembered (to be reported as removed) up to this many; a watch whose cursor is older
 # than the oldest forgotten one learns of the removal by the task's absence from a full listing.
 _REMEMBER_REMOVED = 10_000
@@ -128,9 +131,11 @@ class ChangeFeed:
             heapq.heappush(self._looks, (time.monotonic(), task_id))
 
     def _look_at_logs(self, now: float) -> None:
-        """Look at the logs that are due; one that grew is a change."""
+        """Look at the logs that are due (_LOOKS_AT_ONCE at most); one that grew is a change."""
         registry = self._registry
-        while self._looks and self._looks[0][0] <= now:
+        for _ in range(_LOOKS_AT_ONCE):
+            if not self._looks or self._looks[0][0] > now:
+                break
             _, task_id = heapq.heappop(self._looks)
             record = registry.find(task_id)
             if record is None or record.status != TaskStatus.RUNNING:

@@ -26,6 +26,7 @@ from agent.records import TaskPaths, TaskRecord, load_job_spec
 from agent.tasks import TaskRegistry
 from core.configuration.durations import format_duration
 from core.status import JobTerminationReason
+from core.wire.agent_api import TaskStatus
 
 logger = logging.getLogger(__name__)
 
@@ -45,21 +46,61 @@ async def watch_forever(registry: TaskRegistry) -> None:
         logger.warning("SIGCHLD handler unavailable: polling every %ss", WATCH_INTERVAL)
         told = False
     while True:
-        pause = next_pass(registry, time.time()) if told else WATCH_INTERVAL
+        pause = await _next_pass_in_slices(registry) if told else WATCH_INTERVAL
         woken = False
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wake.wait(), pause)
             woken = True
         wake.clear()
-        check_running(registry, everyone=not woken)
+        await _check_running_in_slices(registry, everyone=not woken)
 
 
 def next_pass(registry: TaskRegistry, now: float) -> float:
     """Seconds until the next pass is due, for a watcher that a job's end wakes when it can."""
+    return max(_due(registry, registry.running(), now) - now, 0.0)
+
+
+def check_running(registry: TaskRegistry, everyone: bool = True) -> None:
+    """Each running job checked (`everyone`), or only those that may have changed (a woken pass)."""
+    ended = set() if everyone else registry.executors.process.ended_children()
+    _check_some(registry, registry.running(), everyone, ended)
+
+
+# The watcher's loops over every running job, in slices with the agent's requests served between them: a
+# pass over 10,000 jobs takes a tenth of a second or more, which would hold every request up as long.
+SLICE = 500
+
+
+def _slices(records: list[TaskRecord]) -> list[list[TaskRecord]]:
+    return [records[start : start + SLICE] for start in range(0, len(records), SLICE)]
+
+
+async def _next_pass_in_slices(registry: TaskRegistry) -> float:
+    now = time.time()
     due = now + SAFETY_INTERVAL
-    for record in registry.running():
+    for index, records in enumerate(_slices(registry.running())):
+        if index:
+            await asyncio.sleep(0)
+        due = min(due, _due(registry, records, now))
+    return max(due - now, 0.0)
+
+
+async def _check_running_in_slices(registry: TaskRegistry, everyone: bool) -> None:
+    ended = set() if everyone else registry.executors.process.ended_children()
+    for index, records in enumerate(_slices(registry.running())):
+        if index:
+            await asyncio.sleep(0)
+            # a request may have ended or removed some meanwhile
+            records = [record for record in records if record.status == TaskStatus.RUNNING]
+        _check_some(registry, records, everyone, ended)
+
+
+def _due(registry: TaskRegistry, records: list[TaskRecord], now: float) -> float:
+    """When the next pass is due for these jobs (at most SAFETY_INTERVAL from `now`)."""
+    due = now + SAFETY_INTERVAL
+    for record in records:
         if not registry.executors.for_task(record).tells_its_end(record):
-            return WATCH_INTERVAL
+            return now + WATCH_INTERVAL
         stop = record.stop
         if stop is not None and not stop.killed:
             due = min(due, stop.kill_at)
@@ -68,14 +109,12 @@ def next_pass(registry: TaskRegistry, now: float) -> float:
         idle = inactive_since(record)
         if stop is None and idle is not None:
             due = min(due, idle + (record.inactivity_duration or 0))
-    return max(due - now, 0.0)
+    return due
 
 
-def check_running(registry: TaskRegistry, everyone: bool = True) -> None:
-    """Each running job checked (`everyone`), or only those that may have changed (a woken pass)."""
+def _check_some(registry: TaskRegistry, records: list[TaskRecord], everyone: bool, ended: set[int]) -> None:
     now = time.time()
-    ended = set() if everyone else registry.executors.process.ended_children()
-    for record in registry.running():
+    for record in records:
         if not everyone and not _may_have_changed(registry, record, now, ended):
             continue
         try:

@@ -44,7 +44,7 @@ async def probe(runs: int, workers: int, slots: int | None, home: Path) -> None:
         print(f"burst_runs: {runs}")
         print(f"burst_completion_rate_runs_per_s: {runs / result.all_done_s:.1f}")
         print(f"# CPU seconds: {cpu}, in {result.all_done_s:.1f} s")
-        client: Any = side._client  # noqa: SLF001 - the bench's own client
+        client = side.client
         timings: dict[str, list[float]] = collections.defaultdict(list)
         kinds = {"run": collections.Counter[str](), "job": collections.Counter[str]()}
         sample = _sample(side)

@@ -97,6 +97,19 @@ def cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def written_bytes(pid: int | None) -> int | None:
+    """Bytes a process has caused to be written to storage so far (/proc/PID/io write_bytes)."""
+    if pid is None:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def files_mb(paths: Iterable[Path]) -> float:
     """Size of these files together (missing ones count 0), in MB."""
     total = 0

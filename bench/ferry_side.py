@@ -17,26 +17,27 @@ import os
 import re
 import secrets
 import signal
-import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
 from bench import recovery
-from bench.common import Clock, Report, cpu_seconds, files_mb, processes_mentioning, rss_mb
-from bench.histories import event_time, run_and_job, steps
+from bench.common import (
+    Clock,
+    Report,
+    cpu_seconds,
+    processes_mentioning,
+    written_bytes,
+)
 from cli.api import FerryAPI
 from core.configuration import RunConfiguration, TaskConfiguration, parse_configuration
-from core.run_types import configurator_for
-from core.status import JobStatus, RunStatus
+from core.status import RunStatus
 from core.wire.workflow_ids import job_workflow_id
 from store import JobSubmissionRecord, LogChunkRecord, RunRecord, Store, open_store
 from store.keys import load_keys
@@ -96,6 +97,7 @@ class BurstResult:
     failed: int
     per_run_s: list[float] = field(default_factory=list)
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU time each process used meanwhile
+    temporal_written_mb: float | None = None  # what Temporal's process wrote to storage meanwhile
 
 
 def _stack_env(home: Path) -> dict[str, str]:
@@ -166,6 +168,11 @@ class FerrySide:
     async def connect(self) -> None:
         self._client = await connect(self.address, keys=load_keys(self.env))  # the stack's key, in its home
         self._store = await asyncio.to_thread(open_store, f"sqlite:///{self.home / 'ferry.db'}")
+
+    @property
+    def client(self) -> Any:
+        assert self._client is not None
+        return self._client
 
     @property
     def store(self) -> Store:
@@ -251,6 +258,7 @@ class FerrySide:
             submitted[record.id] = at
 
         cpu = self.cpu_times()
+        written = self.temporal_written()
         t0 = time.time()
         await asyncio.gather(*(one(i) for i in range(count)))
         t1 = time.time()
@@ -269,7 +277,13 @@ class FerrySide:
             failed=sum(1 for status, _ in finished.values() if status != RunStatus.DONE),
             per_run_s=per_run,
             cpu_s={name: self.cpu_times()[name] - used for name, used in cpu.items()},
+            temporal_written_mb=_minus(self.temporal_written(), written),
         )
+
+    def temporal_written(self) -> float | None:
+        """MB that Temporal's process has written to storage so far (its SQLite database and journal)."""
+        written = written_bytes(self.pid("temporal"))
+        return None if written is None else written / 1e6
 
     def pids(self, name: str) -> list[int | None]:
         """The stack's process `name`, and for "worker" the extra workers too (their figures are summed)."""
@@ -287,7 +301,7 @@ class FerrySide:
         with self.store.engine.connect() as connection:
             return [(row[0], row[1], row[2] or row[3]) for row in connection.execute(statement)]
 
-    def _count_jobs(self, project: str, statuses: list[str]) -> int:
+    def count_jobs(self, project: str, statuses: list[str]) -> int:
         runs = RunRecord.__table__.c  # type: ignore[attr-defined]
         jobs = JobSubmissionRecord.__table__.c  # type: ignore[attr-defined]
         statement = (
@@ -298,148 +312,12 @@ class FerrySide:
         with self.store.engine.connect() as connection:
             return int(connection.execute(statement).scalar() or 0)
 
-    def _count_runs(self, project: str, finished: bool) -> int:
+    def count_runs(self, project: str, finished: bool) -> int:
         runs = RunRecord.__table__.c  # type: ignore[attr-defined]
         where = runs.status.in_(FINISHED_RUN) if finished else runs.status.not_in(FINISHED_RUN)
         statement = sa.select(sa.func.count()).where(runs.project == project, where)
         with self.store.engine.connect() as connection:
             return int(connection.execute(statement).scalar() or 0)
-
-    # --- scale ------------------------------------------------------------------------------------
-
-    async def scale(self, count: int, *, parallel: int = 32) -> None:
-        """`count` long-running runs sharing the local instance; footprint and one more run meanwhile."""
-        r = self.report
-        timeout = max(420.0, count * 0.25)  # each wait: about 4 runs/s or better (10,000 runs: 42 minutes)
-        conf = configuration(["sleep 3600"], SHARED)
-        resources = configurator_for(conf).resources()
-        r.put("scale_runs", count)
-        r.put(
-            "scale_job_allocation", f"cpu={resources.cpu:g} memory={resources.memory:g}GB gpu={resources.gpu}"
-        )
-        project = "scale"
-        names = [f"s{i}" for i in range(count)]
-        gate = asyncio.Semaphore(parallel)
-
-        async def submit(name: str) -> None:
-            async with gate:
-                await self.submit(project, name, ["sleep 3600"])
-
-        before = self._footprint()
-        store_before = files_mb(self._store_files())
-        clock = Clock()
-        await asyncio.gather(*(submit(n) for n in names))
-        r.put("scale_submit_s", clock.elapsed())
-        r.put("scale_submit_rate_runs_per_s", count / clock.elapsed(), 1)
-        running = await self._until(
-            lambda: self._count_jobs(project, [JobStatus.RUNNING.value]) >= count, timeout
-        )
-        r.put("scale_all_running_s", clock.elapsed() if running else float("nan"))
-        if not running:
-            r.note(f"only {self._count_jobs(project, [JobStatus.RUNNING.value])} of {count} jobs RUNNING")
-        # Activations the SDK took for deadlocks (not yielded within 2 s): each leaves its workflow stuck
-        # on that worker (docs/scaling.md#many-runs-at-once).
-        r.put("scale_worker_deadlocks", self._worker_log_count("TMPRL1101"))
-        await asyncio.sleep(5)  # settle: the footprint of N jobs being watched, not of N being started
-        after = self._footprint()
-        busy = await asyncio.to_thread(self._cpu_percent, 10.0)
-        for name in ("worker", "temporal", "agent"):
-            r.put(f"scale_{name}_rss_mb", after[name] or float("nan"), 1)
-            r.put(f"scale_{name}_rss_before_mb", before[name] or float("nan"), 1)
-            r.put(f"scale_{name}_cpu_percent_while_idle", busy[name], 1)
-        r.put("scale_idle_cpu_percent_total", sum(busy[n] for n in ("worker", "temporal", "agent")), 1)
-        r.note("goals (issue 19): idle CPU of the three <= 50% of one core; worker RSS <= 2048 MB")
-        r.put("scale_store_mb", files_mb(self._store_files()), 1)
-        r.put("scale_store_growth_mb", files_mb(self._store_files()) - store_before, 1)
-        r.put("scale_temporal_db_mb", files_mb(self._temporal_files()), 1)
-        # One more run, while all of them are active: submit -> RUNNING and submit -> DONE.
-        samples: list[tuple[float, float, float]] = []
-        for i in range(3):
-            try:
-                samples.append(await asyncio.wait_for(self.latency_sample(1000 + i), 120))
-            except TimeoutError:
-                r.put("scale_one_more_run", "did not finish in 120 s")
-                break
-        r.distribution("scale_one_more_submit_to_running", "ms", [s[0] for s in samples], 1000)
-        r.distribution("scale_one_more_submit_to_done", "ms", [s[2] for s in samples], 1000)
-        await self._one_more_steps(self.latency_runs[-len(samples) :])
-        # Abort them all; the agent must be left with no task and no job process.
-        clock = Clock()
-        api = self.api(project)
-
-        async def abort(name: str) -> bool:
-            """`ferry stop -x`; True once the run took it (an update may time out while the stack is
-            saturated: it is tried again, up to three times)."""
-            for _ in range(3):
-                async with gate:
-                    try:
-                        await api.stop(name, abort=True)
-                        return True
-                    except WorkflowUpdateRPCTimeoutOrCancelledError:
-                        continue
-            return False
-
-        taken = await asyncio.gather(*(abort(n) for n in names))
-        r.put("scale_abort_requests_failed", taken.count(False))
-        r.put("scale_abort_requests_s", clock.elapsed())
-        stopped = await self._until(lambda: self._count_runs(project, finished=False) == 0, timeout)
-        r.put("scale_abort_all_finished_s", clock.elapsed() if stopped else float("nan"))
-        tasks = await self._agent_tasks()
-        r.put("scale_agent_tasks_left", tasks)
-        r.put("scale_job_processes_left", len(processes_mentioning(str(self.tasks_dir))))
-
-    async def _one_more_steps(self, runs: list[tuple[RunRecord, float]]) -> None:
-        """Where the one more run's time went: each step after its submission, from its histories."""
-        timings: dict[str, list[float]] = {}
-        for record, submitted in runs:
-            run, job = await run_and_job(self._client, record.workflow_id)
-            timings.setdefault("run workflow started", []).append(event_time(run[0]) - submitted)
-            for name, at in steps(run, job).items():
-                timings.setdefault(name, []).append(event_time(run[0]) - submitted + at)
-        if timings:
-            self.report.note("one more run, each step after its submission: p50 of the samples (ms)")
-        for name, ats in sorted(timings.items(), key=lambda item: statistics.median(item[1])):
-            self.report.note(f"  {statistics.median(ats) * 1000:7.0f}  {name}")
-
-    def _worker_log_count(self, text: str) -> int:
-        logs = self.stack.dir.glob("worker*.log")
-        return sum(path.read_text(errors="replace").count(text) for path in logs)
-
-    def _footprint(self) -> dict[str, float | None]:
-        footprint: dict[str, float | None] = {}
-        for name in ("worker", "temporal", "agent"):
-            sizes = [rss_mb(pid) for pid in self.pids(name)]
-            footprint[name] = None if None in sizes else sum(size or 0.0 for size in sizes)
-        return footprint
-
-    def _cpu_percent(self, seconds: float) -> dict[str, float]:
-        first = self.cpu_times()
-        time.sleep(seconds)
-        return {name: (used - first[name]) / seconds * 100 for name, used in self.cpu_times().items()}
-
-    def _store_files(self) -> list[Path]:
-        db = self.home / "ferry.db"
-        return [db, db.with_name("ferry.db-wal"), db.with_name("ferry.db-shm")]
-
-    def _temporal_files(self) -> list[Path]:
-        db = self.stack.db_file
-        return [db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")]
-
-    async def _agent_tasks(self) -> int:
-        from activities.agent_client import AgentClient
-        from worker.local_agent import ensure_local_agent
-
-        agent = await asyncio.to_thread(ensure_local_agent, self.home)
-        async with AgentClient(agent.url, agent.token) as client:
-            return len(await client.list_tasks())
-
-    async def _until(self, check: Callable[[], bool], timeout: float, every: float = 0.25) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if await asyncio.to_thread(check):
-                return True
-            await asyncio.sleep(every)
-        return False
 
     # --- logs -------------------------------------------------------------------------------------
 
@@ -571,3 +449,7 @@ class Follower:
 
     def missing_blocks(self, expected: int) -> int:
         return expected - len(set(self.seqs))
+
+
+def _minus(after: float | None, before: float | None) -> float | None:
+    return None if after is None or before is None else after - before

@@ -27,6 +27,7 @@ from bench import containers_bench, services_bench
 from bench.common import Clock, Report
 from bench.ferry_side import REPO_ROOT, BurstResult, FerrySide
 from bench.profile import profiled
+from bench.scale_section import ScaleSection
 from bench.slurm_side import SlurmError, SlurmSide
 
 SECTIONS = (
@@ -42,6 +43,7 @@ SECTIONS = (
     "slurm",
 )
 DEFAULT_PEERS = REPO_ROOT.parent / "shared" / "peers"
+SKELETON_LATENCY_RUNS = 10  # temporal_skeleton.py times 10 sequential runs before its burst
 
 
 @dataclass
@@ -116,6 +118,9 @@ def burst_figures(report: Report, prefix: str, count: int, result: BurstResult) 
         report.distribution(f"{prefix}_submit_to_done", "s", result.per_run_s)
     for name, used in result.cpu_s.items():
         report.put(f"{prefix}_cpu_{name}_s", used, 1)
+    report.put(f"{prefix}_cpu_per_run_ms", sum(result.cpu_s.values()) / count * 1000, 1)
+    if result.temporal_written_mb is not None:
+        report.put(f"{prefix}_temporal_written_mb", result.temporal_written_mb, 1)
 
 
 class Bench:
@@ -196,7 +201,7 @@ class Bench:
         if self.wants("logs"):
             await self.section("logs", self.ferry.logs(self.plan.log_bytes))
         if self.wants("scale"):
-            await self.section("scale", self.ferry.scale(self.plan.scale))
+            await self.section("scale", ScaleSection(self.ferry).run(self.plan.scale))
         if self.wants("recovery"):
             trials = self.plan.recovery_trials
             await self.section("recovery", self.ferry.recovery(trials, self.work / "recovery"))
@@ -298,6 +303,7 @@ class Bench:
             return
         clock = Clock()
         temporal_before = self.ferry.cpu_times()["temporal"]
+        written_before = self.ferry.temporal_written()
         done, skeleton_cpu_s = _run_with_cpu(
             [sys.executable, str(script), self.ferry.address, str(self.plan.skeleton_runs)], timeout=600
         )
@@ -311,9 +317,15 @@ class Bench:
         self.report.put("skeleton_runs", int(found.group(2)))
         self.report.put("skeleton_completion_rate_runs_per_s", float(found.group(3)), 1)
         self.report.put("skeleton_wall_s", clock.elapsed(), 1)
-        # what the ceiling spends, beside throughput_cpu_*: its 10 latency runs included, so a little more
-        self.report.put("skeleton_cpu_temporal_s", self.ferry.cpu_times()["temporal"] - temporal_before, 1)
+        # what the ceiling spends, beside throughput_cpu_*: its latency runs included, so a little more
+        temporal_s = self.ferry.cpu_times()["temporal"] - temporal_before
+        self.report.put("skeleton_cpu_temporal_s", temporal_s, 1)
         self.report.put("skeleton_cpu_worker_s", skeleton_cpu_s, 1)
+        runs = int(found.group(2)) + SKELETON_LATENCY_RUNS
+        self.report.put("skeleton_cpu_per_run_ms", (temporal_s + skeleton_cpu_s) / runs * 1000, 1)
+        written_after = self.ferry.temporal_written()
+        if written_before is not None and written_after is not None:
+            self.report.put("skeleton_temporal_written_mb", written_after - written_before, 1)
 
     async def events_per_run(self) -> None:
         """History events of one trivial run, Ferry's (the last latency run: its run and job workflows)

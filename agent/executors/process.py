@@ -198,6 +198,8 @@ class ProcessExecutor(Executor):
             prefix = network.exec_prefix(record.netns)  # NetworkError, an OSError, when it is gone
         pid = spawn_job(paths, spec, env, cwd, prefix)
         self._children.add(pid)
+        # an earlier child's status under this pid, reaped but never checked (its job ended another way)
+        self._reaped.pop(pid, None)
         return JobHandle(pid, process_start_time(pid))
 
     def job_context(

@@ -3,6 +3,7 @@ whose end wakes it by itself, every WATCH_INTERVAL while some job's end would no
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -137,6 +138,32 @@ def test_a_pass_a_sigchld_woke_checks_only_the_jobs_that_may_have_changed(
     assert checked == [t.id for t in everything]
 
 
+async def test_a_pass_over_many_jobs_lets_the_agent_answer_between_its_slices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A full pass over more jobs than a slice yields to the event loop between slices (its requests are
+    served meanwhile), and a job that ended during such a pause is not checked again."""
+    tasks = [record(f"t{i}", pid=2000 + i) for i in range(task_watch.SLICE * 2 + 10)]
+    registry = Registry(tasks, {t.id for t in tasks})
+    checked: list[str] = []
+    monkeypatch.setattr(task_watch, "_check", lambda registry, task, now: checked.append(task.id))
+    served: list[int] = []
+
+    async def request() -> None:
+        """A request that arrives while the pass runs: it ends a job the pass has not reached yet."""
+        served.append(len(checked))
+        tasks[-1].status = TaskStatus.TERMINATED
+
+    pending = asyncio.ensure_future(request())
+    await task_watch._check_running_in_slices(cast(Any, registry), everyone=True)  # noqa: SLF001
+    await pending
+    assert served == [task_watch.SLICE]  # answered after the first slice, not after the whole pass
+    assert checked == [t.id for t in tasks[:-1]]
+    assert await task_watch._next_pass_in_slices(cast(Any, registry)) == pytest.approx(
+        SAFETY_INTERVAL, abs=0.5
+    )  # noqa: SLF001
+
+
 def test_the_process_executor_finds_its_ended_children_and_checks_each_once() -> None:
     """One waitpid per child: an ended one is reaped once, its status kept until its job is checked."""
     executor = ProcessExecutor()
@@ -161,3 +188,45 @@ def test_the_process_executor_finds_its_ended_children_and_checks_each_once() ->
                 sleeper.kill()
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(sleeper.pid, 0)
+
+
+def test_the_change_feed_looks_at_a_bounded_number_of_logs_at_once(tmp_path: Path) -> None:
+    """10,000 quiet jobs are 10,000 looks at their logs a second: each call looks at no more than
+    _LOOKS_AT_ONCE of those due, so the agent's other requests wait for no batch of them all; the rest are
+    looked at by the next calls, and a log that grew is news."""
+    from agent import changes
+
+    count = changes._LOOKS_AT_ONCE * 2 + 5  # noqa: SLF001
+    tasks = {f"t{i}": record(f"t{i}") for i in range(count)}
+
+    class Tasks:
+        def find(self, task_id: str) -> TaskRecord | None:
+            return tasks.get(task_id)
+
+        def records(self) -> list[TaskRecord]:
+            return list(tasks.values())
+
+        def paths(self, task_id: str) -> TaskPaths:
+            return TaskPaths(tmp_path / task_id)
+
+    looked: list[str] = []
+    real_size = changes.log_size
+
+    def size(path: Path) -> int:
+        looked.append(path.parent.name)
+        return real_size(path)
+
+    feed = changes.ChangeFeed(Tasks())
+    for task_id in tasks:
+        (tmp_path / task_id).mkdir()
+        feed._follow_log(task_id)  # noqa: SLF001
+    TaskPaths(tmp_path / "t7").log.write_bytes(b"grew")
+    now = time.monotonic() + 1
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(changes, "log_size", size)
+        feed._look_at_logs(now)  # noqa: SLF001
+        assert len(looked) == changes._LOOKS_AT_ONCE  # noqa: SLF001
+        feed._look_at_logs(now)  # noqa: SLF001
+        feed._look_at_logs(now)  # noqa: SLF001
+    assert sorted(looked) == sorted(tasks)
+    assert list(feed._changed) == ["t7"]  # noqa: SLF001 - the one change heard
