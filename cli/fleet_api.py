@@ -76,14 +76,19 @@ class FleetAPI:
         self.store = store
         self.project = project
         self.task_queue = task_queue
-        self._local_started = False
+        self._local_started: asyncio.Future[None] | None = None
 
     # --- the local fleet -----------------------------------------------------------------------------------
 
     async def ensure_local(self) -> None:
-        """The project's local fleet: recorded, and its scheduler running (started if it is not)."""
-        if self._local_started:
-            return
+        """The project's local fleet: recorded, and its scheduler running (started if it is not). Once per
+        FleetAPI: submissions made at once share the first one's (each would cost Temporal a start)."""
+        started = self._local_started
+        if started is None or started.done() and (started.cancelled() or started.exception() is not None):
+            self._local_started = started = asyncio.ensure_future(self._start_local())  # again after a failure
+        await asyncio.shield(started)
+
+    async def _start_local(self) -> None:
         record = await asyncio.to_thread(self.store.get_fleet, self.project, LOCAL_FLEET)
         if record is None or record.status != FleetStatus.ACTIVE:
             await asyncio.to_thread(self.store.put_fleet, self._record(LOCAL_FLEET, None))
@@ -95,7 +100,6 @@ class FleetAPI:
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
-        self._local_started = True
 
     # --- SSH fleets ----------------------------------------------------------------------------------------
 

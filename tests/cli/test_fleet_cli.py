@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from rich.console import Console
 
 from cli.api import FerryError
 from cli.fleet import fleets_json, fleets_table
-from cli.fleet_api import choose_fleet, list_fleets
+from cli.fleet_api import FleetAPI, choose_fleet, list_fleets
 from core.configuration import TaskConfiguration, parse_configuration
 from store import FleetRecord, InstanceRecord, Store
 from store.engine import make_engine, migrate
@@ -129,3 +131,30 @@ def test_fleet_list_reads_the_store_alone(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("FERRY_PROJECT", "p")
     result = CliRunner().invoke(fleet_app, ["list", "--json"])
     assert result.exit_code == 0 and result.stdout.strip() == "[]"
+
+
+async def test_submissions_made_at_once_start_the_local_fleet_once(store: Store) -> None:
+    """Every submission makes sure the project's local fleet runs; fifty at once from one API (a burst,
+    or the gateway's requests) share one start, where each used to cost Temporal a start of its own. A
+    start that failed is tried again by the next submission."""
+
+    class Client:
+        def __init__(self) -> None:
+            self.starts: list[str] = []
+            self.fail = True
+
+        async def start_workflow(self, *args: Any, **kwargs: Any) -> None:
+            await asyncio.sleep(0.01)
+            self.starts.append(kwargs["id"])
+            if self.fail:
+                self.fail = False
+                raise RuntimeError("Temporal is not there yet")
+
+    client = Client()
+    api = FleetAPI(cast(Any, client), store, project="p", task_queue="ferry")
+    with pytest.raises(RuntimeError):
+        await api.ensure_local()
+    await asyncio.gather(*(api.ensure_local() for _ in range(50)))
+    await api.ensure_local()
+    assert client.starts == ["ferry/p/fleet/local"] * 2
+    assert [f.name for f in store.list_fleets("p")] == ["local"]
