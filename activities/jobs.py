@@ -82,15 +82,16 @@ class Progress:
 async def heartbeating(progress: Progress | None = None) -> AsyncIterator[None]:
     """Heartbeat while the body runs: the server then knows the attempt lives, and can cancel it. The
     heartbeats carry `progress` when it has a line (the SDK sends the latest at most every 0.8 x the
-    step's heartbeat timeout)."""
+    step's heartbeat timeout). The first after _HEARTBEAT_EVERY: a step done sooner sends none, since each
+    heartbeat the SDK sends is a write of the workflow's state in Temporal (docs/scaling.md#the-hot-path)."""
 
     async def beat() -> None:
         while True:
+            await asyncio.sleep(_HEARTBEAT_EVERY)
             if progress is not None and progress.line is not None:
                 activity.heartbeat(progress.line)
             else:
                 activity.heartbeat()
-            await asyncio.sleep(_HEARTBEAT_EVERY)
 
     beating = asyncio.create_task(beat())
     try:
