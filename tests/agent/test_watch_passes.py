@@ -210,10 +210,10 @@ def test_the_change_feed_looks_at_a_bounded_number_of_logs_at_once(tmp_path: Pat
             return TaskPaths(tmp_path / task_id)
 
     looked: list[str] = []
-    real_size = changes.log_size
+    real_size = changes._log_bytes  # noqa: SLF001
 
-    def size(path: Path) -> int:
-        looked.append(path.parent.name)
+    def size(path: str) -> int:
+        looked.append(Path(path).parent.name)
         return real_size(path)
 
     feed = changes.ChangeFeed(Tasks())
@@ -223,7 +223,7 @@ def test_the_change_feed_looks_at_a_bounded_number_of_logs_at_once(tmp_path: Pat
     TaskPaths(tmp_path / "t7").log.write_bytes(b"grew")
     now = time.monotonic() + 1
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(changes, "log_size", size)
+        patch.setattr(changes, "_log_bytes", size)
         feed._look_at_logs(now)  # noqa: SLF001
         assert len(looked) == changes._LOOKS_AT_ONCE  # noqa: SLF001
         feed._look_at_logs(now)  # noqa: SLF001
