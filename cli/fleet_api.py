@@ -85,7 +85,8 @@ class FleetAPI:
         FleetAPI: submissions made at once share the first one's (each would cost Temporal a start)."""
         started = self._local_started
         if started is None or started.done() and (started.cancelled() or started.exception() is not None):
-            self._local_started = started = asyncio.ensure_future(self._start_local())  # again after a failure
+            # the first call's start, or another after a failure
+            self._local_started = started = asyncio.ensure_future(self._start_local())
         await asyncio.shield(started)
 
     async def _start_local(self) -> None:
