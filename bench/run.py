@@ -118,7 +118,8 @@ def burst_figures(report: Report, prefix: str, count: int, result: BurstResult) 
         report.distribution(f"{prefix}_submit_to_done", "s", result.per_run_s)
     for name, used in result.cpu_s.items():
         report.put(f"{prefix}_cpu_{name}_s", used, 1)
-    report.put(f"{prefix}_cpu_per_run_ms", sum(result.cpu_s.values()) / count * 1000, 1)
+    if result.cpu_s:  # Slurm's side measures none
+        report.put(f"{prefix}_cpu_per_run_ms", sum(result.cpu_s.values()) / count * 1000, 1)
     if result.temporal_written_mb is not None:
         report.put(f"{prefix}_temporal_written_mb", result.temporal_written_mb, 1)
 
