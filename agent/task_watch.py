@@ -46,27 +46,16 @@ async def watch_forever(registry: TaskRegistry) -> None:
         logger.warning("SIGCHLD handler unavailable: polling every %ss", WATCH_INTERVAL)
         told = False
     while True:
-        pause = await _next_pass_in_slices(registry) if told else WATCH_INTERVAL
+        pause = await next_pass(registry, time.time()) if told else WATCH_INTERVAL
         woken = False
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wake.wait(), pause)
             woken = True
         wake.clear()
-        await _check_running_in_slices(registry, everyone=not woken)
+        await check_running(registry, everyone=not woken)
 
 
-def next_pass(registry: TaskRegistry, now: float) -> float:
-    """Seconds until the next pass is due, for a watcher that a job's end wakes when it can."""
-    return max(_due(registry, registry.running(), now) - now, 0.0)
-
-
-def check_running(registry: TaskRegistry, everyone: bool = True) -> None:
-    """Each running job checked (`everyone`), or only those that may have changed (a woken pass)."""
-    ended = set() if everyone else registry.executors.process.ended_children()
-    _check_some(registry, registry.running(), everyone, ended)
-
-
-# The watcher's loops over every running job, in slices with the agent's requests served between them: a
+# The watcher's loops over every running job go in slices, the agent's requests served between them: a
 # pass over 10,000 jobs takes a tenth of a second or more, which would hold every request up as long.
 SLICE = 500
 
@@ -75,8 +64,8 @@ def _slices(records: list[TaskRecord]) -> list[list[TaskRecord]]:
     return [records[start : start + SLICE] for start in range(0, len(records), SLICE)]
 
 
-async def _next_pass_in_slices(registry: TaskRegistry) -> float:
-    now = time.time()
+async def next_pass(registry: TaskRegistry, now: float) -> float:
+    """Seconds until the next pass is due, for a watcher that a job's end wakes when it can."""
     due = now + SAFETY_INTERVAL
     for index, records in enumerate(_slices(registry.running())):
         if index:
@@ -85,7 +74,8 @@ async def _next_pass_in_slices(registry: TaskRegistry) -> float:
     return max(due - now, 0.0)
 
 
-async def _check_running_in_slices(registry: TaskRegistry, everyone: bool) -> None:
+async def check_running(registry: TaskRegistry, everyone: bool = True) -> None:
+    """Each running job checked (`everyone`), or only those that may have changed (a woken pass)."""
     ended = set() if everyone else registry.executors.process.ended_children()
     for index, records in enumerate(_slices(registry.running())):
         if index:

@@ -74,7 +74,7 @@ class Registry:
 
 def pause(tasks: list[TaskRecord], telling: set[str] | None = None) -> float:
     registry = Registry(tasks, {t.id for t in tasks} if telling is None else telling)
-    return next_pass(cast(Any, registry), NOW)
+    return asyncio.run(next_pass(cast(Any, registry), NOW))
 
 
 def test_quiet_jobs_whose_end_wakes_the_watcher_cost_a_pass_every_few_seconds() -> None:
@@ -104,7 +104,7 @@ def test_a_dev_environment_nobody_is_connected_to_is_due_at_its_inactivity_limit
     assert pause([idle]) == 1.5
 
 
-def test_a_pass_a_sigchld_woke_checks_only_the_jobs_that_may_have_changed(
+async def test_a_pass_a_sigchld_woke_checks_only_the_jobs_that_may_have_changed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Ended processes, stopping jobs, jobs past a limit, containers and jobs whose end would not wake the
@@ -131,10 +131,10 @@ def test_a_pass_a_sigchld_woke_checks_only_the_jobs_that_may_have_changed(
     monkeypatch.setattr(task_watch, "_check", lambda registry, task, now: checked.append(task.id))
     monkeypatch.setattr(task_watch.time, "time", lambda: NOW)
     woken = cast(Any, SimpleNamespace(running=registry.running, executors=registry_executors))
-    task_watch.check_running(woken, everyone=False)
+    await task_watch.check_running(woken, everyone=False)
     assert checked == [t.id for t in changed]
     checked.clear()
-    task_watch.check_running(woken)
+    await task_watch.check_running(woken)
     assert checked == [t.id for t in everything]
 
 
@@ -155,13 +155,11 @@ async def test_a_pass_over_many_jobs_lets_the_agent_answer_between_its_slices(
         tasks[-1].status = TaskStatus.TERMINATED
 
     pending = asyncio.ensure_future(request())
-    await task_watch._check_running_in_slices(cast(Any, registry), everyone=True)  # noqa: SLF001
+    await task_watch.check_running(cast(Any, registry))
     await pending
     assert served == [task_watch.SLICE]  # answered after the first slice, not after the whole pass
     assert checked == [t.id for t in tasks[:-1]]
-    assert await task_watch._next_pass_in_slices(cast(Any, registry)) == pytest.approx(
-        SAFETY_INTERVAL, abs=0.5
-    )  # noqa: SLF001
+    assert await next_pass(cast(Any, registry), NOW) == SAFETY_INTERVAL
 
 
 def test_the_process_executor_finds_its_ended_children_and_checks_each_once() -> None:
@@ -210,7 +208,7 @@ def test_the_change_feed_looks_at_a_bounded_number_of_logs_at_once(tmp_path: Pat
             return TaskPaths(tmp_path / task_id)
 
     looked: list[str] = []
-    real_size = changes._log_bytes  # noqa: SLF001
+    real_size = changes.log_size
 
     def size(path: str) -> int:
         looked.append(Path(path).parent.name)
@@ -223,7 +221,7 @@ def test_the_change_feed_looks_at_a_bounded_number_of_logs_at_once(tmp_path: Pat
     TaskPaths(tmp_path / "t7").log.write_bytes(b"grew")
     now = time.monotonic() + 1
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(changes, "_log_bytes", size)
+        patch.setattr(changes, "log_size", size)
         feed._look_at_logs(now)  # noqa: SLF001
         assert len(looked) == changes._LOOKS_AT_ONCE  # noqa: SLF001
         feed._look_at_logs(now)  # noqa: SLF001
