@@ -1,4 +1,5 @@
-"""Who may reach a service, and the count of those who did: what both APIs check before forwarding."""
+"""Who may reach a service, what of their credentials it gets, and the count of those who did: what both
+APIs check before forwarding."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import logging
 from aiohttp import web
 
 from gateway.directory import Directory
-from gateway.replies import TOKEN_NEEDED, ErrorReply
+from gateway.replies import ErrorReply
 from gateway.request_stats import RequestStats
 from gateway.routing_table import RoutingTable, Service
-from gateway.tokens import TokenChecker
+from gateway.rules import forwards_authorization, token_needed
+from gateway.tokens import TokenChecker, bearer_token
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +28,9 @@ class Access:
         return self._directory.table
 
     async def user(self, request: web.Request) -> str | None:
-        """The user whose token the request carries (None: no token, or an unknown one); raises if the
-        store cannot say."""
-        return await self._tokens.user(request.headers.get("Authorization"))
+        """The user whose bearer token the request carries (None: no token, or an unknown one); raises if
+        the store cannot say."""
+        return await self._tokens.user(bearer_token(request.headers.get("Authorization")))
 
     async def refusal(
         self, request: web.Request, service: Service, errors: ErrorReply
@@ -42,8 +44,15 @@ class Access:
             log.exception("could not look up a token")
             return errors(503, "could not check the token now (the store is unreachable); try again")
         if user is None:
-            return errors(401, f"{service.project}/{service.run_name} needs {TOKEN_NEEDED}")
+            return errors(401, token_needed(service.project, service.run_name))
         return None
+
+    async def forwards_authorization(self, request: web.Request, service: Service) -> bool:
+        """Whether the replica may get the request's Authorization header (gateway.rules)."""
+        authorization = request.headers.get("Authorization")
+        if authorization is None or service.settings.auth:
+            return False
+        return forwards_authorization(service.settings.auth, await self._tokens.is_ferry_token(authorization))
 
     def count(self, service: Service) -> None:
         """Counts an accepted request for the autoscaler."""

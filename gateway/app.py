@@ -26,6 +26,7 @@ from gateway.front_door import FrontDoor, FrontSite
 from gateway.models_api import ModelsApi
 from gateway.options import GatewayOptions
 from gateway.request_stats import RequestStats
+from gateway.rules import MAX_HEAD, MAX_HEADERS
 from gateway.services_api import ServicesApi
 from gateway.tokens import TokenChecker
 from store.repository import Store
@@ -66,6 +67,7 @@ class Gateway:
         CodecEndpoint().add_routes(app.router)  # the Web UI's decoder of sealed payloads (docs/secrets.md)
         app.cleanup_ctx.append(self._running)
         app.on_shutdown.append(self._shutting_down)
+        app.on_response_prepare.append(_one_request_per_connection)
         return app
 
     async def start(self) -> None:
@@ -94,10 +96,15 @@ class Gateway:
         reuse_address: bool | None = None,
         reuse_port: bool | None = None,
     ) -> FrontSite:
-        """The site to serve the app (`make_runner`'s) on: the fast path in front, unless it is off."""
-        door = self.front_door if self.options.fast_path else None
+        """The site to serve the app (`make_runner`'s) on: the front door's checks and fast path in front."""
         return FrontSite(
-            runner, door, host, port, backlog=backlog, reuse_address=reuse_address, reuse_port=reuse_port
+            runner,
+            self.front_door,
+            host,
+            port,
+            backlog=backlog,
+            reuse_address=reuse_address,
+            reuse_port=reuse_port,
         )
 
     async def _running(self, _app: web.Application) -> AsyncIterator[None]:
@@ -108,6 +115,15 @@ class Gateway:
 
     async def _shutting_down(self, _app: web.Application) -> None:
         self.directory.close_waiters()  # held requests: 503 now, not at the shutdown timeout
+
+
+async def _one_request_per_connection(_request: web.Request, response: web.StreamResponse) -> None:
+    """A connection handed to the app carries one request: its answer closes it, so that the next request's
+    head is read by the front door again, held to the same limits and timeout (gateway.fast_path). A
+    WebSocket's connection carries no other request anyway."""
+    if not isinstance(response, web.WebSocketResponse):
+        response.force_close()
+        response.headers["Connection"] = "close"  # aiohttp may have written its headers' keep-alive already
 
 
 async def _healthz(_request: web.Request) -> web.Response:
@@ -123,4 +139,8 @@ def make_runner(gateway: Gateway) -> web.AppRunner:
         access_log=None,
         shutdown_timeout=gateway.options.shutdown_timeout,
         handler_cancellation=True,
+        # The front door has held each head to gateway.rules' limits: aiohttp's own must not be stricter.
+        max_line_size=MAX_HEAD,
+        max_field_size=MAX_HEAD,
+        max_headers=MAX_HEADERS + 1,
     )

@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from gateway.balancer import Balancer
 from gateway.directory import Directory
+from gateway.options import GatewayOptions
 from gateway.replica_pool import ReplicaPool
 from gateway.request_stats import RequestStats
 from gateway.tokens import TokenChecker
@@ -18,6 +19,9 @@ class Door(Protocol):
     directory: Directory
     stats: RequestStats
     tokens: TokenChecker
+    options: GatewayOptions
 
     def opened(self, connection: Any) -> None: ...
     def closed(self, connection: Any) -> None: ...
+    def head_started(self, connection: Any) -> None: ...
+    def head_ended(self, connection: Any) -> None: ...

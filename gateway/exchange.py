@@ -22,18 +22,11 @@ import logging
 from typing import Protocol
 
 from gateway.door import Door
-from gateway.fast_path_rules import (
-    FastRoute,
-    downstream_head,
-    failed_message,
-    may_resend,
-    plain_reply,
-    upstream_head,
-)
+from gateway.fast_path_rules import FastRoute, downstream_head, upstream_head
 from gateway.heads import AnswerHead, Framing, RequestHead, parse_answer_head
 from gateway.http1 import (
     LAST_CHUNK,
-    MAX_HEAD,
+    MAX_ANSWER_HEAD,
     BodyFraming,
     ChunkedBody,
     LengthBody,
@@ -43,6 +36,14 @@ from gateway.http1 import (
 )
 from gateway.replica_pool import ReplicaConnection
 from gateway.routing_table import Replica
+from gateway.rules import (
+    MALFORMED_CHUNKED,
+    SMALL_ANSWER,
+    failed_message,
+    may_resend,
+    plain_reply,
+    refusal_bytes,
+)
 
 
 class ClientConnection(Protocol):
@@ -60,7 +61,6 @@ class ClientConnection(Protocol):
 
 log = logging.getLogger(__name__)
 
-SMALL_ANSWER = 64 * 1024  # bytes: an answer with a Content-Length up to this is read whole, then sent
 RESEND_LIMIT = 64 * 1024  # bytes of request body kept while sending, so that it can be sent again
 _PENDING_LIMIT = 256 * 1024  # bytes of body held while the connection opens, before the client waits
 PAUSED_FOR_REPLICA = 2  # the client's reading paused: the replica cannot take its body as fast as it comes
@@ -97,6 +97,7 @@ class Exchange:
         replica: Replica,
         *,
         close_client: bool,
+        forward_authorization: bool = False,
     ) -> None:
         self._client = client
         self._door = client.door
@@ -105,6 +106,7 @@ class Exchange:
         self._service = fast_route[0]
         self._replica = replica
         self._close_client = close_client  # the client said Connection: close
+        self._forward_authorization = forward_authorization
         if head.chunked or head.length:
             self._body = ChunkedBody() if head.chunked else LengthBody(head.length)
             self.request_complete = False
@@ -129,7 +131,7 @@ class Exchange:
             taken = body_framing.feed(data)
         except MalformedBody as err:
             log.info("a client's chunked body is malformed: %s", err)
-            self._give_up(cut_client=True)
+            self._refuse_body()
             return b""
         body, rest = (data, b"") if taken == len(data) else (data[:taken], data[taken:])
         self.request_complete = body_framing.done
@@ -176,7 +178,9 @@ class Exchange:
     def _attach(self, connection: ReplicaConnection) -> None:
         self._connection = connection
         connection.user = self
-        head = upstream_head(self._head, self._route, connection.host, self._client.address)
+        head = upstream_head(
+            self._head, self._route, connection.host, self._client.address, self._forward_authorization
+        )
         pending = self._pending
         if not pending:
             connection.write(head)
@@ -236,7 +240,7 @@ class Exchange:
             end = buffer.find(b"\r\n\r\n")
             if end < 0:
                 self._answer_buffer = buffer
-                if len(buffer) > MAX_HEAD:
+                if len(buffer) > MAX_ANSWER_HEAD:
                     self._failed_mid_answer(ValueError("an answer head that does not end"))
                 return None
             head_end = end + 4
@@ -330,13 +334,12 @@ class Exchange:
             self._connection = None
         target = None
         body_kept = self._kept_size <= RESEND_LIMIT
-        if not self._resent and may_resend(self._head.method, self._body is not None, body_kept, reached):
+        method = self._head.method.decode("latin-1")
+        if not self._resent and may_resend(method, self._body is not None, body_kept, reached):
             target = self._resend_target(reached)
         if target is None:
             log.info("replica %s failed before answering: %r", self._replica.id, err)
-            self._reply_502(
-                failed_message(self._service, self._replica.url, _reason(err), "before answering")
-            )
+            self._reply_502(failed_message(self._service, self._replica.url, err, "before answering"))
             return
         self._resent = True
         self._door.balancer.acquire(target.id)
@@ -362,7 +365,7 @@ class Exchange:
         if self._head_written:
             self._give_up(cut_client=True)
             return
-        message = failed_message(self._service, self._replica.url, _reason(err), "mid-answer")
+        message = failed_message(self._service, self._replica.url, err, "mid-answer")
         self._reply_502(message)
 
     def _reply_502(self, message: str) -> None:
@@ -370,6 +373,16 @@ class Exchange:
         self._client.write(plain_reply(502, "Bad Gateway", message, close))
         self._head_written = True
         self._finish(keep_connection=False, close_client=close)
+
+    def _refuse_body(self) -> None:
+        """The request's body is malformed: 400 if the client has no answer yet, else its answer is cut;
+        the replica, which got a part of it, loses its connection."""
+        if self._head_written:
+            self._give_up(cut_client=True)
+            return
+        self._client.write(refusal_bytes(MALFORMED_CHUNKED))
+        self._head_written = True
+        self._finish(keep_connection=False, close_client=True)
 
     def _give_up(self, *, cut_client: bool) -> None:
         if cut_client:
@@ -396,8 +409,3 @@ class Exchange:
         if self._client.paused:
             self._client.set_paused(PAUSED_FOR_REPLICA, False)
         self._client.exchange_done(close_client)
-
-
-def _reason(err: BaseException) -> str:
-    reason = str(err) or type(err).__name__
-    return reason.splitlines()[0]

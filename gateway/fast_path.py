@@ -1,18 +1,21 @@
-"""The fast path's client side: one ClientConnection (an asyncio protocol) per connection to the proxy.
+"""The proxy's client side: one ClientConnection (an asyncio protocol) per connection to the proxy.
 
-Each request head is parsed (gateway.heads, with httptools) and routed (gateway.fast_path_rules.route).
+Every request head is first held to the proxy's limits (gateway.head_checks, gateway.rules) and read
+(gateway.heads, with httptools): a head refused is answered at once (400, 408, 414, 431, 505) and the
+connection closed; one that does not come whole within the head timeout gets 408, as does the one
+waiting longest when too many heads are still coming. Then it is routed (gateway.fast_path_rules.route).
 A plain HTTP/1.1 request for a service with a ready replica, from a client whose token is good (when the
 service has `auth`), is counted, given a replica by the balancer and forwarded by an Exchange
 (gateway.exchange). Anything else is handed to the aiohttp app, with the bytes received so far: the
-connection's transport gets aiohttp's own protocol (`transport.set_protocol`), which serves it from then
-on, this request and every later one on the connection. So the app answers what it always did
-(`/healthz`, the models API, 404, 401, held requests, WebSockets, malformed requests, HTTP/1.0) and the
-fast path never has to.
+connection's transport gets aiohttp's own protocol (`transport.set_protocol`), which serves this one
+request (`/healthz`, the models API, 404, 401, held requests, WebSockets, HTTP/1.0) and closes the
+connection after it (gateway.app), so that every head on every connection passes through here.
 
 A token not in the token cache is looked up (reading stays as it is; requests wait in the buffer); a
-token that is not good, or a lookup that fails, goes to the app, which answers 401 or 503. Requests on
-one connection are served one at a time, in order (pipelined ones wait in the buffer). An idle connection
-is closed after KEEPALIVE seconds (aiohttp's own default), and at the proxy's shutdown.
+token that is not good, or a lookup that fails, goes to the app, which answers 401 or 503. A public
+service's replica gets the Authorization header only once the token cache says it carries no Ferry token.
+Requests on one connection are served one at a time, in order (pipelined ones wait in the buffer). An
+idle connection is closed after KEEPALIVE seconds, and at the proxy's shutdown.
 """
 
 from __future__ import annotations
@@ -27,14 +30,19 @@ from typing import cast
 from gateway.door import Door
 from gateway.exchange import Exchange
 from gateway.fast_path_rules import route
+from gateway.head_checks import HeadScan, whole_head_refusal
 from gateway.heads import parse_request_head
-from gateway.http1 import MAX_HEAD
+from gateway.rules import MAX_HEAD, Refusal, refusal_bytes, slow_head_refusal
+from gateway.tokens import bearer_token, carried_token
 
 log = logging.getLogger(__name__)
 
 # Why a client connection's reading is paused (a bit each): its requests waiting in the buffer are enough
 # (and gateway.exchange.PAUSED_FOR_REPLICA: the replica cannot take the body as fast as it comes).
 PAUSED_FOR_BUFFER = 1
+# Seconds a refused connection keeps reading (and dropping) what the client still sends, so that it reads
+# the refusal before the close (a close with unread bytes would reset the connection: RFC 9112 9.6).
+LINGER = 2.0
 
 
 class ClientConnection(asyncio.Protocol):
@@ -50,7 +58,11 @@ class ClientConnection(asyncio.Protocol):
         self._buffer = b""  # received, not yet served: the next requests (bytes: most often one whole head)
         self.paused = 0  # why reading is paused, a bit per reason
         self._token_lookup: asyncio.Task[None] | None = None
-        self._looked_up: str | None = None  # the Authorization header last looked up for this connection
+        self._looked_up: str | None = None  # the token last looked up for this connection
+        self._scan: HeadScan | None = None  # the head still coming, if it did not come whole
+        self._head_timer: asyncio.TimerHandle | None = None
+        self.head_since = 0.0  # loop time of the first byte of the head still coming
+        self._refused = False  # answered a refusal: what the client still sends is dropped
 
     @property
     def busy(self) -> bool:
@@ -66,6 +78,8 @@ class ClientConnection(asyncio.Protocol):
         self.door.opened(self)
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         exchange = self.exchange
         if exchange is not None:
             if not exchange.request_complete:
@@ -88,6 +102,8 @@ class ClientConnection(asyncio.Protocol):
     def connection_lost(self, exc: BaseException | None) -> None:
         self.closed = True
         self.door.closed(self)
+        if self._scan is not None:
+            self._head_over()
         if self._token_lookup is not None:
             self._token_lookup.cancel()
         exchange, self.exchange = self.exchange, None
@@ -156,30 +172,48 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         buffer = self._buffer
+        if buffer[:2] == b"\r\n":  # empty lines before a request line are ignored (RFC 9112 2.2)
+            buffer = self._buffer = buffer.lstrip(b"\r\n")
+            if not buffer:
+                return
         end = buffer.find(b"\r\n\r\n")
         if end < 0:
-            if len(buffer) > MAX_HEAD:
-                self._hand_off()
+            self._head_coming(buffer)
             return
+        if self._scan is not None:
+            self._head_over()
         head_end = end + 4
-        head = parse_request_head(buffer if head_end == len(buffer) else buffer[:head_end])
-        fast_route = None if head is None else route(head, self.door.directory.table)
-        if head is None or fast_route is None:
-            self._hand_off()
+        head_bytes = buffer if head_end == len(buffer) else buffer[:head_end]
+        refusal = whole_head_refusal(head_bytes)
+        head = parse_request_head(head_bytes) if refusal is None else refusal
+        if isinstance(head, Refusal):
+            self.refuse(head)
             return
         door = self.door
+        fast_route = route(head, door.directory.table) if head.plain and door.options.fast_path else None
+        if fast_route is None:
+            self._hand_off()
+            return
         service = fast_route[0]
-        if service.settings.auth:
-            raw = head.authorization
-            authorization = None if raw is None else raw.decode("latin-1")
-            known, user = door.tokens.cached_user(authorization)
-            if not known and authorization is not None and authorization != self._looked_up:
-                self._looked_up = authorization
-                self._token_lookup = asyncio.get_running_loop().create_task(self._look_up(authorization))
+        forward_authorization = False
+        authorization = head.authorization
+        if service.settings.auth or authorization is not None:
+            raw = None if authorization is None else authorization.decode("latin-1")
+            token = bearer_token(raw) if service.settings.auth else carried_token(raw)
+            known, user = door.tokens.cached_user(token)
+            if not known:
+                if token != self._looked_up:
+                    self._looked_up = token
+                    self._token_lookup = asyncio.get_running_loop().create_task(self._look_up(token))
+                else:
+                    self._hand_off()  # the lookup failed: the app asks again, and answers for it
                 return
-            if user is None:
-                self._hand_off()  # the app answers 401 (or 503 if the store cannot say)
-                return
+            if service.settings.auth:
+                if user is None:
+                    self._hand_off()  # the app answers 401 (or 503 if the store cannot say)
+                    return
+            else:
+                forward_authorization = user is None  # gateway.rules.forwards_authorization
         replica = door.balancer.pick(service)
         if replica is None:
             self._hand_off()
@@ -187,7 +221,9 @@ class ClientConnection(asyncio.Protocol):
         door.balancer.acquire(replica.id)
         door.stats.count(service.run_id)
         close = bool(head.connection) and b"close" in head.connection_tokens()
-        exchange = Exchange(self, head, fast_route, replica, close_client=close)
+        exchange = Exchange(
+            self, head, fast_route, replica, close_client=close, forward_authorization=forward_authorization
+        )
         self.exchange = exchange
         self.idle_since = 0.0
         self._buffer = b""
@@ -195,9 +231,50 @@ class ClientConnection(asyncio.Protocol):
             self._buffer = exchange.client_data(buffer[head_end:])
         exchange.start()
 
-    async def _look_up(self, authorization: str) -> None:
+    def _head_coming(self, buffer: bytes) -> None:
+        """A head begun in `buffer` but not whole: checked as far as it came, and timed."""
+        scan = self._scan
+        if scan is None:
+            scan = self._scan = HeadScan()
+            loop = asyncio.get_running_loop()
+            self.head_since = loop.time()
+            timeout = self.door.options.head_timeout
+            self._head_timer = loop.call_later(timeout, self.refuse, slow_head_refusal(timeout))
+            self.door.head_started(self)
+        refusal = scan.refusal(buffer)
+        if refusal is not None:
+            self.refuse(refusal)
+
+    def _head_over(self) -> None:
+        self._scan = None
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        self.door.head_ended(self)
+
+    def refuse(self, refusal: Refusal) -> None:
+        """Answers the request whose head is in the buffer with the proxy's refusal, then closes: at once
+        when the client has sent all it had, else after LINGER seconds of reading what still comes."""
+        if self._scan is not None:
+            self._head_over()
+        if self.closed or self._refused or self.transport is None:
+            return
+        log.info("refused a request from %s: %d %s", self.address.decode(), refusal.status, refusal.message)
+        self._refused = True
+        self._buffer = b""
+        transport = self.transport
+        transport.write(refusal_bytes(refusal))
+        if self.paused:
+            self.set_paused(self.paused, False)
+        if transport.can_write_eof():
+            transport.write_eof()  # the client reads the answer, then the end, and closes its side
+            asyncio.get_running_loop().call_later(LINGER, self.close)
+        else:
+            self.close()
+
+    async def _look_up(self, token: str | None) -> None:
         try:
-            await self.door.tokens.user(authorization)
+            await self.door.tokens.user(token)
         except Exception:
             pass  # not cached: the app looks it up again, and answers 503 if it fails again
         finally:

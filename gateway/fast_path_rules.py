@@ -4,8 +4,9 @@
   gateway.fast_path) and, if so, which service and which target the replica gets; None sends the request
   to the aiohttp app. The rules are the services API's (gateway.services_api): strip_prefix as there.
 - `upstream_head` / `downstream_head`: the heads as they cross, with the headers gateway.headers says
-  (hop-by-hop ones dropped; Host, X-Forwarded-*; the Ferry token kept from a service with `auth`).
-- `may_resend`: whether a request whose replica failed before answering may go to a replica once more.
+  (hop-by-hop ones dropped; Host, X-Forwarded-*; no Ferry token, gateway.rules.forwards_authorization).
+
+The rules both paths share (resends, small answers, the 502's and refusals' words) are gateway.rules'.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from gateway.routing_table import RoutingTable, Service
 # percent-decode others, and normalise dot segments).
 _NAME = rb"([A-Za-z0-9_~-][A-Za-z0-9_.~-]*)"
 _SERVICE_TARGET = re.compile(re.escape(SERVICES_PREFIX.encode()) + b"/" + _NAME + b"/" + _NAME + b"/")
-IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
 
 _DROPPED_DOWN = frozenset(name.encode() for name in HOP_BY_HOP)
 _RECHUNKED = (Framing.CHUNKED, Framing.UNTIL_CLOSE)  # answers the client gets with chunked coding
@@ -50,14 +50,19 @@ def route(head: RequestHead, table: RoutingTable) -> FastRoute | None:
 
 
 def upstream_head(
-    head: RequestHead, fast_route: FastRoute, replica_host: bytes, client_address: bytes
+    head: RequestHead,
+    fast_route: FastRoute,
+    replica_host: bytes,
+    client_address: bytes,
+    forward_authorization: bool = False,
 ) -> bytes:
     """The head the replica gets: `head` to `fast_route`'s target on the replica at `replica_host`
-    (host:port), from the client at `client_address`."""
-    service, target, stripped = fast_route
+    (host:port), from the client at `client_address`; with its Authorization header if
+    `forward_authorization` (gateway.rules.forwards_authorization)."""
+    _, target, stripped = fast_route
     forwarded = b"".join(head.parts)
-    if head.authorization_lines and not service.settings.auth:
-        forwarded += head.authorization_lines
+    if forward_authorization and head.authorization is not None:
+        forwarded += head.authorization_name + b": " + head.authorization + b"\r\n"
     prefix = head.prefix_lines if stripped is None else b"X-Forwarded-Prefix: " + stripped + b"\r\n"
     chain = client_address if head.forwarded_for is None else head.forwarded_for + b", " + client_address
     host = b"" if head.has_forwarded_host else b"X-Forwarded-Host: " + (head.host or b"") + b"\r\n"
@@ -99,27 +104,3 @@ def downstream_head(answer: AnswerHead, close: bool) -> bytes:
         parts.append(b"Connection: close\r\n")
     parts.append(b"\r\n")
     return b"".join(parts)
-
-
-def plain_reply(status: int, reason: str, message: str, close: bool) -> bytes:
-    """The proxy's own answer in plain text (as gateway.replies.plain_error words it), head and body."""
-    body = (message + "\n").encode()
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\n{'Connection: close' + chr(13) + chr(10) if close else ''}\r\n"
-    )
-    return head.encode() + body
-
-
-def may_resend(method: bytes, has_body: bool, body_kept: bool, reached: bool) -> bool:
-    """Whether a request whose replica failed before any answer may be sent once more: one the replica
-    never got (a refused connection), or one it may have got that is idempotent or bodiless, provided the
-    body sent so far was kept."""
-    if not reached:
-        return True
-    return body_kept and (method in IDEMPOTENT or not has_body)
-
-
-def failed_message(service: Service, replica_url: str, reason: str, when: str) -> str:
-    """The 502's words, as gateway.forwarding says them."""
-    return f"replica {replica_url} of {service.project}/{service.run_name} failed {when}: {reason}"

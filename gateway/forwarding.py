@@ -35,16 +35,15 @@ from gateway.options import GatewayOptions
 from gateway.replies import ErrorReply
 from gateway.request_stats import RequestStats
 from gateway.routing_table import Replica, Service
+from gateway.rules import SMALL_ANSWER, failed_message, may_resend
 from gateway.websocket_proxy import proxy_websocket
 
 log = logging.getLogger(__name__)
 
-IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 # Errors that may come before any byte of an answer: the request may then be retried.
 _BEFORE_ANSWER = (aiohttp.ClientError, TimeoutError, OSError)
 _NOT_REACHED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)  # the replica never saw it
 _MID_ANSWER = (aiohttp.ClientError, TimeoutError, OSError)
-SMALL_ANSWER = 64 * 1024  # bytes: an answer with a Content-Length up to this is read whole, then sent
 # Statuses whose answers have no body whatever their headers say (and HEAD's): streamed as they are.
 _NO_BODY = frozenset({204, 304})
 
@@ -89,10 +88,12 @@ class Forwarder:
         *,
         body: bytes | None = None,
         stripped_prefix: str | None = None,
+        forward_authorization: bool = False,
     ) -> web.StreamResponse:
         """Forwards the request to `path` (with its query) on a ready replica of the service.
 
         `body`: the request's body when the caller has read it already; else it streams from the client.
+        `forward_authorization`: whether the replica gets the Authorization header (gateway.rules).
         """
         chosen = await self._choose(service, errors)
         if isinstance(chosen, web.StreamResponse):
@@ -104,7 +105,7 @@ class Forwarder:
             websocket = is_websocket_upgrade(request)
             headers = upstream_headers(
                 request,
-                drop_authorization=service.settings.auth,
+                drop_authorization=not forward_authorization,
                 stripped_prefix=stripped_prefix,
                 websocket=websocket,
             )
@@ -128,7 +129,7 @@ class Forwarder:
                     )
                     if alternative is None:
                         log.info("replica %s failed before answering: %r", replica.id, err)
-                        return errors(502, _failed(service, replica, err))
+                        return errors(502, failed_message(service, replica.url, err, "before answering"))
                     retried = True
                     self._balancer.acquire(alternative.id)
                     self._balancer.release(replica.id)
@@ -184,8 +185,8 @@ class Forwarder:
     ) -> Replica | None:
         """Where to send the request once more, if it may be sent again at all."""
         not_reached = isinstance(err, _NOT_REACHED)
-        replayable = data is None or isinstance(data, bytes) or not_reached  # a stream is untouched
-        if not replayable or not (not_reached or request.method in IDEMPOTENT or data is None):
+        body_kept = data is None or isinstance(data, bytes)  # a stream is spent once read
+        if not may_resend(request.method, data is not None, body_kept, reached=not not_reached):
             return None
         current = self._directory.table.services.get(service.key)
         if current is None:
@@ -204,7 +205,7 @@ async def _whole(
         body = await upstream.read()
     except _MID_ANSWER as err:
         log.warning("replica %s failed mid-answer: %r", replica.id, err)
-        return errors(502, _failed(service, replica, err, "mid-answer"))
+        return errors(502, failed_message(service, replica.url, err, "mid-answer"))
     return web.Response(
         status=upstream.status,
         reason=upstream.reason,
@@ -233,11 +234,3 @@ async def _relay(
         return response
     await response.write_eof()
     return response
-
-
-def _failed(service: Service, replica: Replica, err: BaseException, when: str = "before answering") -> str:
-    reason = str(err) or type(err).__name__
-    return (
-        f"replica {replica.url} of {service.project}/{service.run_name} failed {when}: "
-        f"{reason.splitlines()[0]}"
-    )

@@ -1,14 +1,17 @@
 """The proxy's listening socket: the fast path in front, the aiohttp app behind it for everything else.
 
 `FrontSite` is an aiohttp site (so `AppRunner.cleanup` stops it as any other) whose connections start on
-the fast path (gateway.fast_path.ClientConnection), which hands a connection over to the app's own
-protocol when a request is not for it. Without a FrontDoor (`GatewayOptions.fast_path` off) the site
-serves the app alone, as a TCPSite does.
+the fast path (gateway.fast_path.ClientConnection), which checks every request head and hands a
+connection over to the app's own protocol when a request is not for it. With `GatewayOptions.fast_path`
+off it hands every request over, once its head has passed the same checks.
 
 The FrontDoor keeps what every fast-path connection shares (the routing table, balancer, token cache,
-request counts, the pool of replica connections) and the set of open connections: idle ones are closed
-after KEEPALIVE seconds, and at shutdown, idle ones at once (the site's stop), busy ones once their request
-is over, given the runner's shutdown_timeout (`finish_shutdown`, from the app's cleanup) before they are cut.
+request counts, the pool of replica connections), the set of open connections and those whose head is
+still coming. Idle connections are closed after KEEPALIVE seconds, and at shutdown, idle ones at once (the
+site's stop), busy ones once their request is over, given the runner's shutdown_timeout
+(`finish_shutdown`, from the app's cleanup) before they are cut. Past `max_slow_heads` heads still coming,
+the connection whose head began first is refused (gateway.rules.TOO_MANY_SLOW_HEADS): a flood of slow
+clients costs each of them its connection, not everyone else their latency.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from gateway.fast_path import ClientConnection
 from gateway.options import GatewayOptions
 from gateway.replica_pool import ReplicaPool
 from gateway.request_stats import RequestStats
+from gateway.rules import TOO_MANY_SLOW_HEADS
 from gateway.tokens import TokenChecker
 
-KEEPALIVE = 75.0  # seconds an idle client connection is kept (aiohttp's server default)
+KEEPALIVE = 75.0  # seconds an idle client connection is kept (nginx's keepalive_timeout)
 _SWEEP_EVERY = 5.0
 
 
@@ -44,8 +48,10 @@ class FrontDoor:
         self.balancer = balancer
         self.tokens = tokens
         self.stats = stats
+        self.options = options
         self.pool = ReplicaPool(options.connect_timeout)
         self._connections: set[ClientConnection] = set()
+        self._slow_heads: dict[ClientConnection, None] = {}  # oldest first
         self._sweeping: asyncio.TimerHandle | None = None
         self._stopping_at: float | None = None  # loop time of the shutdown's start
 
@@ -63,6 +69,19 @@ class FrontDoor:
 
     def closed(self, connection: ClientConnection) -> None:
         self._connections.discard(connection)
+
+    def head_started(self, connection: ClientConnection) -> None:
+        """A connection's head did not come whole: counted until it does (or the connection ends)."""
+        self._slow_heads[connection] = None
+        if len(self._slow_heads) > self.options.max_slow_heads:
+            next(iter(self._slow_heads)).refuse(TOO_MANY_SLOW_HEADS)
+
+    def head_ended(self, connection: ClientConnection) -> None:
+        self._slow_heads.pop(connection, None)
+
+    def slow_heads(self) -> int:
+        """Connections whose head is still coming."""
+        return len(self._slow_heads)
 
     def busy(self) -> int:
         """Connections with a request in flight."""
@@ -100,7 +119,8 @@ class FrontDoor:
 
 
 class FrontSite(web.BaseSite):
-    """A TCP site whose connections start on the fast path (without a door: the app's alone)."""
+    """A TCP site whose connections start on the fast path (without a door: the app's alone, as tests of
+    the app itself use it)."""
 
     __slots__ = ("_door", "_host", "_port", "_bound_port", "_reuse_address", "_reuse_port")
 

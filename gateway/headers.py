@@ -5,13 +5,16 @@ Connection names) describe one connection and are dropped; the client library an
 side themselves. The replica sees its own host as Host; the client's Host, address and scheme travel as
 X-Forwarded-Host/-For/-Proto (an incoming X-Forwarded-For is extended, as a chain of proxies does), and,
 when the service path was stripped, X-Forwarded-Prefix says what was taken off (for replicas that build
-links). A Ferry token is the proxy's business: a service with `auth` does not get the Authorization header.
+links). A Ferry token is the proxy's business: no replica gets an Authorization header that carries one, and
+a service with `auth` gets none at all (gateway.rules.forwards_authorization).
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
+
+from gateway.rules import origin_form
 
 HOP_BY_HOP = frozenset(
     {
@@ -59,8 +62,12 @@ def upstream_headers(
     remote = request.remote or ""
     forwarded_for = incoming.get("X-Forwarded-For")
     headers["X-Forwarded-For"] = f"{forwarded_for}, {remote}" if forwarded_for else remote
-    if "X-Forwarded-Host" not in headers and request.host:
-        headers["X-Forwarded-Host"] = request.host
+    if "X-Forwarded-Host" not in headers:
+        # The host the client asked for, port included: an absolute-form target's authority stands in
+        # for Host (RFC 9112 3.2.2).
+        host = origin_form(request.raw_path)[1] or incoming.get("Host")
+        if host:
+            headers["X-Forwarded-Host"] = host
     if "X-Forwarded-Proto" not in headers:
         headers["X-Forwarded-Proto"] = request.scheme
     if stripped_prefix is not None:

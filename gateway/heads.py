@@ -1,4 +1,4 @@
-"""HTTP/1.1 message heads as the fast path (gateway.fast_path) reads them, with httptools.
+"""HTTP/1.1 message heads as the proxy reads them, with httptools.
 
 httptools is llhttp (Node's HTTP parser, in C; uvicorn's too). It checks each head strictly: no obs-fold,
 bare CR or LF, space before a colon, duplicate Content-Length, Content-Length beside Transfer-Encoding...
@@ -9,10 +9,12 @@ heads are fed to llhttp, a fresh parser for each (0.15 µs): bodies are followed
 framing, which passes their bytes through as they come (llhttp would copy them, undo chunked coding, and
 cannot be told that the answer to a HEAD has no body).
 
-A request head is the fast path's only if llhttp takes it, it says HTTP/1.1 and has one Host, its body is
-delimited by one Content-Length or by chunked coding alone, and it neither switches protocols nor expects
-an interim answer; anything else gives None and goes to the aiohttp app, which answers it as it should
-(often 400). An answer head llhttp refuses is the replica's failure (502).
+Every request head is read here, whichever path serves it (gateway.fast_path reads it first): one llhttp
+refuses, or that has two Host or Authorization headers or an HTTP/1.1 one without Host, is answered 400
+with llhttp's own words for it (they name the problem, never a value). A head is the fast path's
+(`plain`) if it says HTTP/1.1, its body is delimited by one Content-Length or by chunked coding alone, and
+it neither switches protocols nor expects an interim answer; others go to the aiohttp app. An answer head
+llhttp refuses is the replica's failure (502).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from enum import Enum
 from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser, HttpResponseParser
 
 from gateway.headers import HOP_BY_HOP
+from gateway.rules import NO_HOST, TWO_AUTHORIZATIONS, TWO_HOSTS, Refusal, bad_request
 
 _PARSE_ERRORS = (HttpParserError, HttpParserUpgrade)
 
@@ -66,8 +69,8 @@ class RequestHead:
     Its attributes have class-level defaults, so that a plain head sets only what it has."""
 
     host: bytes | None = None
-    authorization: bytes | None = None  # the Authorization header's value (the first one)
-    authorization_lines = b""  # forwarded to a service without `auth`
+    authorization: bytes | None = None  # the Authorization header's value (one at most)
+    authorization_name = b"Authorization"  # as the client spelt it
     prefix_lines = b""  # X-Forwarded-Prefix: forwarded unless the proxy sets its own
     forwarded_for: bytes | None = None  # X-Forwarded-For's values, comma-joined
     has_forwarded_host = False  # X-Forwarded-Host and -Proto are forwarded as they came
@@ -77,6 +80,7 @@ class RequestHead:
     has_length = False
     chunked = False
     plain = True  # False: something sends the request to the aiohttp app
+    refusal: Refusal | None = None  # why the proxy answers it 400 itself
 
     def __init__(self, method: bytes, target: bytes) -> None:
         self.method = method
@@ -88,7 +92,8 @@ class RequestHead:
         if lower not in _DECIDED_UP:
             self.parts.extend((name, b": ", value, b"\r\n"))
         elif lower == b"host":  # the one nearly every request has: first
-            self.plain = self.plain and self.host is None
+            if self.host is not None:
+                self.refusal = TWO_HOSTS
             self.host = value.strip()
         else:
             self._decide(lower, name, value)
@@ -104,9 +109,9 @@ class RequestHead:
         elif lower == b"connection":
             self.connection += value.lower() + b","
         elif lower == b"authorization":
-            if self.authorization is None:
-                self.authorization = value
-            self.authorization_lines += name + b": " + value + b"\r\n"
+            if self.authorization is not None:
+                self.refusal = TWO_AUTHORIZATIONS
+            self.authorization, self.authorization_name = value, name
         elif lower == b"x-forwarded-for":
             self.forwarded_for = value if self.forwarded_for is None else self.forwarded_for + b", " + value
         elif lower == b"x-forwarded-prefix":
@@ -133,7 +138,7 @@ class RequestHead:
             if parts[start].lower() not in names:
                 self.parts += parts[start : start + 4]
         if b"authorization" in names:
-            self.authorization_lines = b""
+            self.authorization = None
         if b"x-forwarded-prefix" in names:
             self.prefix_lines = b""
         if b"x-forwarded-for" in names:
@@ -142,22 +147,24 @@ class RequestHead:
         self.has_forwarded_proto = self.has_forwarded_proto and b"x-forwarded-proto" not in names
 
 
-def parse_request_head(head: bytes) -> RequestHead | None:
-    """The head (up to and including its blank line) of a plain HTTP/1.1 request; None for anything
-    else (the aiohttp app answers those)."""
+def parse_request_head(head: bytes) -> RequestHead | Refusal:
+    """The head (up to and including its blank line, its request line `METHOD SP TARGET SP HTTP/1.x` as
+    gateway.head_checks has checked) read, or why it is refused."""
     line_end = head.find(b"\r\n")
-    if head[line_end - 9 : line_end] != b" HTTP/1.1":  # not HTTP/1.0, nor llhttp's RTSP/ or ICE/
-        return None
-    # The request line as llhttp reads it, once it has taken it: method SP target SP HTTP/1.1 (a second
-    # space would leave one before the target, which then routes nowhere).
     method, _, target = head[: line_end - 9].partition(b" ")
     request = RequestHead(method, target)
     try:
         HttpRequestParser(request).feed_data(head)  # its head's end: no error means llhttp reached it
-    except _PARSE_ERRORS:
-        return None
-    if not request.plain or request.host is None:
-        return None
+    except HttpParserUpgrade:
+        request.plain = False  # a protocol switch: the app's
+    except HttpParserError as err:
+        return bad_request(str(err) or "llhttp refused the head")  # llhttp's words: never a value
+    if request.refusal is not None:
+        return request.refusal
+    if head[line_end - 9 : line_end] != b" HTTP/1.1":
+        request.plain = False  # HTTP/1.0: the app's
+    elif request.host is None:
+        return NO_HOST
     if request.connection:
         named = request.connection_tokens() - {b"close", b"keep-alive"}
         if named:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 
-MAX_HEAD = 64 * 1024  # bytes: a head without its blank line by then is not for the fast path
+MAX_ANSWER_HEAD = 64 * 1024  # bytes: a replica's answer head without its blank line by then is malformed
 _MAX_CHUNK_LINE = 4096  # a chunk-size line (or trailer line) longer than this is malformed
 
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")

@@ -21,8 +21,9 @@ from aiohttp import web
 from core.services.replicas import MODELS_PREFIX
 from gateway.access import Access
 from gateway.forwarding import Forwarder
-from gateway.replies import TOKEN_NEEDED, openai_error, openai_reply
+from gateway.replies import openai_error, openai_reply
 from gateway.routing_table import Service
+from gateway.rules import TOKEN_NOT_VALID
 
 BASE_ROUTE = MODELS_PREFIX + "/{project}/v1"
 
@@ -80,12 +81,15 @@ class ModelsApi:
         if refused is not None:
             return refused
         self._access.count(service)
+        forward_authorization = await self._access.forwards_authorization(request, service)
         model = service.settings.model
         assert model is not None
         path = f"{model.prefix}/{endpoint}"
         if request.query_string:
             path += "?" + request.raw_path.partition("?")[2]
-        return await self._forwarder.forward(request, service, path, openai_reply, body=body)
+        return await self._forwarder.forward(
+            request, service, path, openai_reply, body=body, forward_authorization=forward_authorization
+        )
 
     async def _visible(self, request: web.Request, project: str) -> list[Service] | web.Response:
         """The project's model services this request may see, or the answer that it may see none."""
@@ -97,7 +101,7 @@ class ModelsApi:
         except Exception:
             return openai_error(503, "could not check the token now (the store is unreachable); try again")
         if user is None:
-            return openai_error(401, f"the token is not valid: {TOKEN_NEEDED}")
+            return openai_error(401, TOKEN_NOT_VALID)
         return services
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.rules import HEAD_TIMEOUT, MAX_SLOW_HEADS
+
 # How long a request for a running service with no ready replica (starting, or scaled to zero) waits for
 # one before it is answered 503. Long enough for a replica to start from zero (the held request is counted
 # at once, so the autoscaler sees the demand), short of most clients' own timeouts.
@@ -23,3 +25,5 @@ class GatewayOptions:
     connect_timeout: float = 10.0  # to a replica; answers themselves may stream for as long as they like
     shutdown_timeout: float = 5.0  # on SIGTERM, requests in flight get this long to finish
     fast_path: bool = True  # plain requests on gateway.fast_path; off: the aiohttp app serves them all
+    head_timeout: float = HEAD_TIMEOUT  # a request head's first byte to its blank line (gateway.rules)
+    max_slow_heads: int = MAX_SLOW_HEADS  # connections whose head is still coming, at most

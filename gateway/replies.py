@@ -11,7 +11,6 @@ from aiohttp import web
 # An answer of the proxy's own: (status, one-line message) -> response.
 ErrorReply = Callable[[int, str], web.Response]
 
-TOKEN_NEEDED = "a Ferry token is needed: send `Authorization: Bearer <token>` (`ferry token` shows yours)"
 _BEARER = {"WWW-Authenticate": "Bearer"}
 
 _OPENAI_TYPES = {

@@ -15,6 +15,7 @@ from core.services.replicas import SERVICES_PREFIX
 from gateway.access import Access
 from gateway.forwarding import Forwarder
 from gateway.replies import plain_error
+from gateway.rules import origin_form
 
 SERVICE_ROUTE = SERVICES_PREFIX + "/{project}/{run_name}"
 
@@ -29,7 +30,7 @@ class ServicesApi:
         router.add_route("*", SERVICE_ROUTE + "/{tail:.*}", self.handle)
 
     async def redirect_to_slash(self, request: web.Request) -> web.StreamResponse:
-        path, mark, query = request.raw_path.partition("?")
+        path, mark, query = origin_form(request.raw_path)[0].partition("?")
         return web.Response(status=308, headers={"Location": f"{path}/{mark}{query}"})
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -42,10 +43,18 @@ class ServicesApi:
         if refused is not None:
             return refused
         self._access.count(service)
+        forward_authorization = await self._access.forwards_authorization(request, service)
+        target = origin_form(request.raw_path)[0]  # an absolute-form request's too (still percent-encoded)
         if service.settings.strip_prefix:
-            # The raw path (still percent-encoded) past /proxy/services/<project>/<run>/, query included.
-            rest = request.raw_path.split("/", 5)[5]
+            rest = target.split("/", 5)[5]  # past /proxy/services/<project>/<run>/, query included
             return await self._forwarder.forward(
-                request, service, "/" + rest, plain_error, stripped_prefix=service.path.rstrip("/")
+                request,
+                service,
+                "/" + rest,
+                plain_error,
+                stripped_prefix=service.path.rstrip("/"),
+                forward_authorization=forward_authorization,
             )
-        return await self._forwarder.forward(request, service, request.raw_path, plain_error)
+        return await self._forwarder.forward(
+            request, service, target, plain_error, forward_authorization=forward_authorization
+        )

@@ -1,4 +1,6 @@
-"""Who a bearer token belongs to, for services with `auth` (the default).
+"""Who a token belongs to: for services with `auth` (the default), whose bearer token must be a user's;
+for the others, whose Authorization header is forwarded only when it carries no Ferry token
+(gateway.rules.forwards_authorization).
 
 A token is a user's Ferry token (`ferry token`); the store keeps its sha256 hex. Answers are cached in
 memory by token: a known token for `token_ttl` (so a replaced token stops working within that time), an
@@ -30,6 +32,17 @@ def bearer_token(authorization: str | None) -> str | None:
     return token
 
 
+def carried_token(authorization: str | None) -> str | None:
+    """What an Authorization header may carry a Ferry token as, whatever its scheme: its credentials
+    (`Bearer <token>`, `Token <token>`, ...) or, with no scheme, the whole value."""
+    if not authorization:
+        return None
+    value = authorization.strip()
+    scheme, _, credentials = value.partition(" ")
+    token = credentials.strip() or scheme
+    return token if token and len(token) <= MAX_TOKEN_LENGTH else None
+
+
 class TokenChecker:
     def __init__(self, store: Store, options: GatewayOptions) -> None:
         self._store = store
@@ -37,10 +50,9 @@ class TokenChecker:
         self._known: dict[str, tuple[str | None, float]] = {}  # token: (user or None, good until)
         self._looking_up: dict[str, asyncio.Task[str | None]] = {}
 
-    def cached_user(self, authorization: str | None) -> tuple[bool, str | None]:
+    def cached_user(self, token: str | None) -> tuple[bool, str | None]:
         """(True, the user or None) when the answer is known without a lookup (no token, or a token in
         the cache); (False, None) when `user` has to look it up."""
-        token = bearer_token(authorization)
         if token is None:
             return True, None
         cached = self._known.get(token)
@@ -48,9 +60,9 @@ class TokenChecker:
             return True, cached[0]
         return False, None
 
-    async def user(self, authorization: str | None) -> str | None:
-        """The user whose token the header carries; None if it carries none, or not a known one."""
-        token = bearer_token(authorization)
+    async def user(self, token: str | None) -> str | None:
+        """The user whose token this is; None for no token, or not a known one. Raises if the store
+        cannot say."""
         if token is None:
             return None
         cached = self._known.get(token)
@@ -63,6 +75,13 @@ class TokenChecker:
             lookup.add_done_callback(_retrieve_exception)
             self._looking_up[token] = lookup
         return await asyncio.shield(lookup)
+
+    async def is_ferry_token(self, authorization: str | None) -> bool | None:
+        """Whether the header carries a user's Ferry token (carried_token); None if the store cannot say."""
+        try:
+            return await self.user(carried_token(authorization)) is not None
+        except Exception:
+            return None
 
     async def _look_up(self, token: str) -> str | None:
         try:
