@@ -32,7 +32,7 @@ from core.wire.messages import (
     PrepareTask,
     SSHEndpoint,
     SSHEndpointRequest,
-    StartJob,
+    StartJobRequest,
     StopTask,
     TaskRef,
     WatchJob,
@@ -164,7 +164,7 @@ class JobActivities:
         return [VolumeMount(host_path=host_path(v, dirs), path=v.path) for v in request.volumes]
 
     @activity.defn(name=names.START_JOB)
-    async def start_job(self, request: StartJob) -> str | None:
+    async def start_job(self, request: StartJobRequest) -> str | None:
         """Hand the runner its job spec and code, then start it; skips what an earlier attempt did. The
         ports its container published on other host ports, if any (`published_ports`)."""
         progress = Progress()
@@ -172,7 +172,7 @@ class JobActivities:
             with self._secrets.masking():
                 return await self._start_job(request, progress)
 
-    async def _start_job(self, request: StartJob, progress: Progress) -> str | None:
+    async def _start_job(self, request: StartJobRequest, progress: Progress) -> str | None:
         client = await self._instances.resolve(request.instance_name)
         job_id, step = request.job_submission_id, "the job's start"
         try:

@@ -19,7 +19,7 @@ from core.runs.state_machine import replay_run
 from core.runs.watching import RunNews
 from core.status import RunStatus
 from core.wire import activity_names as names
-from core.wire.messages import WatchReply, WatchRun
+from core.wire.messages import WatchReply, WatchRunRequest
 from core.wire.run_messages import WatchRequest
 from store import Store
 
@@ -32,7 +32,7 @@ class RunWatchActivities:
         self._store = store
 
     @activity.defn(name=names.WATCH_RUN)
-    async def watch_run(self, request: WatchRun) -> WatchReply:
+    async def watch_run(self, request: WatchRunRequest) -> WatchReply:
         news = await asyncio.to_thread(self.ended_news, request.run_id)
         if news is not None:
             return WatchReply(news=news)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from activities.agent_bundle import AgentBundle, build_bundle
 from activities.agent_client import AgentClient
-from activities.ssh_config import DeployedAgent, DeployOptions, SSHEndpoint, SSHTarget, ssh_targets
+from activities.ssh_config import DeployedAgent, DeployOptions, SSHLogin, SSHTarget, ssh_targets
 from activities.ssh_host import SSHAgentHost, SSHDeployError
 from core.settings import Settings
 from core.wire.agent_api import InstanceInfo
@@ -28,7 +28,7 @@ __all__ = [
     "DeployOptions",
     "DeployedAgent",
     "HostPool",
-    "SSHEndpoint",
+    "SSHLogin",
     "SSHTarget",
     "ssh_targets",
 ]

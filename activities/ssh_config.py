@@ -15,18 +15,18 @@ from core.configuration.fleet import FleetConfiguration, ProxyJump, SSHHost
 from core.fleets.state_machine import instance_name
 
 
-class SSHEndpoint(BaseModel):
+class SSHLogin(BaseModel):
     hostname: str
     port: int = 22
     user: str
     identity_file: str | None = None
 
 
-class SSHTarget(SSHEndpoint):
+class SSHTarget(SSHLogin):
     """One host of an SSH fleet with every setting resolved; `name` is the instance name."""
 
     name: str
-    proxy_jump: SSHEndpoint | None = None
+    proxy_jump: SSHLogin | None = None
     internal_ip: str | None = None
     blocks: int | Literal["auto"] = 1
 
@@ -37,9 +37,9 @@ def ssh_targets(fleet: FleetConfiguration, fleet_name: str) -> list[SSHTarget]:
     if config is None:
         return []
 
-    def jump(proxy: ProxyJump | None, user: str, identity: str | None) -> SSHEndpoint | None:
+    def jump(proxy: ProxyJump | None, user: str, identity: str | None) -> SSHLogin | None:
         return (
-            SSHEndpoint(
+            SSHLogin(
                 hostname=proxy.hostname,
                 port=proxy.port or 22,
                 user=proxy.user or user,

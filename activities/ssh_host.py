@@ -49,7 +49,7 @@ from activities.host_scripts import (
     VERSION_SCRIPT,
     WRONG_PYTHON,
 )
-from activities.ssh_config import DeployedAgent, DeployOptions, SSHEndpoint, SSHTarget
+from activities.ssh_config import DeployedAgent, DeployOptions, SSHLogin, SSHTarget
 from core.wire.volumes import HostDirs
 
 _PIPE_CHUNK = 256 * 1024
@@ -111,7 +111,7 @@ class SSHAgentHost:
 
     # --- the SSH connection ------------------------------------------------------------------------------
 
-    async def _open(self, endpoint: SSHEndpoint, tunnel: Any = ()) -> asyncssh.SSHClientConnection:
+    async def _open(self, endpoint: SSHLogin, tunnel: Any = ()) -> asyncssh.SSHClientConnection:
         keys = [str(Path(endpoint.identity_file).expanduser())] if endpoint.identity_file else ()
         known_hosts = (
             None if self.options.known_hosts is None else Path(self.options.known_hosts).expanduser()

@@ -19,7 +19,7 @@ from core.wire.agent_api import (
     ContainerSpec,
     JobSpec,
     JobStateEvent,
-    PortMapping,
+    PortBinding,
     Resources,
     TaskInfo,
     TaskNetwork,
@@ -28,7 +28,7 @@ from core.wire.agent_api import (
 )
 
 
-class StopRequest(BaseModel):
+class TaskStop(BaseModel):
     reason: JobTerminationReason
     message: str | None = None
     requested_at: float
@@ -58,7 +58,7 @@ class TaskRecord(BaseModel):
     # ticks since boot (/proc/<pid>/stat), so that a reused pid is never taken for the job.
     pid: int | None = None
     pid_start_time: int | None = None
-    stop: StopRequest | None = None
+    stop: TaskStop | None = None
     deadline: float | None = Field(default=None, description="when max_duration runs out (wall clock)")
     inactivity_duration: int | None = Field(
         default=None, description="seconds with no SSH connection after which the job is ended"
@@ -99,7 +99,7 @@ class TaskRecord(BaseModel):
             resources=self.resources,
             gpu_indices=self.gpu_indices,
             ports=[
-                PortMapping(container_port=port, host_port=self.host_ports.get(port, port))
+                PortBinding(container_port=port, host_port=self.host_ports.get(port, port))
                 for port in self.ports
             ],
             volumes=self.volumes,

@@ -22,7 +22,7 @@ from agent.changes import ChangeFeed
 from agent.containers.engine import EngineFinder
 from agent.executors import Executors, JobHandle
 from agent.instance import HostCapacity
-from agent.records import StopRequest, TaskPaths, TaskRecord, load_job_spec, load_record, save_record
+from agent.records import TaskPaths, TaskRecord, TaskStop, load_job_spec, load_record, save_record
 from agent.resources import InsufficientResources, ResourceLedger
 from agent.ssh_keys import BadAuthorizedKey, check_authorized_keys
 from agent.volumes import unlink_paths
@@ -284,7 +284,7 @@ class TaskRegistry:
         first = record.stop is None
         if record.stop is None or now + timeout < record.stop.kill_at:
             # A later, shorter request wins: an abort after a graceful stop kills at once.
-            record.stop = StopRequest(reason=reason, message=message, requested_at=now, kill_at=now + timeout)
+            record.stop = TaskStop(reason=reason, message=message, requested_at=now, kill_at=now + timeout)
         if record.status == TaskStatus.RUNNING:
             if first:
                 record.job_states.append(

@@ -28,7 +28,7 @@ from cli.dev_environments import ide_link
 from cli.errors import CommandError
 from cli.follow import LogStream, follow_run
 from cli.ssh_hosts import (
-    SSHHost,
+    HostEntry,
     add_include,
     include_line,
     note_attached,
@@ -201,11 +201,11 @@ async def _running_job(
 
 def _route(
     store: Store, home: Path, alias: str, endpoint: SSHEndpoint
-) -> tuple[list[SSHHost], dict[str, str]]:
+) -> tuple[list[HostEntry], dict[str, str]]:
     """The job's `Host` entry, behind its SSH fleet host's entry when the instance is not this machine."""
     key = str(user_key(home))
     key_alias = f"ferry-agent-{endpoint.instance_name}"
-    job_host = SSHHost(
+    job_host = HostEntry(
         alias=alias,
         hostname="127.0.0.1",
         port=endpoint.port or 0,
@@ -221,7 +221,7 @@ def _route(
     if target.proxy_jump is not None:
         hop = target.proxy_jump
         jump = f"{hop.user}@{hop.hostname}:{hop.port}"
-    fleet_host = SSHHost(
+    fleet_host = HostEntry(
         alias=f"{alias}-host",
         hostname=target.hostname,
         port=target.port,

@@ -24,7 +24,7 @@ _MARK = "# ferry: "  # each entry starts with this line, naming the run it is fo
 
 
 @dataclass(frozen=True)
-class SSHHost:
+class HostEntry:
     """One `Host` entry."""
 
     alias: str
@@ -62,7 +62,7 @@ def _quoted(path: str) -> str:
     return f'"{path}"' if " " in path else path
 
 
-def write_entries(home: Path, run_alias: str, hosts: list[SSHHost], host_keys: dict[str, str]) -> Path:
+def write_entries(home: Path, run_alias: str, hosts: list[HostEntry], host_keys: dict[str, str]) -> Path:
     """Ferry's SSH config with the run's entries (replacing earlier ones for it) and the agents' host keys
     pinned in Ferry's known_hosts; the config's path."""
     config = home / CONFIG_FILE

@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
         Notice,
         NoticeKind,
         ReleaseJob,
-        SetQueuedPriority,
+        SetQueuedPriorityRequest,
         StopFleet,
         WatchFleet,
     )
@@ -68,7 +68,7 @@ with workflow.unsafe.imports_passed_through():
     from core.wire.workflow_ids import project_workflows
     from workflows import retry_policies, signals
     from workflows.fleet_notices import NoticeSender
-    from workflows.fleet_records import FleetRecords, View
+    from workflows.fleet_records import FleetRecordWriter, View
     from workflows.handles import abandon
     from workflows.instance_watches import InstanceWatches
 
@@ -99,7 +99,7 @@ class FleetWorkflow:
         self._health: workflow.ActivityHandle[HealthReport] | None = None
         self._health_view: tuple[list[str], list[str]] | None = None
         self._viewed: tuple[FleetBook, View] | None = None
-        self._records = FleetRecords(inp.project, inp.name, self._views)
+        self._records = FleetRecordWriter(inp.project, inp.name, self._views)
         self._watches = InstanceWatches(project_workflows(inp.project))
         self._watching = False  # whether this run watches its instances (the jobs placed hear of it)
         self._queue_recorded = False  # whether this run records its queue rather than tell the jobs
@@ -120,7 +120,7 @@ class FleetWorkflow:
         self._inbox.append(command)
 
     @workflow.signal(name=FLEET_SET_PRIORITY)
-    def set_priority(self, command: SetQueuedPriority) -> None:
+    def set_priority(self, command: SetQueuedPriorityRequest) -> None:
         self._inbox.append(command)
 
     @workflow.signal(name=FLEET_INSTANCE_UNREACHABLE)

@@ -14,8 +14,8 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from core.fleets.messages import FleetCommand, Notice, NoticeKind, Undelivered
     from core.status import JobTerminationReason
-    from core.wire.job_messages import PlacementRefused, Queued, TerminateJob
-    from core.wire.messages import Message
+    from core.wire.base import Message
+    from core.wire.job_messages import PlacementRefused, Queued, TerminateJobRequest
     from workflows import signals
 
 
@@ -78,4 +78,4 @@ class NoticeSender:
         if notice.kind == NoticeKind.QUEUED:
             return notice.kind.value, Queued(position=notice.position or 0)
         reason = JobTerminationReason.INSTANCE_UNREACHABLE
-        return notice.kind.value, TerminateJob(reason=reason, message=notice.message)
+        return notice.kind.value, TerminateJobRequest(reason=reason, message=notice.message)

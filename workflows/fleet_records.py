@@ -24,7 +24,7 @@ RECORD_EVERY = timedelta(seconds=2)
 View = tuple[str, list[InstanceView], list[str] | None]
 
 
-class FleetRecords:
+class FleetRecordWriter:
     def __init__(self, project: str, fleet: str, current: Callable[[], View]) -> None:
         self._project = project
         self._fleet = fleet

@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
         Placement,
         PlacementRefused,
         Queued,
-        TerminateJob,
+        TerminateJobRequest,
     )
     from core.wire.messages import TASK_ENDED, JobOutcome, PrepareAndStart, SSHEndpoint, SSHEndpointRequest
     from core.wire.workflow_ids import job_submission_id
@@ -90,7 +90,7 @@ class JobWorkflow:
         )
 
     @workflow.signal
-    def terminate(self, request: TerminateJob) -> None:
+    def terminate(self, request: TerminateJobRequest) -> None:
         self._control = self._control.on_terminate(request)
 
     @workflow.signal(name=JOB_PLACED)
@@ -280,10 +280,10 @@ class JobWorkflow:
             watch.cancel()
         return INSTANCE_LOST
 
-    def _grace(self, request: TerminateJob) -> float:
+    def _grace(self, request: TerminateJobRequest) -> float:
         return grace_seconds(request, self._input.stop_duration)
 
-    def _log_stop(self) -> TerminateJob:
+    def _log_stop(self) -> TerminateJobRequest:
         request = self._control.terminate
         assert request is not None  # only called once a stop has been asked for
         self._log(*job.stop_event(request))

@@ -15,7 +15,7 @@ from temporalio.exceptions import ActivityError, CancelledError
 with workflow.unsafe.imports_passed_through():
     from core.jobs.phases import JobControl
     from core.wire import activity_names as names
-    from core.wire.job_messages import TerminateJob
+    from core.wire.job_messages import TerminateJobRequest
     from core.wire.messages import JobOutcome, StopTask, TaskRef, WatchJob
     from workflows import retry_policies
     from workflows.handles import abandon
@@ -83,7 +83,7 @@ class JobAgent:
         if handle.done():
             stop_requested.cancel()
 
-    async def stop_task(self, instance: str, request: TerminateJob, grace: float) -> None:
+    async def stop_task(self, instance: str, request: TerminateJobRequest, grace: float) -> None:
         """Ask the agent to stop the job: SIGTERM, then SIGKILL once the grace period is over."""
         with contextlib.suppress(ActivityError):  # if the agent is gone, the watch says so
             await workflow.execute_activity(

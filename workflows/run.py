@@ -19,8 +19,7 @@ from temporalio.exceptions import FailureError
 with workflow.unsafe.imports_passed_through():
     from core.configuration import RunConfiguration
     from core.eventlog import Event
-    from core.fleets.messages import FLEET_SET_PRIORITY
-    from core.fleets.messages import SetQueuedPriority as FleetSetQueuedPriority
+    from core.fleets.messages import FLEET_SET_PRIORITY, SetQueuedPriorityRequest
     from core.runs.cycles import between_cycles
     from core.runs.deploying import Deploy, changed_fields, not_in_place
     from core.runs.effects import (
@@ -42,8 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from core.status import RunStatus
     from core.web_ui import job_details, job_summary, run_line
     from core.wire import activity_names as names
-    from core.wire.job_messages import JobUpdate
-    from core.wire.job_messages import TerminateJob as TerminateJobRequest
+    from core.wire.job_messages import JobUpdate, TerminateJobRequest
     from core.wire.messages import RecordJob, RecordRun
     from core.wire.run_messages import (
         CycleTrigger,
@@ -336,7 +334,7 @@ class RunWorkflow:
         fleet = workflow.get_external_workflow_handle(
             fleet_workflow_id(self._input.project, self._input.fleet)
         )
-        change = FleetSetQueuedPriority(request_ids=effect.request_ids, priority=effect.priority)
+        change = SetQueuedPriorityRequest(request_ids=effect.request_ids, priority=effect.priority)
         await fleet.signal(FLEET_SET_PRIORITY, change)
 
     # --- the store --------------------------------------------------------------------------------

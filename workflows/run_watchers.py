@@ -16,8 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.effects import WatchRun
     from core.runs.watching import RunNews
     from core.wire import activity_names as names
-    from core.wire.messages import WatchReply
-    from core.wire.messages import WatchRun as WatchRunRequest
+    from core.wire.messages import WatchReply, WatchRunRequest
     from core.wire.run_messages import WatchRequest
     from workflows import retry_policies
 

@@ -35,7 +35,7 @@ from core.configuration.ranges import (
 
 __all__ = [
     "GPU",
-    "Allocation",
+    "MinimumResources",
     "GPUSpec",
     "MemoryRange",
     "MemorySize",
@@ -333,7 +333,7 @@ class ResourcesSpec(BaseModel):
         return " ".join(words)
 
 
-class Allocation(NamedTuple):
+class MinimumResources(NamedTuple):
     """What a job reserves on an instance: the lower bound of each range, 0 when it has none."""
 
     cpu: float
@@ -341,6 +341,6 @@ class Allocation(NamedTuple):
     gpu_count: int
 
 
-def allocation(spec: ResourcesSpec) -> Allocation:
+def allocation(spec: ResourcesSpec) -> MinimumResources:
     gpus = 0 if spec.gpu is None else spec.gpu.count.min or 0
-    return Allocation(cpu=float(spec.cpu.min or 0), memory_gb=spec.memory.min or 0.0, gpu_count=gpus)
+    return MinimumResources(cpu=float(spec.cpu.min or 0), memory_gb=spec.memory.min or 0.0, gpu_count=gpus)

@@ -41,7 +41,7 @@ class CancelRequest(Frozen):
     request_id: str
 
 
-class SetQueuedPriority(Frozen):
+class SetQueuedPriorityRequest(Frozen):
     request_ids: list[str]
     priority: int = Field(ge=0, le=100)
 
@@ -117,7 +117,13 @@ class FleetDescription(Frozen):
 
 
 FleetCommand = (
-    Enqueue | ReleaseJob | CancelRequest | SetQueuedPriority | InstanceChange | DeleteFleet | Undelivered
+    Enqueue
+    | ReleaseJob
+    | CancelRequest
+    | SetQueuedPriorityRequest
+    | InstanceChange
+    | DeleteFleet
+    | Undelivered
 )
 
 

@@ -34,7 +34,7 @@ from core.fleets.messages import (
     NoticeKind,
     QueuedRequest,
     ReleaseJob,
-    SetQueuedPriority,
+    SetQueuedPriorityRequest,
     Undelivered,
 )
 from core.fleets.placement import Frozen, InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
@@ -238,7 +238,7 @@ def apply(book: FleetBook, command: FleetCommand, index: QueueIndex | None = Non
         return _release(book, command.job_id)
     if isinstance(command, CancelRequest):
         return _cancel(book, command.request_id), []
-    if isinstance(command, SetQueuedPriority):
+    if isinstance(command, SetQueuedPriorityRequest):
         scheduler = book.scheduler
         for request_id in command.request_ids:
             scheduler = scheduler.set_priority(request_id, command.priority)

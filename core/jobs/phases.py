@@ -14,7 +14,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 from core.status import JobTerminationReason
-from core.wire.job_messages import Placement, TerminateJob
+from core.wire.job_messages import Placement, TerminateJobRequest
 from core.wire.messages import JobOutcome
 
 LOST = JobTerminationReason.INSTANCE_UNREACHABLE
@@ -46,14 +46,14 @@ class JobControl(BaseModel):
     placement: Placement | None = None  # the first grant heard
     refused: str | None = None  # the first refusal heard
     queued: bool = False  # the fleet said it is queued
-    terminate: TerminateJob | None = None
+    terminate: TerminateJobRequest | None = None
     lost: bool = False  # the fleet lost the instance: no stop to send, no task to remove
     peers_started: bool = False  # the jobs it waits for (`startup_order`) have started: its run said so
     ended: JobOutcome | None = None  # how its task ended, as its instance's watch told (the first word)
 
     # --- the messages it hears -----------------------------------------------------------------
 
-    def on_terminate(self, request: TerminateJob) -> JobControl:
+    def on_terminate(self, request: TerminateJobRequest) -> JobControl:
         """The first reason wins; a later abort still shortens the grace period, and a lost instance
         ends the job at once whatever it was terminating for."""
         lost = self.lost or request.reason == LOST
@@ -115,7 +115,7 @@ class JobControl(BaseModel):
         """An abort arrived after a graceful stop was sent: the job is still in its grace period."""
         return self.phase != JobPhase.KILLED and self.terminate is not None and self.terminate.abort
 
-    def stop_sent(self, request: TerminateJob) -> JobControl:
+    def stop_sent(self, request: TerminateJobRequest) -> JobControl:
         return self.with_phase(JobPhase.KILLED if request.abort else JobPhase.STOPPING)
 
 
@@ -127,7 +127,7 @@ _PHASE_AFTER = {
 }
 
 
-def grace_seconds(request: TerminateJob, stop_duration: int | None) -> float:
+def grace_seconds(request: TerminateJobRequest, stop_duration: int | None) -> float:
     """How long the agent lets a stopped job end by itself before SIGKILL: none for an abort."""
     if request.abort or stop_duration is None:
         return 0.0

@@ -11,9 +11,9 @@ from core.configuration.interpolation import node_addresses, substitute
 from core.eventlog import Event
 from core.jobs.state_machine import JobState
 from core.status import WAITING_FOR_CAPACITY, JobStatus, JobTerminationReason
-from core.wire.agent_api import PortMapping, TaskNetwork
-from core.wire.job_messages import JobInput, JobUpdate, Placement, TerminateJob
-from core.wire.messages import JobOutcome, PrepareTask, RecordJob, StartJob
+from core.wire.agent_api import PortBinding, TaskNetwork
+from core.wire.job_messages import JobInput, JobUpdate, Placement, TerminateJobRequest
+from core.wire.messages import JobOutcome, PrepareTask, RecordJob, StartJobRequest
 from core.wire.workflow_ids import LOCAL_INSTANCE, job_submission_id
 
 # The reasons a job's own exit gives (a `finish` event); every other reason is an exception first.
@@ -52,7 +52,7 @@ NO_END_AFTER_STOP = JobOutcome(
 )
 
 
-def stop_event(request: TerminateJob) -> EventSpec:
+def stop_event(request: TerminateJobRequest) -> EventSpec:
     """Why a job asked to stop ends: a cancel (RFC 21) in the run's words, or its instance's loss."""
     kind = None if request.reason == JobTerminationReason.INSTANCE_UNREACHABLE else "cancel"
     return fatal(request.reason, request.message or "stopped by the run", kind)
@@ -113,7 +113,7 @@ def job_status_message(state: JobState) -> str | None:
     return None
 
 
-def published_ports(ports: list[PortMapping]) -> str | None:
+def published_ports(ports: list[PortBinding]) -> str | None:
     """The job's ports the engine published on other host ports (a bridge network, seed 003), as the
     job's memo keeps them; None when each is reached as itself."""
     moved = [f"{p.container_port}->{p.host_port}" for p in ports if p.host_port != p.container_port]
@@ -177,14 +177,14 @@ def starts_in_one_step(inp: JobInput) -> bool:
     return not inp.waits_for and inp.container is None
 
 
-def start_job(inp: JobInput, job_id: str, placement: Placement) -> StartJob:
+def start_job(inp: JobInput, job_id: str, placement: Placement) -> StartJobRequest:
     """The agent's second step: the job started with its code, knowing its cluster (every node's IP)."""
     cluster = placement.cluster
     spec = inp.spec.model_copy(update={"cluster_info": cluster})
     if inp.node_groups:  # `${{ groups[i].nodes[j].IP_ADDRESS }}`: known now that the replica is placed
         addresses = node_addresses(inp.node_groups, cluster.node_ips or [cluster.master_node_ip])
         spec = spec.model_copy(update={"commands": [substitute(c, addresses) for c in spec.commands]})
-    return StartJob(
+    return StartJobRequest(
         job_submission_id=job_id, instance_name=placement.instance_name, spec=spec, code_hash=inp.code_hash
     )
 

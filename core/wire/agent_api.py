@@ -159,7 +159,7 @@ class ContainerSpec(_Model):
     )
 
 
-class PortMapping(_Model):
+class PortBinding(_Model):
     container_port: int
     host_port: int
 
@@ -198,7 +198,7 @@ class TaskInfo(_Model):
     status: TaskStatus
     resources: Resources
     gpu_indices: list[int]
-    ports: list[PortMapping]
+    ports: list[PortBinding]
     volumes: list[VolumeMount]
     network: TaskNetwork = "host"  # what the task got: host where the agent could not isolate it
     address: str | None = Field(

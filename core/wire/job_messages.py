@@ -12,7 +12,8 @@ from core.eventlog import Event
 from core.fleets.placement import PlacementRequest
 from core.status import JobStatus, JobTerminationReason
 from core.wire.agent_api import ClusterInfo, ContainerSpec, JobSpec, Resources
-from core.wire.messages import Message, RecordJob
+from core.wire.base import Message
+from core.wire.messages import RecordJob
 from core.wire.services import ServiceJob
 from core.wire.volumes import JobVolume
 
@@ -51,7 +52,7 @@ class JobInput(Message):
     waits_for: list[int] = Field(default_factory=list)
 
 
-class TerminateJob(Message):
+class TerminateJobRequest(Message):
     """The run's request that a job stop: the reason it will end with, and whether to skip the grace."""
 
     reason: JobTerminationReason

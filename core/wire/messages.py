@@ -1,5 +1,5 @@
-"""The messages of the activities: one pydantic model in, one out (docs/README.md), and `Message`, the base
-of every message in core.wire.
+"""The messages of the activities: one pydantic model in, one out (docs/README.md), each a
+`core.wire.base.Message`.
 
 The store's writes (a run's and a job's news, a pipeline's task), a run's watch, a scheduled run's Temporal
 Schedule, and the calls to a job's agent (prepare, start, watch, stop, the SSH way in). The workflows' own
@@ -11,21 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from core.configuration import TaskConfiguration
 from core.eventlog import Event
 from core.runs.watching import RunNews
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire.agent_api import ContainerSpec, JobSpec, Resources, TaskMetrics, TaskNetwork
+from core.wire.base import Message
 from core.wire.volumes import JobVolume
-
-
-class Message(BaseModel):
-    """A message is a value: frozen once made."""
-
-    model_config = ConfigDict(frozen=True)
-
 
 # --- the store -----------------------------------------------------------------------------------------
 
@@ -82,7 +76,7 @@ class RecordPipelineTask(Message):
 # --- runs' watches and schedules ---------------------------------------------------------------------
 
 
-class WatchRun(Message):
+class WatchRunRequest(Message):
     """The WATCH_RUN activity's input: the news now if the run has finished, else a watch sent."""
 
     run_id: str
@@ -137,7 +131,7 @@ class PrepareTask(Message):
     owner: str | None = None
 
 
-class StartJob(Message):
+class StartJobRequest(Message):
     job_submission_id: str
     instance_name: str
     spec: JobSpec
@@ -148,7 +142,7 @@ class PrepareAndStart(Message):
     """PREPARE_TASK then START_JOB in one activity (docs/jobs.md#one-step-start)."""
 
     prepare: PrepareTask
-    start: StartJob
+    start: StartJobRequest
 
 
 class WatchJob(Message):

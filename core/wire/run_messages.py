@@ -14,7 +14,7 @@ from core.runs.machine import RunMachine
 from core.runs.state_machine import RunState
 from core.runs.watching import DependencyTarget
 from core.status import RunStatus, RunTerminationReason
-from core.wire.messages import Message
+from core.wire.base import Message
 from core.wire.workflow_ids import LOCAL_FLEET
 
 

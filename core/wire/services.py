@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from core.configuration.service import ProbeSpec
 from core.services.autoscaler import ScalingRule
 from core.services.replicas import ReplicaState
+from core.wire.base import Message
 
 
-class _Message(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-class ServiceJob(_Message):
+class ServiceJob(Message):
     """What a service replica's job knows of serving: the port its commands listen on and its probes."""
 
     port: int
@@ -21,7 +18,7 @@ class ServiceJob(_Message):
     deployment_num: int = 0
 
 
-class ProbeReplica(_Message):
+class ProbeReplica(Message):
     """Register the replica (if it is not yet), probe it, and return once its state is not `known`."""
 
     job_submission_id: str
@@ -33,25 +30,25 @@ class ProbeReplica(_Message):
     known: ReplicaState = ReplicaState.PROBING
 
 
-class ReplicaReadiness(_Message):
+class ReplicaReadiness(Message):
     state: ReplicaState
     detail: str  # the probes' last results, e.g. "GET /health: 200"
 
 
-class DrainReplica(_Message):
+class DrainReplica(Message):
     """No new requests to the replica; wait (up to `grace` seconds) until no proxy has one in flight."""
 
     job_submission_id: str
     grace: float
 
 
-class DrainResult(_Message):
+class DrainResult(Message):
     drained: bool  # every live proxy said it has nothing in flight
     waited: float
     pending: list[str] = Field(default_factory=list)  # the proxies that had not said so
 
 
-class WatchLoad(_Message):
+class WatchLoad(Message):
     """Measure a service's request rate until the autoscaler wants another replica count."""
 
     run_id: str
@@ -60,7 +57,7 @@ class WatchLoad(_Message):
     last_change_at: float
 
 
-class LoadChange(_Message):
+class LoadChange(Message):
     desired: int
     rps: float
     group: str | None = None  # the replica group it is about (the workflow sets it); None: no groups

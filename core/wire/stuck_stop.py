@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from core.wire.messages import Message
+from core.wire.base import Message
 
 
 class StuckStopInput(Message):

@@ -10,23 +10,21 @@ from __future__ import annotations
 
 import posixpath
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from core.wire.base import Message
 
 VOLUMES_DIR = "volumes"  # under the agent's data directory
 
 
-class _Message(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-class HostDirs(_Message):
+class HostDirs(Message):
     """An instance's directories, as its agent's user sees them: absolute paths on that host."""
 
     home: str  # `~` in an instance volume's path
     data_dir: str  # the agent's --data-dir; named volumes live under it
 
 
-class JobVolume(_Message):
+class JobVolume(Message):
     """One volume of a job, mounted at `path`: a named volume (`name`, of `project`) or a directory of
     the instance (`instance_path`, `~` for the agent's user's home)."""
 
@@ -37,7 +35,7 @@ class JobVolume(_Message):
     optional: bool = False  # an instance volume: the agent creates a missing directory either way
 
 
-class AttachVolumes(_Message):
+class AttachVolumes(Message):
     """A job takes its named volumes, all or none; refused (VOLUME_ERROR) for a volume that does not exist,
     is on another instance, or is attached to another job."""
 
@@ -47,7 +45,7 @@ class AttachVolumes(_Message):
     names: list[str] = Field(min_length=1)
 
 
-class DetachVolumes(_Message):
+class DetachVolumes(Message):
     """The job's named volumes free again, once its process has ended (seed 000 STEP 5)."""
 
     job_submission_id: str

@@ -19,7 +19,7 @@ import pytest
 
 from agent import task_watch
 from agent.executors import JobLiveness, ProcessExecutor
-from agent.records import StopRequest, TaskPaths, TaskRecord
+from agent.records import TaskPaths, TaskRecord, TaskStop
 from agent.task_watch import SAFETY_INTERVAL, WATCH_INTERVAL, next_pass
 from core.status import JobTerminationReason
 from core.wire.agent_api import Resources, TaskStatus
@@ -89,7 +89,7 @@ def test_a_job_whose_end_would_not_wake_it_is_polled() -> None:
 
 def test_the_nearest_limit_is_when_the_next_pass_is_due() -> None:
     stopped_by = JobTerminationReason.TERMINATED_BY_USER
-    stop = StopRequest(reason=stopped_by, requested_at=NOW - 1, kill_at=NOW + 1.5)
+    stop = TaskStop(reason=stopped_by, requested_at=NOW - 1, kill_at=NOW + 1.5)
     stopping = record("stopping", stop=stop)
     limited = record("limited", deadline=NOW + 3)
     assert pause([limited, stopping]) == 1.5
@@ -109,7 +109,7 @@ async def test_a_pass_a_sigchld_woke_checks_only_the_jobs_that_may_have_changed(
 ) -> None:
     """Ended processes, stopping jobs, jobs past a limit, containers and jobs whose end would not wake the
     watcher are checked; a quiet job waits for the next full pass."""
-    stop = StopRequest(reason=JobTerminationReason.TERMINATED_BY_USER, requested_at=NOW - 1, kill_at=NOW + 9)
+    stop = TaskStop(reason=JobTerminationReason.TERMINATED_BY_USER, requested_at=NOW - 1, kill_at=NOW + 9)
     quiet = [record(f"quiet{i}", pid=1000 + i) for i in range(50)]
     changed = [
         record("ended", pid=7),

@@ -13,7 +13,7 @@ from core.fleets.messages import (
     Notice,
     NoticeKind,
     ReleaseJob,
-    SetQueuedPriority,
+    SetQueuedPriorityRequest,
     Undelivered,
 )
 from core.fleets.placement import InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
@@ -118,7 +118,7 @@ def test_priority_then_submission_order_and_set_priority() -> None:
     state, _ = step(book(hosts=1), gang("busy"))
     state, _ = step(state, gang("low", priority=10), gang("high", priority=50), gang("later", priority=5))
     assert [r.request_id for r in state.scheduler.waiting()] == ["high", "low", "later"]
-    state, _ = step(state, SetQueuedPriority(request_ids=["later", "unknown"], priority=60))
+    state, _ = step(state, SetQueuedPriorityRequest(request_ids=["later", "unknown"], priority=60))
     assert [r.request_id for r in state.scheduler.waiting()] == ["later", "high", "low"]
     state, notices = step(state, ReleaseJob(job_id="busy-j0"))
     assert kinds(notices) == [("placed", "later-j0")]

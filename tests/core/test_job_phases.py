@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from core.jobs.phases import JobControl, JobPhase, PlacementOutcome, grace_seconds
 from core.status import JobTerminationReason
 from core.wire.agent_api import ClusterInfo
-from core.wire.job_messages import Placement, TerminateJob
+from core.wire.job_messages import Placement, TerminateJobRequest
 
 R = JobTerminationReason
 LOST = R.INSTANCE_UNREACHABLE
@@ -25,8 +25,8 @@ def placement(instance: str = "host-a") -> Placement:
 
 def stop(
     reason: R = R.TERMINATED_BY_USER, *, abort: bool = False, message: str | None = None
-) -> TerminateJob:
-    return TerminateJob(reason=reason, abort=abort, message=message)
+) -> TerminateJobRequest:
+    return TerminateJobRequest(reason=reason, abort=abort, message=message)
 
 
 # --- on_terminate ------------------------------------------------------------------------------------
@@ -77,7 +77,7 @@ def test_terminate_a_second_abort_changes_nothing() -> None:
     ids=["alone", "alone-abort", "after-stop", "after-abort", "before-stop", "before-abort", "between"],
 )
 def test_terminate_instance_unreachable_sets_lost_whatever_came_before_and_after(
-    requests: list[TerminateJob],
+    requests: list[TerminateJobRequest],
 ) -> None:
     """A request with reason INSTANCE_UNREACHABLE sets `lost`, and nothing before or after clears it."""
     control = JobControl()
@@ -273,7 +273,7 @@ def test_abort_requested_false_without_any_request() -> None:
     ],
     ids=["abort", "abort-no-duration", "abort-zero", "off", "zero", "duration", "lost-duration"],
 )
-def test_grace_seconds(request_: TerminateJob, stop_duration: int | None, expected: float) -> None:
+def test_grace_seconds(request_: TerminateJobRequest, stop_duration: int | None, expected: float) -> None:
     """An abort has no grace period; `stop_duration` None (off) neither; otherwise it is stop_duration."""
     grace = grace_seconds(request_, stop_duration)
     assert grace == expected
@@ -286,7 +286,7 @@ Signal = (
     tuple[Literal["placed"], Placement]
     | tuple[Literal["refused"], str]
     | tuple[Literal["queued"], None]
-    | tuple[Literal["terminate"], TerminateJob]
+    | tuple[Literal["terminate"], TerminateJobRequest]
 )
 
 signals: st.SearchStrategy[Signal] = st.one_of(
@@ -296,7 +296,7 @@ signals: st.SearchStrategy[Signal] = st.one_of(
     st.tuples(
         st.just("terminate"),
         st.builds(
-            TerminateJob,
+            TerminateJobRequest,
             reason=st.sampled_from(list(R)),
             abort=st.booleans(),
             message=st.none() | st.sampled_from(["one", "two"]),
@@ -313,7 +313,7 @@ def hear(control: JobControl, signal: Signal) -> JobControl:
             return control.on_refused(reason)
         case ("queued", None):
             return control.on_queued()
-        case ("terminate", TerminateJob() as request):
+        case ("terminate", TerminateJobRequest() as request):
             return control.on_terminate(request)
     raise AssertionError(signal)
 
@@ -334,7 +334,7 @@ def test_any_sequence_keeps_the_first_answers(sequence: list[Signal]) -> None:
 
     grants = [s[1] for s in sequence if s[0] == "placed"]
     refusals = [s[1] for s in sequence if s[0] == "refused"]
-    requests = [s[1] for s in sequence if isinstance(s[1], TerminateJob)]
+    requests = [s[1] for s in sequence if isinstance(s[1], TerminateJobRequest)]
     assert control.placement == (grants[0] if grants else None)
     assert control.refused == (refusals[0] if refusals else None)
     assert control.queued == any(s[0] == "queued" for s in sequence)

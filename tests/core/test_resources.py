@@ -14,8 +14,8 @@ from core.configuration.gpus import gpu_memory_from_driver, gpu_name_from_driver
 from core.configuration.ranges import format_measured_memory
 from core.configuration.resources import (
     GPU,
-    Allocation,
     GPUSpec,
+    MinimumResources,
     Range,
     ResourcesSpec,
     allocation,
@@ -452,13 +452,19 @@ def test_spec_survives_its_own_dump() -> None:
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
-        ({}, Allocation(cpu=2.0, memory_gb=8.0, gpu_count=0)),
-        ({"cpu": "..8", "memory": "..64GB", "gpu": "..4"}, Allocation(cpu=0.0, memory_gb=0.0, gpu_count=0)),
-        ({"cpu": 4, "memory": "512MB", "gpu": "A100:2"}, Allocation(cpu=4.0, memory_gb=0.5, gpu_count=2)),
-        ({"gpu": "24GB..:1..2"}, Allocation(cpu=2.0, memory_gb=8.0, gpu_count=1)),
+        ({}, MinimumResources(cpu=2.0, memory_gb=8.0, gpu_count=0)),
+        (
+            {"cpu": "..8", "memory": "..64GB", "gpu": "..4"},
+            MinimumResources(cpu=0.0, memory_gb=0.0, gpu_count=0),
+        ),
+        (
+            {"cpu": 4, "memory": "512MB", "gpu": "A100:2"},
+            MinimumResources(cpu=4.0, memory_gb=0.5, gpu_count=2),
+        ),
+        ({"gpu": "24GB..:1..2"}, MinimumResources(cpu=2.0, memory_gb=8.0, gpu_count=1)),
     ],
 )
-def test_allocation(data: dict[str, Any], expected: Allocation) -> None:
+def test_allocation(data: dict[str, Any], expected: MinimumResources) -> None:
     assert allocation(ResourcesSpec.model_validate(data)) == expected
     cpu, memory_gb, gpu_count = allocation(ResourcesSpec.model_validate(data))
     assert (cpu, memory_gb, gpu_count) == tuple(expected)

@@ -18,8 +18,8 @@ from core.jobs.transitions import (
 from core.runs.pending import replicas_to_resubmit
 from core.runs.state_machine import replay_run, status_message
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
-from core.wire.agent_api import ClusterInfo, PortMapping
-from core.wire.job_messages import Placement, TerminateJob
+from core.wire.agent_api import ClusterInfo, PortBinding
+from core.wire.job_messages import Placement, TerminateJobRequest
 from core.wire.messages import JobOutcome
 from core.wire.workflow_ids import LOCAL_INSTANCE
 
@@ -119,12 +119,12 @@ def test_pending_run_resubmits_its_failed_replicas() -> None:
 
 
 def test_a_stop_asked_by_the_run_is_a_cancel_and_a_lost_instance_is_not() -> None:
-    stopped = stop_event(TerminateJob(reason=R.TERMINATED_BY_USER))
+    stopped = stop_event(TerminateJobRequest(reason=R.TERMINATED_BY_USER))
     assert stopped == (
         "exception",
         {"type": "cancel", "severity": 0, "reason": R.TERMINATED_BY_USER, "note": "stopped by the run"},
     )
-    lost = stop_event(TerminateJob(reason=R.INSTANCE_UNREACHABLE, message="gone"))
+    lost = stop_event(TerminateJobRequest(reason=R.INSTANCE_UNREACHABLE, message="gone"))
     assert lost[1]["type"] == "lost" and lost[1]["note"] == "gone"
     name, context = lost
     assert apply_job_event(RUNNING, ev(10, name, **context)).termination_reason == R.INSTANCE_UNREACHABLE
@@ -132,10 +132,10 @@ def test_a_stop_asked_by_the_run_is_a_cancel_and_a_lost_instance_is_not() -> Non
 
 def test_a_running_job_says_where_its_container_published_its_ports() -> None:
     # seed 003: a bridged container's ports go to ephemeral host ports, kept in the task's state.
-    ports = [PortMapping(container_port=8000, host_port=41234), PortMapping(container_port=22, host_port=22)]
+    ports = [PortBinding(container_port=8000, host_port=41234), PortBinding(container_port=22, host_port=22)]
     published = published_ports(ports)
     assert published == "8000->41234"
-    assert published_ports([PortMapping(container_port=22, host_port=22)]) is None
+    assert published_ports([PortBinding(container_port=22, host_port=22)]) is None
     assert job_status_message(RUNNING) is None
     running = apply_job_event(RUNNING, ev(4, "memo", ports=published))
     assert job_status_message(running) == "ports 8000->41234"

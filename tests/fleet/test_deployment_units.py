@@ -8,7 +8,7 @@ import tarfile
 from pathlib import Path
 
 from activities.agent_bundle import LAUNCHER, MANIFEST, SUPERVISOR, AgentBundle, build_bundle
-from activities.ssh import SSHEndpoint, ssh_targets
+from activities.ssh import SSHLogin, ssh_targets
 from core.configuration.fleet import FleetConfiguration
 from testbed.helpers import host_python
 
@@ -99,7 +99,7 @@ def test_a_fleets_hosts_resolve_to_targets_host_settings_first() -> None:
     first, second, third = ssh_targets(fleet, "my-fleet")
     assert (first.name, first.hostname, first.port, first.user) == ("my-fleet-0", "10.0.0.1", 22, "ubuntu")
     assert first.identity_file == "~/.ssh/fleet" and first.blocks == 2
-    assert first.proxy_jump == SSHEndpoint(
+    assert first.proxy_jump == SSHLogin(
         hostname="bastion", port=22, user="jump", identity_file="~/.ssh/fleet"
     )
     assert (second.port, second.user, second.identity_file) == (2222, "root", "~/.ssh/gpu")

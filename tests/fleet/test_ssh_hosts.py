@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from activities.agent_client import AgentClient
-from activities.ssh import DeployOptions, HostPool, SSHEndpoint
+from activities.ssh import DeployOptions, HostPool, SSHLogin
 from activities.ssh_host import SSHAgentHost, SSHDeployError
 from core.wire.agent_api import AGENT_SERVICE_NAME
 from testbed.helpers import deploy_options, eventually, host_python, run_job, target
@@ -167,7 +167,7 @@ async def _closed(pool: HostPool, name: str) -> bool:
 async def test_a_host_reached_through_a_jump_host(
     network: HostNetwork, workdir: Path, bundle_cache: Path
 ) -> None:
-    jump = SSHEndpoint(hostname=network.host(1).address, user="root", identity_file=str(network.key))
+    jump = SSHLogin(hostname=network.host(1).address, user="root", identity_file=str(network.key))
     jumped = HostPool(deploy_options(workdir, bundle_cache, remote_dir=str(workdir / "jumped" / "{name}")))
     try:
         deployed = await jumped.deploy(target(network, 2, name="via-1", proxy_jump=jump))

@@ -45,7 +45,7 @@ from core.wire.messages import (
     RecordRun,
     SSHEndpoint,
     SSHEndpointRequest,
-    StartJob,
+    StartJobRequest,
     StopTask,
     TaskRef,
     WatchInstance,
@@ -256,7 +256,7 @@ class FakeBackend(ServiceDoubles):
             await asyncio.sleep(script)
 
     @activity.defn(name=names.START_JOB)
-    async def start_job(self, request: StartJob) -> None:
+    async def start_job(self, request: StartJobRequest) -> None:
         key = self._call(names.START_JOB, request.job_submission_id, request)
         if key in self.start_script:
             raise self.start_script[key]()

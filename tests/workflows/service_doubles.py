@@ -21,7 +21,13 @@ from activities.run_watch import RunWatchActivities
 from core.eventlog import Event
 from core.services.replicas import ReplicaState
 from core.wire import activity_names as names
-from core.wire.messages import CreateSchedule, RecordPipelineTask, UpdateScheduleRequest, WatchReply, WatchRun
+from core.wire.messages import (
+    CreateSchedule,
+    RecordPipelineTask,
+    UpdateScheduleRequest,
+    WatchReply,
+    WatchRunRequest,
+)
 from core.wire.services import (
     DrainReplica,
     DrainResult,
@@ -67,7 +73,7 @@ class ServiceDoubles:
         self.pipeline_tasks.append(request)
 
     @activity.defn(name=names.WATCH_RUN)
-    async def watch_run(self, request: WatchRun) -> WatchReply:
+    async def watch_run(self, request: WatchRunRequest) -> WatchReply:
         assert self.client is not None
         return await RunWatchActivities(self.client, StoredRuns(self.runs)).watch_run(request)  # type: ignore[arg-type]
 
