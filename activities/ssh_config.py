@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from core.configuration.fleet import FleetConfiguration, ProxyJump, SSHHost
-from core.fleets.state_machine import instance_name
+from core.fleets.book import instance_name
 
 
 class SSHLogin(BaseModel):

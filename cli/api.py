@@ -15,9 +15,9 @@ from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy, W
 from activities.code import MissingCodeSource, RepoTooLarge, code_sources, pack_repo, repo_id
 from cli.errors import FerryError, RunActive, RunNotFound, RunStuck
 from cli.fleet_api import FleetAPI, choose_fleet
+from cli.pipeline_tasks import task_run
 from cli.secret_api import check_secrets
 from cli.stuck import StuckWorkflow, stop_stuck_run, stuck_runs, stuck_workflows
-from cli.tasks import task_run
 from cli.volume_api import run_volumes
 from core.configuration import RunConfiguration
 from core.configuration.pipeline import PipelineConfiguration
@@ -256,7 +256,7 @@ class FerryAPI:
         return await asyncio.to_thread(self.store.put_code, archive), repo_id(root)
 
     def pipeline_task(self, record: RunRecord, task: int | None) -> RunRecord:
-        """A pipeline's task run (cli.tasks.task_run)."""
+        """A pipeline's task run (cli.pipeline_tasks.task_run)."""
         return task_run(self.store, record, task)
 
     def resolve_dependencies(self, name: str, configuration: RunConfiguration) -> list[DependencyTarget]:

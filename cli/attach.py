@@ -27,6 +27,7 @@ from cli.context import Context, confirm
 from cli.dev_environments import ide_link
 from cli.errors import CommandError
 from cli.follow import LogStream, follow_run
+from cli.pipeline_tasks import run_jobs, task_run
 from cli.ssh_hosts import (
     HostEntry,
     add_include,
@@ -35,7 +36,6 @@ from cli.ssh_hosts import (
     user_config_includes,
     write_entries,
 )
-from cli.tasks import run_jobs, task_run
 from cli.user_keys import user_key
 from core.configuration import FleetConfiguration, VolumeConfiguration, parse_configuration
 from core.configuration.fields import PortMapping

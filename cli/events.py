@@ -10,7 +10,7 @@ import typer
 from cli import render
 from cli.context import Context
 from cli.errors import CommandError
-from cli.tasks import task_run
+from cli.pipeline_tasks import task_run
 from core.status import RunStatus
 
 if TYPE_CHECKING:

@@ -17,10 +17,10 @@ from temporalio.service import RPCError
 
 from cli.errors import FerryError, NotFound, RunNotFound
 from core.configuration import FleetConfiguration, RunConfiguration
+from core.fleets.book import FleetInput, instance_name
 from core.fleets.messages import FleetDescription
 from core.fleets.offers import FleetOffer
 from core.fleets.placement import PlacementRequest
-from core.fleets.state_machine import FleetInput, instance_name
 from core.fleets.status import FleetStatus
 from core.settings import fleet_task_queue
 from core.status import RunStatus

@@ -14,7 +14,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 
 from cli import render
-from cli.tasks import run_jobs
+from cli.pipeline_tasks import run_jobs
 from core.status import JobStatus, RunStatus
 
 if TYPE_CHECKING:

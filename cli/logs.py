@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from cli.context import Context
 from cli.errors import USAGE_EXIT, CommandError
 from cli.follow import LogStream, follow_run
-from cli.tasks import task_run
+from cli.pipeline_tasks import task_run
 
 if TYPE_CHECKING:
     from store import RunRecord, Store

@@ -24,8 +24,8 @@ from temporalio.client import WorkflowFailureError
 from cli import exit_codes, render
 from cli.context import Context
 from cli.errors import CommandError, RunNotFound
+from cli.pipeline_tasks import run_jobs, task_run
 from cli.tables import Column, FittedTable, Row
-from cli.tasks import run_jobs, task_run
 from core.status import JobStatus, RunStatus
 from core.wire.agent_api import BYTES_PER_GB, TaskMetrics
 from core.wire.messages import JobMetrics, MetricsReply, MetricsRequest, TaskRef

@@ -12,10 +12,10 @@ from rich.live import Live
 from cli import render
 from cli.context import Context
 from cli.dev_environments import DevEnvironments, DevView
+from cli.pipeline_tasks import task_run
 from cli.pulls import Pulls
 from cli.services import ServiceView, service_views
 from cli.stuck import StuckRuns, StuckWorkflow
-from cli.tasks import task_run
 
 if TYPE_CHECKING:
     from store import JobSubmissionRecord, RunRecord, Store

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 from cli.errors import FerryError, NotFound
 from core.configuration import FleetConfiguration, RunConfiguration, VolumeConfiguration
 from core.configuration.fields import Name
-from core.fleets.state_machine import instance_name
+from core.fleets.book import instance_name
 from core.fleets.status import FleetStatus
 from core.run_types import configurator_for
 from core.run_types.volumes import candidate_names, job_volumes

@@ -7,7 +7,7 @@ be placed (`placement_refused`); jobs give their capacity back (`release`) once 
 A heartbeating activity watches the instances' health: a lost host's jobs are terminated with
 INSTANCE_UNREACHABLE, and a host that comes back is cleaned of their tasks and returns to service.
 
-Every decision is `core.fleets.state_machine`'s, on the `FleetBook` this workflow keeps (and continues as new
+Every decision is `core.fleets.book`'s, on the `FleetBook` this workflow keeps (and continues as new
 with);
 this workflow only runs the activities and sends the signals. Signals are applied in the order they
 arrived, after the step in progress, so capacity is never granted twice.
@@ -23,7 +23,17 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from core.fleets import state_machine
+    from core.fleets import book
+    from core.fleets.book import (
+        FleetBook,
+        FleetInput,
+        apply,
+        as_queued,
+        deployed,
+        instance_name,
+        schedule,
+        undelivered,
+    )
     from core.fleets.messages import (
         FLEET_CANCEL,
         FLEET_ENQUEUE,
@@ -51,16 +61,6 @@ with workflow.unsafe.imports_passed_through():
     from core.fleets.offers import FleetOffer, offer
     from core.fleets.placement import InstanceSlot, InstanceStatus, PlacementRequest
     from core.fleets.scheduling import QueueIndex
-    from core.fleets.state_machine import (
-        FleetBook,
-        FleetInput,
-        apply,
-        as_queued,
-        deployed,
-        instance_name,
-        schedule,
-        undelivered,
-    )
     from core.fleets.status import FleetStatus
     from core.settings import fleet_task_queue
     from core.wire import activity_names as names
@@ -79,9 +79,9 @@ _HEARTBEAT = timedelta(seconds=10)
 _HEALTH_HEARTBEAT = timedelta(seconds=4)
 # Since this patch a step does not wait for its signals' delivery (`_send`).
 _SEND_UNBLOCKED = "fleet-send-unblocked"
-# Since this patch a step applies at most state_machine.STEP_COMMANDS of what it heard (`_process`).
+# Since this patch a step applies at most book.STEP_COMMANDS of what it heard (`_process`).
 _STEP_BOUNDED = "fleet-step-bounded"
-# Since this patch the fleet continues as new once its history holds state_machine.HISTORY_EVENTS events.
+# Since this patch the fleet continues as new once its history holds book.HISTORY_EVENTS events.
 _BOUNDED_HISTORY = "fleet-bounded-history"
 # Since this patch the fleet records its queue in the store (`ferry ps`: waiting for capacity) instead of
 # telling each job that waits: a dozen history events per queued job (docs/fleets.md#the-queue-in-the-store).
@@ -187,7 +187,7 @@ class FleetWorkflow:
                 self._inbox.extend(handle.result().changes)
         notices: list[Notice] = []
         index = QueueIndex()  # kept across the step's enqueues (a burst's step hears thousands)
-        limit = state_machine.STEP_COMMANDS if workflow.patched(_STEP_BOUNDED) else None
+        limit = book.STEP_COMMANDS if workflow.patched(_STEP_BOUNDED) else None
         taken = 0
         while self._inbox and (limit is None or taken < limit):
             command = self._inbox.pop(0)
@@ -310,12 +310,13 @@ class FleetWorkflow:
 
     def _health_watched(self) -> tuple[list[str], list[str]] | None:
         """(ready, unreachable or never deployed) SSH instances; None when there is nothing to watch."""
-        book = self._book
-        if self._input.configuration is None or book.deleting:
+        current = self._book
+        if self._input.configuration is None or current.deleting:
             return None
-        instances = book.scheduler.instances.values()
+        instances = current.scheduler.instances.values()
         ready = sorted(i.name for i in instances if i.status == InstanceStatus.READY)
-        lost = sorted([*(i.name for i in instances if i.status == InstanceStatus.UNREACHABLE), *book.pending])
+        unreachable = (i.name for i in instances if i.status == InstanceStatus.UNREACHABLE)
+        lost = sorted([*unreachable, *current.pending])
         return (ready, lost) if ready or lost else None
 
     def _health_reported(self) -> bool:
@@ -325,11 +326,11 @@ class FleetWorkflow:
         """The fleet's status, its instances' views and its queue (if it records it), computed once per
         book: the records ask at every activation (the wait's condition included). A book is never
         changed, only replaced, so the same book has the same views (docs/scaling.md)."""
-        book = self._book
-        if self._viewed is None or self._viewed[0] is not book:
-            status = FleetStatus.DELETING if book.deleting else FleetStatus.ACTIVE
-            waiting = book.waiting_jobs() if self._queue_recorded else None
-            self._viewed = (book, (status, book.views(), waiting))
+        current = self._book
+        if self._viewed is None or self._viewed[0] is not current:
+            status = FleetStatus.DELETING if current.deleting else FleetStatus.ACTIVE
+            waiting = current.waiting_jobs() if self._queue_recorded else None
+            self._viewed = (current, (status, current.views(), waiting))
         return self._viewed[1]
 
     async def _settle(self) -> None:
@@ -372,10 +373,7 @@ def _history_long() -> bool:
     info = workflow.info()
     if info.is_continue_as_new_suggested():
         return True
-    return (
-        workflow.patched(_BOUNDED_HISTORY)
-        and info.get_current_history_length() >= state_machine.HISTORY_EVENTS
-    )
+    return workflow.patched(_BOUNDED_HISTORY) and info.get_current_history_length() >= book.HISTORY_EVENTS
 
 
 def _why(error: BaseException) -> str:

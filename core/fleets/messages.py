@@ -79,7 +79,7 @@ class Notice(Frozen):
 
 class Undelivered(Frozen):
     """A notice its JobWorkflow could not be signalled (it has ended), back in the fleet's inbox: what was
-    granted to the job comes back, a request it waits in goes (`state_machine.undelivered`)."""
+    granted to the job comes back, a request it waits in goes (`book.undelivered`)."""
 
     notice: Notice
 

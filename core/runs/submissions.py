@@ -6,7 +6,7 @@ request (every node's job, by its JobWorkflow id) for the run's fleet; every nod
 
 from __future__ import annotations
 
-from core.fleets.state_machine import replica_enqueue
+from core.fleets.book import replica_enqueue
 from core.run_types import configurator_for
 from core.run_types.volumes import job_volumes, volumes_instance
 from core.runs import startup

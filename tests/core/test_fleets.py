@@ -1,4 +1,4 @@
-"""The fleet scheduler's book (core.fleets.state_machine): what FleetWorkflow does on each message, without
+"""The fleet scheduler's book (core.fleets.book): what FleetWorkflow does on each message, without
 Temporal."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import cast
 
 from core.configuration import RunConfiguration, parse_configuration
+from core.fleets.book import FleetBook, apply, deployed, replica_enqueue, schedule, undelivered
 from core.fleets.messages import (
     CancelRequest,
     DeleteFleet,
@@ -18,7 +19,6 @@ from core.fleets.messages import (
 )
 from core.fleets.placement import InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
 from core.fleets.scheduling import QueueIndex
-from core.fleets.state_machine import FleetBook, apply, deployed, replica_enqueue, schedule, undelivered
 from core.wire.agent_api import Resources
 from core.wire.job_messages import Enqueue
 from core.wire.workflow_ids import job_submission_id

@@ -11,7 +11,7 @@ import pytest
 
 from core.configuration import TaskConfiguration, parse_configuration
 from core.eventlog import Event
-from core.fleets.state_machine import replica_enqueue
+from core.fleets.book import replica_enqueue
 from core.jobs.state_machine import apply_job_event
 from core.jobs.transitions import job_status_message, peers_memo, start_job
 from core.run_types import configurator_for

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.api import FerryAPI
-from cli.tasks import task_run
+from cli.pipeline_tasks import task_run
 from core.configuration import TaskConfiguration, parse_configuration
 from core.configuration.pipeline import PipelineConfiguration
 from core.status import RunStatus

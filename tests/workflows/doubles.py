@@ -21,6 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from core.eventlog import Event
+from core.fleets.book import instance_name
 from core.fleets.messages import (
     CleanInstance,
     DeployInstance,
@@ -32,7 +33,6 @@ from core.fleets.messages import (
     WatchFleet,
 )
 from core.fleets.placement import InstanceSlot
-from core.fleets.state_machine import instance_name
 from core.status import JobTerminationReason
 from core.wire import activity_names as names
 from core.wire.agent_api import Resources

@@ -18,8 +18,8 @@ from temporalio.worker import Replayer
 
 from core.configuration import FleetConfiguration, parse_configuration
 from core.eventlog import Event
+from core.fleets.book import FleetInput
 from core.fleets.messages import FleetDescription
-from core.fleets.state_machine import FleetInput
 from core.jobs.state_machine import replay_job
 from core.runs.state_machine import RunState, replay_run
 from core.runs.watching import DependencyTarget

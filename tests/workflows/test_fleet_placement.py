@@ -14,10 +14,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
 from core.configuration import FleetConfiguration, parse_configuration
-from core.fleets import state_machine
+from core.fleets import book
+from core.fleets.book import FleetInput
 from core.fleets.messages import FLEET_ENQUEUE, InstanceChange
 from core.fleets.placement import InstanceStatus, NodeRequest, PlacementRequest
-from core.fleets.state_machine import FleetInput
 from core.settings import fleet_task_queue
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire import activity_names as names
@@ -216,7 +216,7 @@ async def test_a_step_applies_at_most_step_commands_and_the_rest_waits_for_the_n
 ) -> None:
     """One command a step (STEP_COMMANDS is 256): every run still runs, none twice on a host, and the
     histories replay."""
-    monkeypatch.setattr(state_machine, "STEP_COMMANDS", 1)
+    monkeypatch.setattr(book, "STEP_COMMANDS", 1)
     handles = await queued_burst(harness, 6)
     assert (await signals_heard(harness, handles)).count("placed") == 6
     for handle in handles:
@@ -295,7 +295,7 @@ async def test_a_fleet_continues_as_new_after_history_events_onto_the_fleets_que
     """A fleet begun on the runs' queue (before the fleets had their own) continues as new once its history
     holds HISTORY_EVENTS events, onto the fleets' queue; every run still runs, none twice on a host, and
     the book goes over whole (the fleet ends idle, its queue empty)."""
-    monkeypatch.setattr(state_machine, "HISTORY_EVENTS", 60)
+    monkeypatch.setattr(book, "HISTORY_EVENTS", 60)
     first = await harness.client.start_workflow(
         FleetWorkflow.run,
         FleetInput(project=PROJECT, name=FLEET, configuration=lab(hosts=2)),
@@ -321,7 +321,7 @@ async def test_fleet_histories_from_before_the_bounded_history_replay(
 ) -> None:
     """A fleet that continued as new only when the server suggested it (before `fleet-bounded-history`)
     replays on today's workflow, which does not continue it sooner."""
-    monkeypatch.setattr(state_machine, "HISTORY_EVENTS", 30)
+    monkeypatch.setattr(book, "HISTORY_EVENTS", 30)
     with without_patch(fleet_workflow._BOUNDED_HISTORY):
         await queued_burst(harness, 4)
         history = await harness.fleet(FLEET).fetch_history()
