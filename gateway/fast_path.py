@@ -27,11 +27,12 @@ from collections.abc import Callable
 from time import monotonic
 from typing import cast
 
+from gateway.app_connection import AppConnection, body_framing
 from gateway.door import Door
 from gateway.exchange import Exchange
 from gateway.fast_path_rules import route
 from gateway.head_checks import HeadScan, whole_head_refusal
-from gateway.heads import parse_request_head
+from gateway.heads import RequestHead, parse_request_head
 from gateway.rules import MAX_HEAD, Refusal, refusal_bytes, slow_head_refusal
 from gateway.tokens import bearer_token, carried_token
 
@@ -192,7 +193,7 @@ class ClientConnection(asyncio.Protocol):
         door = self.door
         fast_route = route(head, door.directory.table) if head.plain and door.options.fast_path else None
         if fast_route is None:
-            self._hand_off()
+            self._hand_off(head, head_end)
             return
         service = fast_route[0]
         forward_authorization = False
@@ -206,17 +207,17 @@ class ClientConnection(asyncio.Protocol):
                     self._looked_up = token
                     self._token_lookup = asyncio.get_running_loop().create_task(self._look_up(token))
                 else:
-                    self._hand_off()  # the lookup failed: the app asks again, and answers for it
+                    self._hand_off(head, head_end)  # the lookup failed: the app asks again, and answers
                 return
             if service.settings.auth:
                 if user is None:
-                    self._hand_off()  # the app answers 401 (or 503 if the store cannot say)
+                    self._hand_off(head, head_end)  # the app answers 401 (or 503 if the store cannot say)
                     return
             else:
                 forward_authorization = user is None  # gateway.rules.forwards_authorization
         replica = door.balancer.pick(service)
         if replica is None:
-            self._hand_off()
+            self._hand_off(head, head_end)
             return
         door.balancer.acquire(replica.id)
         door.stats.count(service.run_id)
@@ -282,8 +283,9 @@ class ClientConnection(asyncio.Protocol):
         if not self.closed and self.exchange is None:
             self._serve_next()
 
-    def _hand_off(self) -> None:
-        """Gives the connection, with what it has received, to the aiohttp app for good."""
+    def _hand_off(self, head: RequestHead, head_end: int) -> None:
+        """Gives the connection, with the request whose head ends at `head_end` in the buffer, to the
+        aiohttp app for good (gateway.app_connection: that request and nothing after)."""
         transport = self.transport
         if transport is None or self.closed:
             return
@@ -291,9 +293,10 @@ class ClientConnection(asyncio.Protocol):
         self.closed = True  # for this protocol: nothing of it acts on the transport any more
         if self.paused:
             transport.resume_reading()
-        handler = self._fallback()
+        handler = AppConnection(self._fallback(), body_framing(head))
         transport.set_protocol(handler)
         handler.connection_made(transport)
         received, self._buffer = self._buffer, b""
-        if received:
-            handler.data_received(received)
+        handler.head_received(received[:head_end])
+        if head_end < len(received):
+            handler.data_received(received[head_end:])

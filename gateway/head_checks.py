@@ -20,6 +20,7 @@ from gateway.rules import (
     MAX_HEAD,
     MAX_HEADERS,
     MAX_LINE,
+    NOT_A_TARGET,
     NOT_HTTP1,
     REQUEST_LINE_TOO_LONG,
     TOO_MANY_HEADERS,
@@ -31,12 +32,18 @@ _HTTP_VERSION = re.compile(rb" HTTP/[0-9]\.[0-9]\Z")
 
 
 def request_line_refusal(line: bytes) -> Refusal | None:
-    """A request line (without its CRLF) that is not `METHOD SP TARGET SP HTTP/1.x`: why not."""
+    """A request line (without its CRLF) that is not `METHOD SP TARGET SP HTTP/1.x`, its target a path
+    or an http(s) URL (the proxy is no forward proxy: no CONNECT, no `*`): why not."""
     if len(line) > MAX_LINE:
         return REQUEST_LINE_TOO_LONG
     version = line[-9:]
     if version == b" HTTP/1.1" or version == b" HTTP/1.0":
-        return None if line.count(b" ") == 2 else NOT_HTTP1
+        if line.count(b" ") != 2:
+            return NOT_HTTP1
+        target = line[line.find(b" ") + 1 : -9]
+        if target[:1] == b"/" or target[:7].lower() == b"http://" or target[:8].lower() == b"https://":
+            return None
+        return NOT_A_TARGET
     if _HTTP_VERSION.search(line) and line.count(b" ") == 2:
         return VERSION
     return NOT_HTTP1  # HTTP/0.9's `GET /` among others

@@ -80,6 +80,7 @@ class RequestHead:
     has_length = False
     chunked = False
     plain = True  # False: something sends the request to the aiohttp app
+    upgrade = False  # it asks to switch protocols (a WebSocket): not plain
     refusal: Refusal | None = None  # why the proxy answers it 400 itself
 
     def __init__(self, method: bytes, target: bytes) -> None:
@@ -124,6 +125,7 @@ class RequestHead:
                 self.has_forwarded_proto = True
         elif lower == b"upgrade" or lower == b"expect":
             self.plain = False  # a protocol switch, or an interim answer to wait for: the app's
+            self.upgrade = self.upgrade or lower == b"upgrade"
         # Any other is hop-by-hop: dropped.
 
     def connection_tokens(self) -> frozenset[bytes]:
@@ -156,7 +158,7 @@ def parse_request_head(head: bytes) -> RequestHead | Refusal:
     try:
         HttpRequestParser(request).feed_data(head)  # its head's end: no error means llhttp reached it
     except HttpParserUpgrade:
-        request.plain = False  # a protocol switch: the app's
+        request.plain, request.upgrade = False, True  # a protocol switch: the app's
     except HttpParserError as err:
         return bad_request(str(err) or "llhttp refused the head")  # llhttp's words: never a value
     if request.refusal is not None:

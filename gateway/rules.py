@@ -45,6 +45,7 @@ REQUEST_LINE_TOO_LONG = Refusal(414, "URI Too Long", f"the request line is longe
 BARE_LF = bad_request("a line of the head ends in a bare LF (HTTP/1.1 heads end their lines with CRLF)")
 BARE_CR = bad_request("the head has a CR that does not end a line")
 NOT_HTTP1 = bad_request("the request line is not `METHOD TARGET HTTP/1.1` (or HTTP/1.0)")
+NOT_A_TARGET = bad_request("the request target is neither a path nor an http(s) URL")
 VERSION = Refusal(505, "HTTP Version Not Supported", "the proxy speaks HTTP/1.1 and HTTP/1.0")
 NO_HOST = bad_request("an HTTP/1.1 request needs one Host header")
 TWO_HOSTS = bad_request("the request has more than one Host header")
