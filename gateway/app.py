@@ -1,7 +1,8 @@
 """The proxy assembled: its parts, their start and stop, and the aiohttp application that serves them.
 
 `Gateway(store, public_url=...)` owns one directory (the routing table), balancer, drainer, request
-counter, token cache, client session and front door (gateway.front_door: the fast path, with its pool of
+counter, token cache, client session and front door (gateway.fast_path.front_door: the fast path, with its
+pool of
 replica connections); `gateway.application()` is the aiohttp app, served by `gateway.site(runner, ...)`:
 plain requests on the fast path, the rest by the app. Starting the app
 (runner.setup) reads the table once and records the proxy in the store, so the first request finds its
@@ -21,8 +22,8 @@ from gateway.access import Access
 from gateway.balancer import Balancer
 from gateway.directory import Directory
 from gateway.draining import Drainer
+from gateway.fast_path.front_door import FrontDoor, FrontSite
 from gateway.forwarding import Forwarder
-from gateway.front_door import FrontDoor, FrontSite
 from gateway.models_api import ModelsApi
 from gateway.options import GatewayOptions
 from gateway.request_stats import RequestStats
@@ -118,9 +119,9 @@ class Gateway:
 
 
 async def _one_request_per_connection(_request: web.Request, response: web.StreamResponse) -> None:
-    """A connection handed to the app carries one request: its answer closes it, so that the next request's
-    head is read by the front door again, held to the same limits and timeout (gateway.fast_path). A
-    WebSocket's connection carries no other request anyway."""
+    """A connection handed to the app carries one request: its answer closes it, so that the next
+    request's head is read by the front door again, held to the same limits and timeout
+    (gateway.fast_path.connection). A WebSocket's connection carries no other request anyway."""
     if not isinstance(response, web.WebSocketResponse):
         response.force_close()
         response.headers["Connection"] = "close"  # aiohttp may have written its headers' keep-alive already

@@ -6,7 +6,7 @@
 Defaults come from the environment: FERRY_GATEWAY_HOST (127.0.0.1), FERRY_GATEWAY_PORT (8300),
 FERRY_GATEWAY_PUBLIC_URL (http://<host>:<port>: where users reach it, what `gateway_seen` records),
 FERRY_GATEWAY_HOLD_TIMEOUT (120 s, how long a request waits for a service's first ready replica),
-FERRY_GATEWAY_FAST_PATH (1; 0 leaves every request to the aiohttp app, gateway.front_door),
+FERRY_GATEWAY_FAST_PATH (1; 0 leaves every request to the aiohttp app, gateway.fast_path.front_door),
 FERRY_GATEWAY_WORKERS (DEFAULT_WORKERS: proxy processes sharing the port, gateway.workers; 1 serves in
 this process itself, no supervisor) and FERRY_DATABASE_URL (core.settings). The ready file gets the
 process's pid once it listens (with workers: the supervisor's, once every worker listens): the embedded

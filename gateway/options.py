@@ -24,6 +24,8 @@ class GatewayOptions:
     unknown_token_ttl: float = 1.0  # an unknown token is looked up again after this long
     connect_timeout: float = 10.0  # to a replica; answers themselves may stream for as long as they like
     shutdown_timeout: float = 5.0  # on SIGTERM, requests in flight get this long to finish
-    fast_path: bool = True  # plain requests on gateway.fast_path; off: the aiohttp app serves them all
+    fast_path: bool = (
+        True  # plain requests on gateway.fast_path.connection; off: the aiohttp app serves them all
+    )
     head_timeout: float = HEAD_TIMEOUT  # a request head's first byte to its blank line (gateway.rules)
     max_slow_heads: int = MAX_SLOW_HEADS  # connections whose head is still coming, at most

@@ -1,6 +1,6 @@
-"""The proxy's rules, one set for both of its paths (the fast path, gateway.fast_path, and the aiohttp app,
-gateway.forwarding): what a request head may be, which requests may be sent twice, which answers are
-read whole, what a Ferry token may reach, and the words of the proxy's own answers. docs/services.md
+"""The proxy's rules, one set for both of its paths (the fast path, gateway.fast_path.connection, and the
+aiohttp app, gateway.forwarding): what a request head may be, which requests may be sent twice, which answers
+are read whole, what a Ferry token may reach, and the words of the proxy's own answers. docs/services.md
 ("Requests the proxy refuses") states them and says where they differ from nginx's.
 """
 
@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from gateway.routing_table import Service
 
-# --- request heads (checked by gateway.head_checks before either path sees them) ----------------------
+# --- request heads (checked by gateway.fast_path.head_checks before either path sees them) ------------------
 
 MAX_HEAD = 64 * 1024  # bytes of a request head, its request line and blank line included
 MAX_LINE = 8190  # bytes of its request line, or of one header line (aiohttp's and nginx's 8 KiB buffer)

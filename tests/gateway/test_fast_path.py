@@ -1,5 +1,5 @@
-"""The fast path (gateway.fast_path): plain requests served on it, kept-alive both ways, bodies streamed,
-failures said or cut; everything else handed to the aiohttp app on the same connection."""
+"""The fast path (gateway.fast_path.connection): plain requests served on it, kept-alive both ways, bodies
+streamed, failures said or cut; everything else handed to the aiohttp app on the same connection."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The fast path's pure parts: heads read (gateway.heads), rewritten both ways (gateway.fast_path_rules),
-and chunked bodies followed (gateway.http1)."""
+"""The fast path's pure parts: heads read (gateway.fast_path.heads), rewritten both ways
+(gateway.fast_path.routing), and chunked bodies followed (gateway.fast_path.http1)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from types import MappingProxyType
 
 import pytest
 
-from gateway.fast_path_rules import FastRoute, downstream_head, route, upstream_head
-from gateway.head_checks import whole_head_refusal
-from gateway.heads import AnswerHead, Framing, RequestHead, parse_answer_head, parse_request_head
-from gateway.http1 import ChunkedBody, MalformedBody
+from gateway.fast_path.head_checks import whole_head_refusal
+from gateway.fast_path.heads import AnswerHead, Framing, RequestHead, parse_answer_head, parse_request_head
+from gateway.fast_path.http1 import ChunkedBody, MalformedBody
+from gateway.fast_path.routing import FastRoute, downstream_head, route, upstream_head
 from gateway.routing_table import Replica, RoutingTable, Service, ServiceSettings
 from gateway.rules import Refusal
 

@@ -1,5 +1,6 @@
-"""What the fast path's connections and exchanges use of the front door (gateway.front_door.FrontDoor),
-as a protocol: the front door makes the connections, so they cannot import it back."""
+"""What the fast path's connections and exchanges use of the front door
+(gateway.fast_path.front_door.FrontDoor), as a protocol: the front door makes the connections, so they cannot
+import it back."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Any, Protocol
 
 from gateway.balancer import Balancer
 from gateway.directory import Directory
+from gateway.fast_path.replica_pool import ReplicaPool
 from gateway.options import GatewayOptions
-from gateway.replica_pool import ReplicaPool
 from gateway.request_stats import RequestStats
 from gateway.tokens import TokenChecker
 

@@ -1,7 +1,7 @@
 """The proxy's listening socket: the fast path in front, the aiohttp app behind it for everything else.
 
 `FrontSite` is an aiohttp site (so `AppRunner.cleanup` stops it as any other) whose connections start on
-the fast path (gateway.fast_path.ClientConnection), which checks every request head and hands a
+the fast path (gateway.fast_path.connection.ClientConnection), which checks every request head and hands a
 connection over to the app's own protocol when a request is not for it. With `GatewayOptions.fast_path`
 off it hands every request over, once its head has passed the same checks.
 
@@ -24,9 +24,9 @@ from aiohttp import web
 
 from gateway.balancer import Balancer
 from gateway.directory import Directory
-from gateway.fast_path import ClientConnection
+from gateway.fast_path.connection import ClientConnection
+from gateway.fast_path.replica_pool import ReplicaPool
 from gateway.options import GatewayOptions
-from gateway.replica_pool import ReplicaPool
 from gateway.request_stats import RequestStats
 from gateway.rules import TOO_MANY_SLOW_HEADS
 from gateway.tokens import TokenChecker

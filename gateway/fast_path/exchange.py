@@ -1,8 +1,8 @@
 """One request on the fast path and its answer: between a ClientConnection and a ReplicaConnection.
 
-The request's head, rewritten (gateway.fast_path_rules.upstream_head), goes to a kept-alive connection to
-the replica (gateway.replica_pool), or a new one; its body follows as it arrives, unbuffered (held only
-while the connection opens). The answer comes back the same way: an answer with a Content-Length of at
+The request's head, rewritten (gateway.fast_path.routing.upstream_head), goes to a kept-alive connection to
+the replica (gateway.fast_path.replica_pool), or a new one; its body follows as it arrives, unbuffered (held
+only while the connection opens). The answer comes back the same way: an answer with a Content-Length of at
 most SMALL_ANSWER is read whole and written with its head in one write (one packet, one wake-up of the
 client; most often the very bytes the replica sent), others chunk by chunk as the replica sends them.
 Flow control holds both ways: a side that cannot take more pauses reading on the other.
@@ -21,10 +21,9 @@ import asyncio
 import logging
 from typing import Protocol
 
-from gateway.door import Door
-from gateway.fast_path_rules import FastRoute, downstream_head, upstream_head
-from gateway.heads import AnswerHead, Framing, RequestHead, parse_answer_head
-from gateway.http1 import (
+from gateway.fast_path.door import Door
+from gateway.fast_path.heads import AnswerHead, Framing, RequestHead, parse_answer_head
+from gateway.fast_path.http1 import (
     LAST_CHUNK,
     MAX_ANSWER_HEAD,
     BodyFraming,
@@ -34,7 +33,8 @@ from gateway.http1 import (
     UntilClose,
     chunk,
 )
-from gateway.replica_pool import ReplicaConnection
+from gateway.fast_path.replica_pool import ReplicaConnection
+from gateway.fast_path.routing import FastRoute, downstream_head, upstream_head
 from gateway.routing_table import Replica
 from gateway.rules import (
     MALFORMED_CHUNKED,
@@ -47,7 +47,7 @@ from gateway.rules import (
 
 
 class ClientConnection(Protocol):
-    """What an exchange uses of its client's connection (gateway.fast_path.ClientConnection)."""
+    """What an exchange uses of its client's connection (gateway.fast_path.connection.ClientConnection)."""
 
     door: Door
     address: bytes

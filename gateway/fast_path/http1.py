@@ -1,4 +1,5 @@
-"""HTTP/1.1 bodies as the fast path (gateway.fast_path) follows them: pure parsing (heads: gateway.heads).
+"""HTTP/1.1 bodies as the fast path (gateway.fast_path.connection) follows them: pure parsing (heads:
+gateway.fast_path.heads).
 
 A body is delimited by its Content-Length, by chunked coding (ChunkedBody follows the chunks as they pass,
 without copying them), or, for an answer only, by the replica closing (UntilClose).

@@ -1,9 +1,9 @@
 """The fast path's connections to replicas: asyncio protocols, kept alive and reused per replica URL.
 
-A ReplicaConnection carries one exchange at a time (gateway.fast_path's Exchange, its `user`), to which it
-hands what the replica sends, its end, and its flow-control signals. Idle connections wait in the pool,
-newest first, for `keepalive` seconds (4 s: under common servers' idle timeouts, uvicorn and vLLM 5 s, as
-the aiohttp client's pool did); a connection the replica closes while idle leaves the pool at once.
+A ReplicaConnection carries one exchange at a time (gateway.fast_path.connection's Exchange, its `user`), to
+which it hands what the replica sends, its end, and its flow-control signals. Idle connections wait in the
+pool, newest first, for `keepalive` seconds (4 s: under common servers' idle timeouts, uvicorn and vLLM 5 s,
+as the aiohttp client's pool did); a connection the replica closes while idle leaves the pool at once.
 """
 
 from __future__ import annotations

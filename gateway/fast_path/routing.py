@@ -1,8 +1,10 @@
-"""What the fast path does with a request and its answer: pure decisions on parsed heads (gateway.heads).
+"""What the fast path does with a request and its answer: pure decisions on parsed heads
+(gateway.fast_path.heads).
 
-- `route`: whether a request is the fast path's (a plain request for a service with a ready replica, see
-  gateway.fast_path) and, if so, which service and which target the replica gets; None sends the request
-  to the aiohttp app. The rules are the services API's (gateway.services_api): strip_prefix as there.
+- `route`: whether a request is the fast path's (a plain request for a service with a ready replica,
+  see gateway.fast_path.connection) and, if so, which service and which target the replica gets; None
+  sends the request to the aiohttp app. The rules are the services API's (gateway.services_api):
+  strip_prefix as there.
 - `upstream_head` / `downstream_head`: the heads as they cross, with the headers gateway.headers says
   (hop-by-hop ones dropped; Host, X-Forwarded-*; no Ferry token, gateway.rules.forwards_authorization).
 
@@ -14,8 +16,8 @@ from __future__ import annotations
 import re
 
 from core.services.replicas import SERVICES_PREFIX
+from gateway.fast_path.heads import AnswerHead, Framing, RequestHead
 from gateway.headers import HOP_BY_HOP
-from gateway.heads import AnswerHead, Framing, RequestHead
 from gateway.routing_table import RoutingTable, Service
 
 # `<prefix>/<project>/<run>/`, with names the fast path routes as they are (aiohttp's router would

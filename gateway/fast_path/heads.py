@@ -5,12 +5,12 @@ bare CR or LF, space before a colon, duplicate Content-Length, Content-Length be
 A request's headers come from it one by one (`on_header`), since the proxy rebuilds the head it forwards.
 An answer's head is most often forwarded as it came, so llhttp calls nothing back for it, and one regular
 expression picks out the few headers the proxy acts on: a Python call per header would cost more. Only
-heads are fed to llhttp, a fresh parser for each (0.15 µs): bodies are followed by gateway.http1's
+heads are fed to llhttp, a fresh parser for each (0.15 µs): bodies are followed by gateway.fast_path.http1's
 framing, which passes their bytes through as they come (llhttp would copy them, undo chunked coding, and
 cannot be told that the answer to a HEAD has no body).
 
-Every request head is read here, whichever path serves it (gateway.fast_path reads it first): one llhttp
-refuses, or that has two Host or Authorization headers or an HTTP/1.1 one without Host, is answered 400
+Every request head is read here, whichever path serves it (gateway.fast_path.connection reads it first): one
+llhttp refuses, or that has two Host or Authorization headers or an HTTP/1.1 one without Host, is answered 400
 with llhttp's own words for it (they name the problem, never a value). A head is the fast path's
 (`plain`) if it says HTTP/1.1, its body is delimited by one Content-Length or by chunked coding alone, and
 it neither switches protocols nor expects an interim answer; others go to the aiohttp app. An answer head
@@ -151,7 +151,7 @@ class RequestHead:
 
 def parse_request_head(head: bytes) -> RequestHead | Refusal:
     """The head (up to and including its blank line, its request line `METHOD SP TARGET SP HTTP/1.x` as
-    gateway.head_checks has checked) read, or why it is refused."""
+    gateway.fast_path.head_checks has checked) read, or why it is refused."""
     line_end = head.find(b"\r\n")
     method, _, target = head[: line_end - 9].partition(b" ")
     request = RequestHead(method, target)

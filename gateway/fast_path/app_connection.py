@@ -1,11 +1,11 @@
 """A client connection handed from the fast path to the aiohttp app, for one request.
 
 The app's own protocol (aiohttp's RequestHandler) gets the request's head and its body, as its framing
-delimits it (gateway.http1), and nothing after: the app's answer closes the connection (gateway.app), so
-a next request, pipelined or not, would only be parsed by aiohttp to be dropped, and a malformed one
-would be answered by aiohttp in its own words (which echo the head) instead of the front door's. A
-malformed chunked body is answered here as on the fast path (400, or the answer cut if the app has begun
-it): aiohttp, fed it mid-request, would fail inside its data_received. An upgraded connection (a
+delimits it (gateway.fast_path.http1), and nothing after: the app's answer closes the connection
+(gateway.app), so a next request, pipelined or not, would only be parsed by aiohttp to be dropped, and a
+malformed one would be answered by aiohttp in its own words (which echo the head) instead of the front
+door's. A malformed chunked body is answered here as on the fast path (400, or the answer cut if the app has
+begun it): aiohttp, fed it mid-request, would fail inside its data_received. An upgraded connection (a
 WebSocket) passes everything, both ways, for as long as it lasts.
 """
 
@@ -15,8 +15,8 @@ import asyncio
 import logging
 from typing import Any, cast
 
-from gateway.heads import RequestHead
-from gateway.http1 import BodyFraming, ChunkedBody, LengthBody, MalformedBody
+from gateway.fast_path.heads import RequestHead
+from gateway.fast_path.http1 import BodyFraming, ChunkedBody, LengthBody, MalformedBody
 from gateway.rules import MALFORMED_CHUNKED, refusal_bytes
 
 log = logging.getLogger(__name__)

@@ -1,12 +1,12 @@
 """The proxy's client side: one ClientConnection (an asyncio protocol) per connection to the proxy.
 
-Every request head is first held to the proxy's limits (gateway.head_checks, gateway.rules) and read
-(gateway.heads, with httptools): a head refused is answered at once (400, 408, 414, 431, 505) and the
-connection closed; one that does not come whole within the head timeout gets 408, as does the one
-waiting longest when too many heads are still coming. Then it is routed (gateway.fast_path_rules.route).
+Every request head is first held to the proxy's limits (gateway.fast_path.head_checks, gateway.rules) and read
+(gateway.fast_path.heads, with httptools): a head refused is answered at once (400, 408, 414, 431, 505) and
+the connection closed; one that does not come whole within the head timeout gets 408, as does the one
+waiting longest when too many heads are still coming. Then it is routed (gateway.fast_path.routing.route).
 A plain HTTP/1.1 request for a service with a ready replica, from a client whose token is good (when the
 service has `auth`), is counted, given a replica by the balancer and forwarded by an Exchange
-(gateway.exchange). Anything else is handed to the aiohttp app, with the bytes received so far: the
+(gateway.fast_path.exchange). Anything else is handed to the aiohttp app, with the bytes received so far: the
 connection's transport gets aiohttp's own protocol (`transport.set_protocol`), which serves this one
 request (`/healthz`, the models API, 404, 401, held requests, WebSockets, HTTP/1.0) and closes the
 connection after it (gateway.app), so that every head on every connection passes through here.
@@ -27,19 +27,19 @@ from collections.abc import Callable
 from time import monotonic
 from typing import cast
 
-from gateway.app_connection import AppConnection, body_framing
-from gateway.door import Door
-from gateway.exchange import Exchange
-from gateway.fast_path_rules import route
-from gateway.head_checks import HeadScan, whole_head_refusal
-from gateway.heads import RequestHead, parse_request_head
+from gateway.fast_path.app_connection import AppConnection, body_framing
+from gateway.fast_path.door import Door
+from gateway.fast_path.exchange import Exchange
+from gateway.fast_path.head_checks import HeadScan, whole_head_refusal
+from gateway.fast_path.heads import RequestHead, parse_request_head
+from gateway.fast_path.routing import route
 from gateway.rules import MAX_HEAD, Refusal, refusal_bytes, slow_head_refusal
 from gateway.tokens import bearer_token, carried_token
 
 log = logging.getLogger(__name__)
 
 # Why a client connection's reading is paused (a bit each): its requests waiting in the buffer are enough
-# (and gateway.exchange.PAUSED_FOR_REPLICA: the replica cannot take the body as fast as it comes).
+# (and gateway.fast_path.exchange.PAUSED_FOR_REPLICA: the replica cannot take the body as fast as it comes).
 PAUSED_FOR_BUFFER = 1
 # Seconds a refused connection keeps reading (and dropping) what the client still sends, so that it reads
 # the refusal before the close (a close with unread bytes would reset the connection: RFC 9112 9.6).
@@ -285,7 +285,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _hand_off(self, head: RequestHead, head_end: int) -> None:
         """Gives the connection, with the request whose head ends at `head_end` in the buffer, to the
-        aiohttp app for good (gateway.app_connection: that request and nothing after)."""
+        aiohttp app for good (gateway.fast_path.app_connection: that request and nothing after)."""
         transport = self.transport
         if transport is None or self.closed:
             return
