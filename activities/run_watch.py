@@ -16,11 +16,11 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from core.runs.state_machine import replay_run
-from core.runs.watching import RunNews
+from core.runs.watching import run_news
 from core.status import RunStatus
 from core.wire import activity_names as names
 from core.wire.messages import WatchReply, WatchRunRequest
-from core.wire.run_messages import WatchRequest
+from core.wire.run_messages import RunNews, WatchRequest
 from store import Store
 
 WATCH_SIGNAL = "watch"  # RunWorkflow.watch
@@ -52,4 +52,4 @@ class RunWatchActivities:
         if not RunStatus(record.status).is_finished():
             return None
         events = [r.to_event() for r in self._store.read_events(run_id, None)]
-        return RunNews.of(run_id, replay_run(events))
+        return run_news(run_id, replay_run(events))

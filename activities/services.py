@@ -26,7 +26,6 @@ from activities.jobs import heartbeating
 from core.configuration.service import ProbeSpec
 from core.services.autoscaler import desired_replicas
 from core.services.probes import PORT_PROBE, ProbeStatus, replica_state
-from core.services.replicas import ReplicaState
 from core.wire import activity_names as names
 from core.wire.services import (
     DrainReplica,
@@ -34,6 +33,7 @@ from core.wire.services import (
     LoadChange,
     ProbeReplica,
     ReplicaReadiness,
+    ReplicaState,
     WatchLoad,
 )
 from store import ServiceReplicaRecord, Store

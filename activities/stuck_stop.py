@@ -29,12 +29,13 @@ from core.configuration.durations import parse_optional_duration
 from core.eventlog import Event, EventlogError
 from core.runs.stuck_stop import StuckStop, end_stuck_run
 from core.runs.terminating import stop_reason
+from core.runs.workflow_messages import RunInput
 from core.status import JobTerminationReason
 from core.wire import activity_names as names
 from core.wire.agent_api import TaskStatus
 from core.wire.job_messages import JobInput
 from core.wire.messages import RecordRun
-from core.wire.run_messages import PipelineInput, RunInput, StopReply
+from core.wire.run_messages import PipelineInput, StopReply
 from core.wire.stuck_stop import (
     EndRunWorkflows,
     RecordStuckStop,

@@ -24,12 +24,20 @@ from core.configuration.pipeline import PipelineConfiguration
 from core.eventlog import Event
 from core.runs.pipelines import PIPELINE_TYPE
 from core.runs.state_machine import WAITING_FOR
-from core.runs.watching import DependencyTarget, dependency_cycle
+from core.runs.watching import dependency_cycle
+from core.runs.workflow_messages import RunInput
 from core.services.replicas import service_url
 from core.settings import DEFAULT_PROJECT, TASK_QUEUE
 from core.status import RunStatus
 from core.web_ui import pipeline_metadata, run_metadata
-from core.wire.run_messages import DeployReply, DeployRequest, PipelineInput, RunInput, StopReply, StopRequest
+from core.wire.run_messages import (
+    DependencyTarget,
+    DeployReply,
+    DeployRequest,
+    PipelineInput,
+    StopReply,
+    StopRequest,
+)
 from core.wire.workflow_ids import LOCAL_FLEET, run_workflow_id
 from store import EventRecord, RunRecord, Store
 from workflows.pipeline import PipelineWorkflow

@@ -20,10 +20,10 @@ from core.configuration import FleetConfiguration, RunConfiguration
 from core.fleets.book import FleetInput, instance_name
 from core.fleets.messages import FleetDescription
 from core.fleets.offers import FleetOffer
-from core.fleets.placement import PlacementRequest
 from core.fleets.status import FleetStatus
 from core.settings import fleet_task_queue
 from core.status import RunStatus
+from core.wire.job_messages import PlacementRequest
 from core.wire.run_messages import SetPriority
 from core.wire.workflow_ids import LOCAL_FLEET, fleet_workflow_id
 from store import FleetRecord, InstanceRecord, Store

@@ -18,11 +18,11 @@ from cli.errors import CommandError
 from cli.tables import Column, FittedTable, Row
 from core.configuration import RunConfiguration
 from core.configuration.pipeline import LoadedPipeline, load_run_file
-from core.fleets.book import replica_enqueue
 from core.fleets.offers import Fit, FleetOffer
-from core.fleets.placement import PlacementRequest
 from core.run_types import configurator_for
 from core.run_types.volumes import job_volumes, volumes_instance
+from core.runs.submissions import replica_enqueue
+from core.wire.job_messages import PlacementRequest
 from core.wire.workflow_ids import LOCAL_FLEET
 
 DEPLOY_WAIT_S = 60.0

@@ -14,10 +14,11 @@ from core.jobs.state_machine import JobState
 from core.jobs.transitions import last_note
 from core.runs.run_state import RunJob, RunState
 from core.runs.state_machine import status_message
+from core.runs.workflow_messages import RunInput
 from core.services.replicas import service_path
 from core.status import JobStatus, JobTerminationReason, RunStatus
 from core.wire.job_messages import JobInput
-from core.wire.run_messages import PipelineInput, RunInput
+from core.wire.run_messages import PipelineInput
 
 # The ApplicationError types a FAILED run's (or pipeline's) and a FAILED job's workflow fails with.
 RUN_FAILED = "RunFailed"

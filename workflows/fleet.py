@@ -59,12 +59,12 @@ with workflow.unsafe.imports_passed_through():
         WatchFleet,
     )
     from core.fleets.offers import FleetOffer, offer
-    from core.fleets.placement import InstanceSlot, InstanceStatus, PlacementRequest
+    from core.fleets.placement import InstanceSlot, InstanceStatus
     from core.fleets.scheduling import QueueIndex
     from core.fleets.status import FleetStatus
     from core.settings import fleet_task_queue
     from core.wire import activity_names as names
-    from core.wire.job_messages import Enqueue
+    from core.wire.job_messages import Enqueue, PlacementRequest
     from core.wire.workflow_ids import project_workflows
     from workflows import retry_policies, signals
     from workflows.fleet_notices import NoticeSender

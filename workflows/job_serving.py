@@ -17,10 +17,9 @@ from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from core.jobs.phases import JobControl
-    from core.services.replicas import ReplicaState
     from core.wire import activity_names as names
     from core.wire.job_messages import JobInput
-    from core.wire.services import DrainReplica, DrainResult, ProbeReplica, ReplicaReadiness
+    from core.wire.services import DrainReplica, DrainResult, ProbeReplica, ReplicaReadiness, ReplicaState
     from workflows import retry_policies
 
 _HEARTBEAT = timedelta(seconds=10)

@@ -30,9 +30,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from core.runs.run_state import RunState
     from core.runs.state_machine import status_message
+    from core.runs.workflow_messages import RunInput
     from core.status import RunStatus
     from core.wire import activity_names as names
-    from core.wire.run_messages import RunInput
     from workflows import retry_policies
     from workflows.handles import settle
 

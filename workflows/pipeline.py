@@ -21,19 +21,13 @@ with workflow.unsafe.imports_passed_through():
     from core.runs import pipelines
     from core.runs.pipelines import PIPELINE_TYPE, PipelineLog, task_run_id, task_workflow_id
     from core.runs.state_machine import RunState, apply_run_event, status_message
-    from core.runs.watching import RunNews
+    from core.runs.watching import run_news
+    from core.runs.workflow_messages import RunInput
     from core.status import RunStatus
     from core.web_ui import pipeline_summary, run_current_details, run_line, run_metadata
     from core.wire import activity_names as names
     from core.wire.messages import RecordPipelineTask, RecordRun
-    from core.wire.run_messages import (
-        PipelineInput,
-        RunInput,
-        RunResult,
-        StopReply,
-        StopRequest,
-        WatchRequest,
-    )
+    from core.wire.run_messages import PipelineInput, RunNews, RunResult, StopReply, StopRequest, WatchRequest
     from workflows import retry_policies
     from workflows.run import RunWorkflow
     from workflows.run_watchers import DEPENDENCY_NEWS, Watchers
@@ -190,7 +184,7 @@ class PipelineWorkflow:
         workflow.set_current_details(run_current_details(self._state, summary))
 
     def _run_news(self) -> RunNews:
-        return RunNews.of(self._input.run_id, self._state)
+        return run_news(self._input.run_id, self._state)
 
     async def _flush(self) -> None:
         """The new events to the store, then the news to the runs waiting for this one."""

@@ -37,7 +37,8 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.scaling import SCALES_IN
     from core.runs.state_machine import status_message
     from core.runs.submissions import job_input
-    from core.runs.watching import RunNews
+    from core.runs.watching import run_news
+    from core.runs.workflow_messages import RunCarry, RunDescription, RunInput
     from core.status import RunStatus
     from core.web_ui import job_details, job_summary, run_line
     from core.wire import activity_names as names
@@ -47,9 +48,7 @@ with workflow.unsafe.imports_passed_through():
         CycleTrigger,
         DeployReply,
         DeployRequest,
-        RunCarry,
-        RunDescription,
-        RunInput,
+        RunNews,
         RunResult,
         SetPriority,
         StopReply,
@@ -328,7 +327,7 @@ class RunWorkflow:
             self._news.append(news)
 
     def _run_news(self) -> RunNews:
-        return RunNews.of(self._input.run_id, self._machine.state)
+        return run_news(self._input.run_id, self._machine.state)
 
     async def _move_in_queue(self, effect: SetQueuedPriority) -> None:
         fleet = workflow.get_external_workflow_handle(

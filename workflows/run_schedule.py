@@ -10,9 +10,10 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from core.runs.effects import EndCycle, UpdateSchedule
+    from core.runs.workflow_messages import RunInput
     from core.wire import activity_names as names
     from core.wire.messages import CreateSchedule, UpdateScheduleRequest
-    from core.wire.run_messages import CycleDone, RunInput
+    from core.wire.run_messages import CycleDone
     from core.wire.workflow_ids import schedule_id
 
 _SCHEDULE_CALL = timedelta(seconds=30)

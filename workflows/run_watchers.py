@@ -14,10 +14,9 @@ from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from core.runs.effects import WatchRun
-    from core.runs.watching import RunNews
     from core.wire import activity_names as names
     from core.wire.messages import WatchReply, WatchRunRequest
-    from core.wire.run_messages import WatchRequest
+    from core.wire.run_messages import RunNews, WatchRequest
     from workflows import retry_policies
 
 # The watcher's signal (RunWorkflow.dependency_news).

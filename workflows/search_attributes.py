@@ -5,8 +5,9 @@ from __future__ import annotations
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from core.runs.pipelines import PIPELINE_TYPE
+from core.runs.workflow_messages import RunInput
 from core.status import RunStatus
-from core.wire.run_messages import PipelineInput, RunInput
+from core.wire.run_messages import PipelineInput
 
 SA_RUN_NAME = SearchAttributeKey.for_keyword("FerryRunName")
 SA_STATUS = SearchAttributeKey.for_keyword("FerryStatus")

@@ -19,10 +19,11 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from core.jobs.state_machine import JobState
     from core.runs.run_state import RunState
+    from core.runs.workflow_messages import RunInput
     from core.status import JobStatus, RunStatus
     from core.web_ui import JOB_FAILED, RUN_FAILED, job_line, run_current_details, run_summary
     from core.wire.messages import JobOutcome
-    from core.wire.run_messages import RunInput, RunResult
+    from core.wire.run_messages import RunResult
 
 FAILS_VISIBLY = "fails-visibly"  # the patch that made a FAILED run's or job's workflow fail
 

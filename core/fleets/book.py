@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import Field
 
-from core.configuration import FleetConfiguration, RunConfiguration
+from core.configuration import FleetConfiguration
 from core.fleets.messages import (
     CancelRequest,
     DeleteFleet,
@@ -37,54 +37,18 @@ from core.fleets.messages import (
     SetQueuedPriorityRequest,
     Undelivered,
 )
-from core.fleets.placement import Frozen, InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
+from core.fleets.placement import InstanceSlot, InstanceStatus
 from core.fleets.scheduling import QueueIndex, SchedulerState
-from core.run_types import configurator_for
 from core.wire.agent_api import ClusterInfo, Resources
-from core.wire.job_messages import Enqueue, Placement
-from core.wire.workflow_ids import job_submission_id, placement_request_id
+from core.wire.base import Frozen
+from core.wire.job_messages import Enqueue, Placement, PlacementRequest
 
-__all__ = ["DeleteFleet", "FleetBook", "FleetInput", "apply", "deployed", "replica_enqueue", "schedule"]
+__all__ = ["DeleteFleet", "FleetBook", "FleetInput", "apply", "deployed", "schedule"]
 
 
 def instance_name(fleet: str, index: int) -> str:
     """The name of an SSH fleet's host, by its position in `ssh_config.hosts`."""
     return f"{fleet}-{index}"
-
-
-def replica_enqueue(
-    configuration: RunConfiguration,
-    *,
-    run_id: str,
-    replica_num: int,
-    submissions: list[int],
-    job_workflow_ids: list[str],
-    priority: int,
-    instances: list[str | None] | None = None,
-) -> Enqueue:
-    """A replica's placement request: one node per job (node j at submission `submissions[j]`, on
-    `instances[j]` when that is set: the instance of its volumes)."""
-    configurator = configurator_for(configuration)
-    container = configurator.container_spec() is not None
-    job_ids = [job_submission_id(run_id, replica_num, job, s) for job, s in enumerate(submissions)]
-    only = instances or [None] * len(job_ids)
-    # Each node with its own resources: a task's node groups differ (docs/runs.md#node-groups).
-    nodes = [configurator.for_node(job_num) for job_num in range(len(job_ids))]
-    request = PlacementRequest(
-        request_id=placement_request_id(run_id, replica_num, submissions[0]),
-        priority=priority,
-        nodes=[
-            NodeRequest(
-                job_id=job,
-                resources=node.resources(),
-                spec=node.configuration.resources,
-                instance=instance,
-                container=container,
-            )
-            for job, instance, node in zip(job_ids, only, nodes, strict=True)
-        ],
-    )
-    return Enqueue(request=request, notify=dict(zip(job_ids, job_workflow_ids, strict=True)))
 
 
 # --- the book ------------------------------------------------------------------------------------------

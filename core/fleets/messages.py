@@ -11,10 +11,11 @@ from enum import StrEnum
 from pydantic import Field
 
 from core.configuration import FleetConfiguration
-from core.fleets.placement import Frozen, InstanceSlot, InstanceStatus
+from core.fleets.placement import InstanceSlot, InstanceStatus
 from core.fleets.scheduling import InstanceCapacity
 from core.fleets.status import FleetStatus
 from core.wire.agent_api import Resources
+from core.wire.base import Frozen
 from core.wire.job_messages import Enqueue, Placement
 
 # Signals of FleetWorkflow, and the ones it sends to JobWorkflows.

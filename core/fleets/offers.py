@@ -10,8 +10,10 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from core.fleets.placement import Frozen, InstanceSlot, InstanceStatus, PlacementRequest, Room, node_cost
+from core.fleets.placement import InstanceSlot, InstanceStatus, Room, node_cost
 from core.fleets.scheduling import SchedulerState
+from core.wire.base import Frozen
+from core.wire.job_messages import PlacementRequest
 
 
 class Fit(StrEnum):

@@ -15,18 +15,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
 
 from core.configuration.gpus import GPU
-from core.configuration.resources import ResourcesSpec
 from core.fleets.matching import InstanceResources, shortfalls
 from core.wire.agent_api import BYTES_PER_GB, InstanceInfo, Resources
+from core.wire.base import Frozen
+from core.wire.job_messages import NodeRequest, PlacementRequest
 
 EPS = 1e-9
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class InstanceStatus(StrEnum):
@@ -112,35 +109,6 @@ def _plus(a: Resources, b: Resources, sign: int) -> Resources:
         memory=max(0.0, a.memory + sign * b.memory),
         gpu=max(0, a.gpu + sign * b.gpu),
     )
-
-
-class NodeRequest(Frozen):
-    job_id: str
-    resources: Resources = Field(default_factory=Resources, description="the amounts to reserve")
-    spec: ResourcesSpec | None = Field(
-        default=None, description="checked against `hardware` when both are set"
-    )
-    instance: str | None = Field(
-        default=None, description="this instance only: the one its volumes are on (docs/volumes.md)"
-    )
-    container: bool = Field(
-        default=False, description="runs in a container: only on an instance with an engine"
-    )
-
-
-class PlacementRequest(Frozen):
-    request_id: str = Field(description="the gang: run id, replica and submission")
-    priority: int = Field(default=0, ge=0, le=100)
-    seq: int = Field(default=0, ge=0, description="submission order, set by enqueue")
-    nodes: list[NodeRequest] = Field(min_length=1)
-    fleets: list[str] | None = Field(default=None, description="instances of these fleets only")
-    spread: bool = Field(default=True, description="every node on a different instance")
-
-    @model_validator(mode="after")
-    def _distinct_jobs(self) -> PlacementRequest:
-        if len({node.job_id for node in self.nodes}) != len(self.nodes):
-            raise ValueError("the nodes of a request need distinct job ids")
-        return self
 
 
 @dataclass(frozen=True)

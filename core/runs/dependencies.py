@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from core.runs.effects import WatchRun
 from core.runs.machine import StepBuilder
-from core.runs.watching import DependencyTarget, RunNews, Verdict, verdict, why_never
+from core.runs.watching import Verdict, verdict, why_never
 from core.status import RunStatus, RunTerminationReason
+from core.wire.run_messages import DependencyTarget, RunNews
 
 
 def has_dependencies(b: StepBuilder) -> bool:

@@ -24,7 +24,7 @@ from core.runs.scaling import (
     serving_replicas,
 )
 from core.runs.state_machine import RunState
-from core.services.replicas import ReplicaState
+from core.wire.services import ReplicaState
 
 # A run's identity and placement: changing them is another run (stop it, then submit the new one). Its
 # volumes decide its fleet and instances at submission (docs/volumes.md).

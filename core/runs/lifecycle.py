@@ -25,12 +25,11 @@ from core.runs.effects import SetQueuedPriority
 from core.runs.machine import GroupPlan, RunMachine, RunPlan, Step, StepBuilder, StopKind, stronger_stop
 from core.runs.state_machine import RunState, apply_run_event
 from core.runs.submissions import waiting_requests
-from core.runs.watching import RunNews
-from core.services.autoscaler import ScalingRule
+from core.runs.workflow_messages import RunInput
 from core.status import JobStatus
 from core.wire.job_messages import JobUpdate
-from core.wire.run_messages import CycleTrigger, RunInput
-from core.wire.services import LoadChange
+from core.wire.run_messages import CycleTrigger, RunNews
+from core.wire.services import LoadChange, ScalingRule
 
 EventSpec = tuple[str, dict[str, Any]]
 

@@ -20,9 +20,9 @@ from core.eventlog import Event
 from core.runs.derivation import jobs_to_stop
 from core.runs.effects import Effect, StartJob, TerminateJob
 from core.runs.state_machine import RunState, apply_run_event
-from core.runs.watching import DependencyTarget
-from core.services.autoscaler import ScalingRule
 from core.status import JobTerminationReason
+from core.wire.run_messages import DependencyTarget
+from core.wire.services import ScalingRule
 
 JobKey = tuple[int, int, int]  # (replica, job, submission)
 

@@ -14,8 +14,8 @@ from typing import Any
 from core.eventlog import Event
 from core.runs.machine import new_event
 from core.runs.state_machine import RunState, apply_run_event
-from core.runs.watching import RunNews
 from core.status import RunStatus, RunTerminationReason
+from core.wire.run_messages import RunNews
 
 PIPELINE_TYPE = "pipeline"  # a pipeline's run type, in its record and its `submit` event
 

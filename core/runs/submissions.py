@@ -6,15 +6,15 @@ request (every node's job, by its JobWorkflow id) for the run's fleet; every nod
 
 from __future__ import annotations
 
-from core.fleets.book import replica_enqueue
+from core.configuration import RunConfiguration
 from core.run_types import configurator_for
 from core.run_types.volumes import job_volumes, volumes_instance
 from core.runs import startup
 from core.runs.state_machine import RunState
+from core.runs.workflow_messages import RunInput
 from core.status import JobStatus
-from core.wire.job_messages import JobInput
-from core.wire.run_messages import RunInput
-from core.wire.workflow_ids import fleet_workflow_id, job_workflow_id, placement_request_id
+from core.wire.job_messages import Enqueue, JobInput, NodeRequest, PlacementRequest
+from core.wire.workflow_ids import fleet_workflow_id, job_submission_id, job_workflow_id, placement_request_id
 
 
 def run_priority(inp: RunInput, state: RunState) -> int:
@@ -85,3 +85,38 @@ def waiting_requests(run_id: str, state: RunState) -> list[str]:
             if j.job_num == 0 and j.status == JobStatus.SUBMITTED
         }
     )
+
+
+def replica_enqueue(
+    configuration: RunConfiguration,
+    *,
+    run_id: str,
+    replica_num: int,
+    submissions: list[int],
+    job_workflow_ids: list[str],
+    priority: int,
+    instances: list[str | None] | None = None,
+) -> Enqueue:
+    """A replica's placement request: one node per job (node j at submission `submissions[j]`, on
+    `instances[j]` when that is set: the instance of its volumes)."""
+    configurator = configurator_for(configuration)
+    container = configurator.container_spec() is not None
+    job_ids = [job_submission_id(run_id, replica_num, job, s) for job, s in enumerate(submissions)]
+    only = instances or [None] * len(job_ids)
+    # Each node with its own resources: a task's node groups differ (docs/runs.md#node-groups).
+    nodes = [configurator.for_node(job_num) for job_num in range(len(job_ids))]
+    request = PlacementRequest(
+        request_id=placement_request_id(run_id, replica_num, submissions[0]),
+        priority=priority,
+        nodes=[
+            NodeRequest(
+                job_id=job,
+                resources=node.resources(),
+                spec=node.configuration.resources,
+                instance=instance,
+                container=container,
+            )
+            for job, instance, node in zip(job_ids, only, nodes, strict=True)
+        ],
+    )
+    return Enqueue(request=request, notify=dict(zip(job_ids, job_workflow_ids, strict=True)))

@@ -10,46 +10,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
-
 from core.configuration.specs import DependencyCondition
 from core.runs.run_state import RunState
-from core.status import RunStatus, RunTerminationReason
+from core.status import RunStatus
+from core.wire.run_messages import DependencyTarget, RunNews
 
 
-class DependencyTarget(BaseModel):
-    """A dependency as submission resolved it: the latest run of that name (run_id None: there is none)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    run_name: str
-    condition: DependencyCondition
-    run_id: str | None = None
-    workflow_id: str | None = None  # the RunWorkflow to ask for news
-
-    def description(self) -> str:
-        """As the eventlog names it (seed 004's `description`): NAME:condition."""
-        return f"{self.run_name}:{self.condition.value}"
-
-
-class RunNews(BaseModel):
-    """A run's status, as it tells those that wait for it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    run_id: str
-    status: RunStatus
-    termination_reason: RunTerminationReason | None = None
-    started: bool = False  # it has been RUNNING (in any cycle or retry)
-
-    @classmethod
-    def of(cls, run_id: str, state: RunState) -> RunNews:
-        return cls(
-            run_id=run_id,
-            status=state.status,
-            termination_reason=state.termination_reason if state.status.is_finished() else None,
-            started=RunStatus.RUNNING in state.times,
-        )
+def run_news(run_id: str, state: RunState) -> RunNews:
+    """The run's news, as its state says it, for those that wait for it."""
+    return RunNews(
+        run_id=run_id,
+        status=state.status,
+        termination_reason=state.termination_reason if state.status.is_finished() else None,
+        started=RunStatus.RUNNING in state.times,
+    )
 
 
 class Verdict(StrEnum):

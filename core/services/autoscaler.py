@@ -11,20 +11,7 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, ConfigDict, Field
-
-
-class ScalingRule(BaseModel):
-    """A service's `replicas` range and `scaling`, in seconds."""
-
-    model_config = ConfigDict(frozen=True)
-
-    min_replicas: int = Field(ge=0)
-    max_replicas: int = Field(ge=1)
-    target: float = Field(gt=0)  # requests per second per replica
-    window: float = Field(gt=0)
-    scale_up_delay: float = Field(ge=0)
-    scale_down_delay: float = Field(ge=0)
+from core.wire.services import ScalingRule
 
 
 def wanted_replicas(rule: ScalingRule, rps: float) -> int:

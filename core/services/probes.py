@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from core.services.replicas import ReplicaState
+from core.wire.services import ReplicaState
 
 PORT_PROBE = "port"  # the `url` of the probe used when a service has none: a TCP connection
 

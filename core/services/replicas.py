@@ -1,21 +1,11 @@
-"""A service replica as the proxies see it, where users reach a service, and what the store keeps of a
-token."""
+"""Where users reach a service, and what the store keeps of a token; a replica's state as the proxies see
+it is core.wire.services' `ReplicaState`."""
 
 from __future__ import annotations
 
 import hashlib
-from enum import StrEnum
 
-
-class ReplicaState(StrEnum):
-    PROBING = "probing"  # its job runs, its probes have not passed yet: no traffic
-    READY = "ready"  # its probes pass: it gets new requests
-    UNREADY = "unready"  # its probes failed after it was ready: no new requests until they pass again
-    DRAINING = "draining"  # it is being stopped: no new requests, those in flight finish
-
-    def gets_requests(self) -> bool:
-        return self == ReplicaState.READY
-
+from core.wire.services import ReplicaState as ReplicaState  # re-exported: gateway/ names it here
 
 SERVICES_PREFIX = "/proxy/services"
 MODELS_PREFIX = "/proxy/models"

@@ -6,16 +6,49 @@ One pydantic model in, one out (docs/README.md); the activities' own messages ar
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from core.configuration.resources import ResourcesSpec
 from core.eventlog import Event
-from core.fleets.placement import PlacementRequest
 from core.status import JobStatus, JobTerminationReason
 from core.wire.agent_api import ClusterInfo, ContainerSpec, JobSpec, Resources
-from core.wire.base import Message
+from core.wire.base import Frozen, Message
 from core.wire.messages import RecordJob
 from core.wire.services import ServiceJob
 from core.wire.volumes import JobVolume
+
+
+class NodeRequest(Frozen):
+    """One node of a replica's placement request: its job and what it needs."""
+
+    job_id: str
+    resources: Resources = Field(default_factory=Resources, description="the amounts to reserve")
+    spec: ResourcesSpec | None = Field(
+        default=None, description="checked against `hardware` when both are set"
+    )
+    instance: str | None = Field(
+        default=None, description="this instance only: the one its volumes are on (docs/volumes.md)"
+    )
+    container: bool = Field(
+        default=False, description="runs in a container: only on an instance with an engine"
+    )
+
+
+class PlacementRequest(Frozen):
+    """A replica's nodes, placed whole or not at all by its fleet (docs/fleets.md)."""
+
+    request_id: str = Field(description="the gang: run id, replica and submission")
+    priority: int = Field(default=0, ge=0, le=100)
+    seq: int = Field(default=0, ge=0, description="submission order, set by enqueue")
+    nodes: list[NodeRequest] = Field(min_length=1)
+    fleets: list[str] | None = Field(default=None, description="instances of these fleets only")
+    spread: bool = Field(default=True, description="every node on a different instance")
+
+    @model_validator(mode="after")
+    def _distinct_jobs(self) -> PlacementRequest:
+        if len({node.job_id for node in self.nodes}) != len(self.nodes):
+            raise ValueError("the nodes of a request need distinct job ids")
+        return self
 
 
 class Enqueue(Message):

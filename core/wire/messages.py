@@ -15,10 +15,10 @@ from pydantic import Field
 
 from core.configuration import TaskConfiguration
 from core.eventlog import Event
-from core.runs.watching import RunNews
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire.agent_api import ContainerSpec, JobSpec, Resources, TaskMetrics, TaskNetwork
 from core.wire.base import Message
+from core.wire.run_messages import RunNews
 from core.wire.volumes import JobVolume
 
 # --- the store -----------------------------------------------------------------------------------------

@@ -1,7 +1,10 @@
-"""The messages of the run's workflows: RunWorkflow's, PipelineWorkflow's and CycleWorkflow's inputs, and
-what clients and other runs send them (stop, deploy, priority, watch) and get back from them.
+"""The messages of the run's workflows: PipelineWorkflow's and CycleWorkflow's inputs, what clients and
+other runs send them (stop, deploy, priority, watch) and get back from them, and what a run tells the runs
+that wait for it.
 
 One pydantic model in, one out (docs/README.md); the activities' own messages are in core.wire.messages.
+RunWorkflow's input and description hold the run's own state (its machine, its state): they are
+core.runs.workflow_messages'.
 """
 
 from __future__ import annotations
@@ -9,40 +12,9 @@ from __future__ import annotations
 from pydantic import Field
 
 from core.configuration import RunConfiguration, TaskConfiguration
-from core.eventlog import Event
-from core.runs.machine import RunMachine
-from core.runs.state_machine import RunState
-from core.runs.watching import DependencyTarget
+from core.configuration.specs import DependencyCondition
 from core.status import RunStatus, RunTerminationReason
 from core.wire.base import Message
-from core.wire.workflow_ids import LOCAL_FLEET
-
-
-class RunCarry(Message):
-    """What a continued-as-new RunWorkflow takes over from its previous execution."""
-
-    machine: RunMachine
-    next_seq: int  # the run eventlog's next sequence number (earlier events are in the store)
-    watchers: list[str] = Field(default_factory=list)  # the runs waiting for this one (workflow ids)
-
-
-class RunInput(Message):
-    run_id: str  # unique per submission; run names are reused once a run has finished
-    project: str
-    run_name: str
-    user: str
-    configuration: RunConfiguration
-    code_hash: str | None = None
-    repo_id: str = ""  # the code's name, for the job's FERRY_REPO_ID (activities.code.repo_id)
-    submitted_at: float
-    fleet: str = LOCAL_FLEET  # where its jobs are placed, decided once at submission
-    carry: RunCarry | None = None
-    dependencies: list[DependencyTarget] = Field(default_factory=list)  # resolved at submission
-    volume_instances: dict[str, str] = Field(default_factory=dict)  # named volume -> its instance, likewise
-    # The user's SSH public keys: they open the agents' SSH servers into its jobs (docs/attach.md).
-    authorized_keys: list[str] = Field(default_factory=list)
-    # For tests: continue as new after every step, to show that nothing of the run is lost across it.
-    continue_as_new_each_step: bool = False
 
 
 class PipelineInput(Message):
@@ -59,6 +31,31 @@ class PipelineInput(Message):
     repo_id: str = ""  # the code's name, for the job's FERRY_REPO_ID (activities.code.repo_id)
     submitted_at: float
     authorized_keys: list[str] = Field(default_factory=list)  # each task's (RunInput.authorized_keys)
+
+
+# --- what a run tells the runs that wait for it (docs/dependencies.md) ------------------------------------
+
+
+class DependencyTarget(Message):
+    """A dependency as submission resolved it: the latest run of that name (run_id None: there is none)."""
+
+    run_name: str
+    condition: DependencyCondition
+    run_id: str | None = None
+    workflow_id: str | None = None  # the RunWorkflow to ask for news
+
+    def description(self) -> str:
+        """As the eventlog names it (seed 004's `description`): NAME:condition."""
+        return f"{self.run_name}:{self.condition.value}"
+
+
+class RunNews(Message):
+    """A run's status, as it tells those that wait for it."""
+
+    run_id: str
+    status: RunStatus
+    termination_reason: RunTerminationReason | None = None
+    started: bool = False  # it has been RUNNING (in any cycle or retry)
 
 
 class WatchRequest(Message):
@@ -114,16 +111,6 @@ class StopReply(Message):
     stuck: str | None = None  # a stuck run stopped from outside: which workflow was stuck, and why
 
 
-class RunDescription(Message):
-    run_id: str
-    state: RunState
-    events: list[Event]  # this execution's; after a continue-as-new, earlier ones are in the store
-    first_seq: int
-
-
 class RunResult(Message):
     status: RunStatus
     termination_reason: RunTerminationReason | None
-
-
-RunCarry.model_rebuild()

@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import Field
 
 from core.configuration.service import ProbeSpec
-from core.services.autoscaler import ScalingRule
-from core.services.replicas import ReplicaState
 from core.wire.base import Message
+
+
+class ReplicaState(StrEnum):
+    """A service replica's state, as the proxies see it (core.services.probes moves it)."""
+
+    PROBING = "probing"  # its job runs, its probes have not passed yet: no traffic
+    READY = "ready"  # its probes pass: it gets new requests
+    UNREADY = "unready"  # its probes failed after it was ready: no new requests until they pass again
+    DRAINING = "draining"  # it is being stopped: no new requests, those in flight finish
+
+    def gets_requests(self) -> bool:
+        return self == ReplicaState.READY
+
+
+class ScalingRule(Message):
+    """A service's `replicas` range and `scaling`, in seconds."""
+
+    min_replicas: int = Field(ge=0)
+    max_replicas: int = Field(ge=1)
+    target: float = Field(gt=0)  # requests per second per replica
+    window: float = Field(gt=0)
+    scale_up_delay: float = Field(ge=0)
+    scale_down_delay: float = Field(ge=0)
 
 
 class ServiceJob(Message):

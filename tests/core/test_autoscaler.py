@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.services.autoscaler import ScalingRule, desired_replicas, wanted_replicas
+from core.services.autoscaler import desired_replicas, wanted_replicas
+from core.wire.services import ScalingRule
 
 RULE = ScalingRule(
     min_replicas=0, max_replicas=4, target=10, window=60, scale_up_delay=30, scale_down_delay=120

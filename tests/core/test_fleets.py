@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import cast
 
 from core.configuration import RunConfiguration, parse_configuration
-from core.fleets.book import FleetBook, apply, deployed, replica_enqueue, schedule, undelivered
+from core.fleets.book import FleetBook, apply, deployed, schedule, undelivered
 from core.fleets.messages import (
     CancelRequest,
     DeleteFleet,
@@ -17,10 +17,11 @@ from core.fleets.messages import (
     SetQueuedPriorityRequest,
     Undelivered,
 )
-from core.fleets.placement import InstanceSlot, InstanceStatus, NodeRequest, PlacementRequest
+from core.fleets.placement import InstanceSlot, InstanceStatus
 from core.fleets.scheduling import QueueIndex
+from core.runs.submissions import replica_enqueue
 from core.wire.agent_api import Resources
-from core.wire.job_messages import Enqueue
+from core.wire.job_messages import Enqueue, NodeRequest, PlacementRequest
 from core.wire.workflow_ids import job_submission_id
 
 SMALL = {"cpu": "0..", "memory": "0GB..", "disk": "0GB.."}

@@ -11,14 +11,13 @@ import pytest
 
 from core.configuration import TaskConfiguration, parse_configuration
 from core.eventlog import Event
-from core.fleets.book import replica_enqueue
 from core.jobs.state_machine import apply_job_event
 from core.jobs.transitions import job_status_message, peers_memo, start_job
 from core.run_types import configurator_for
 from core.runs import startup
 from core.runs.effects import PeersStarted, StartJob
 from core.runs.lifecycle import submit_run
-from core.runs.submissions import job_input
+from core.runs.submissions import job_input, replica_enqueue
 from core.status import JobStatus
 from core.wire.agent_api import ClusterInfo
 from core.wire.job_messages import Placement

@@ -14,8 +14,8 @@ from core.eventlog import Event
 from core.runs import pipelines
 from core.runs.pipelines import PipelineLog
 from core.runs.state_machine import apply_run_event, replay_run, status_message
-from core.runs.watching import RunNews
 from core.status import RunStatus, RunTerminationReason
+from core.wire.run_messages import RunNews
 
 RS = RunStatus
 RR = RunTerminationReason

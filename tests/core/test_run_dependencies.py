@@ -9,8 +9,9 @@ from core.configuration.specs import DependencyCondition
 from core.runs.effects import StartJob, WatchRun
 from core.runs.lifecycle import Inbox, advance, submit_run
 from core.runs.state_machine import replay_run, status_message
-from core.runs.watching import DependencyTarget, RunNews, Verdict, dependency_cycle, verdict
+from core.runs.watching import Verdict, dependency_cycle, verdict
 from core.status import RunStatus, RunTerminationReason
+from core.wire.run_messages import DependencyTarget, RunNews
 from tests.core.test_run_lifecycle import T0, keys_of, run_input, said
 
 C = DependencyCondition

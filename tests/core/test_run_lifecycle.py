@@ -21,10 +21,10 @@ from core.runs.lifecycle import Inbox, advance, plan_of, submit_run, update_even
 from core.runs.machine import RunMachine, RunPlan, Step, StepBuilder, StopKind, stronger_stop
 from core.runs.retry import PENDING_BACKOFF_SCHEDULE
 from core.runs.state_machine import apply_run_event, replay_run
+from core.runs.workflow_messages import RunInput
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire.job_messages import JobUpdate
 from core.wire.messages import RecordJob
-from core.wire.run_messages import RunInput
 from core.wire.workflow_ids import job_submission_id, placement_request_id
 
 S = JobStatus

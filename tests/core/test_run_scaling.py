@@ -6,9 +6,8 @@ from __future__ import annotations
 from core.runs.effects import StartJob, TerminateJob
 from core.runs.lifecycle import Inbox, advance, plan_of, submit_run
 from core.runs.machine import RunMachine, Step
-from core.services.autoscaler import ScalingRule
 from core.status import JobStatus, JobTerminationReason, RunStatus
-from core.wire.services import LoadChange
+from core.wire.services import LoadChange, ScalingRule
 from tests.core.test_run_lifecycle import T0, finished, keys_of, news, run_input, running, said
 
 S = JobStatus

@@ -10,15 +10,16 @@ import pytest
 from core.configuration import FleetConfiguration, TaskConfiguration, VolumeConfiguration, parse_configuration
 from core.configuration.interpolation import check_template, interpolate, is_per_node
 from core.configuration.loading import ConfigurationError, load_configuration_text
-from core.fleets.placement import InstanceSlot, NodeRequest, PlacementRequest, node_cost
+from core.fleets.placement import InstanceSlot, node_cost
 from core.fleets.scheduling import SchedulerState
 from core.jobs.volumes import attach_request, detach_request
 from core.run_types.volumes import candidate_names, job_volumes, volumes_instance
 from core.runs.deploying import not_in_place
 from core.runs.lifecycle import submit_run
 from core.runs.submissions import job_input
+from core.runs.workflow_messages import RunInput
 from core.wire.agent_api import Resources
-from core.wire.run_messages import RunInput
+from core.wire.job_messages import NodeRequest, PlacementRequest
 from core.wire.volumes import AttachVolumes, DetachVolumes, HostDirs, JobVolume, host_path, named_volumes
 
 SMALL = {"cpu": "0..", "memory": "0GB..", "disk": "0GB.."}

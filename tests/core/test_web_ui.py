@@ -9,9 +9,10 @@ from core.configuration import parse_configuration
 from core.eventlog import ExceptionRecord
 from core.jobs.state_machine import JobState
 from core.runs.run_state import RunJob, RunState
+from core.runs.workflow_messages import RunInput
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.web_ui import job_line, pipeline_metadata, run_current_details, run_line, run_metadata
-from core.wire.run_messages import PipelineInput, RunInput
+from core.wire.run_messages import PipelineInput
 
 SMALL = {"cpu": "1..", "memory": "1GB..", "disk": "1GB.."}
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from core.wire.run_messages import RunInput, RunResult
+from core.runs.workflow_messages import RunInput
+from core.wire.run_messages import RunResult
 from workflows.run import RunWorkflow
 
 

@@ -22,10 +22,10 @@ from core.fleets.book import FleetInput
 from core.fleets.messages import FleetDescription
 from core.jobs.state_machine import replay_job
 from core.runs.state_machine import RunState, replay_run
-from core.runs.watching import DependencyTarget
+from core.runs.workflow_messages import RunDescription, RunInput
 from core.settings import fleet_task_queue
 from core.wire.job_messages import JobDescription
-from core.wire.run_messages import RunDescription, RunInput, RunResult, StopReply, StopRequest
+from core.wire.run_messages import DependencyTarget, RunResult, StopReply, StopRequest
 from core.wire.workflow_ids import LOCAL_FLEET, fleet_workflow_id, job_workflow_id, run_workflow_id
 from tests.workflows.doubles import FakeBackend, Key
 from workflows.cycle import CycleWorkflow

@@ -19,7 +19,6 @@ from temporalio.client import Client
 
 from activities.run_watch import RunWatchActivities
 from core.eventlog import Event
-from core.services.replicas import ReplicaState
 from core.wire import activity_names as names
 from core.wire.messages import (
     CreateSchedule,
@@ -34,6 +33,7 @@ from core.wire.services import (
     LoadChange,
     ProbeReplica,
     ReplicaReadiness,
+    ReplicaState,
     WatchLoad,
 )
 

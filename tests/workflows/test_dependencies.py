@@ -11,8 +11,8 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 
 from core.configuration.specs import DependencyCondition
-from core.runs.watching import DependencyTarget
 from core.status import RunStatus, RunTerminationReason
+from core.wire.run_messages import DependencyTarget
 from core.wire.workflow_ids import run_workflow_id
 from tests.workflows.doubles import BLOCK, exited
 from tests.workflows.harness import PROJECT, Harness, configuration, named

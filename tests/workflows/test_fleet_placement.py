@@ -17,12 +17,12 @@ from core.configuration import FleetConfiguration, parse_configuration
 from core.fleets import book
 from core.fleets.book import FleetInput
 from core.fleets.messages import FLEET_ENQUEUE, InstanceChange
-from core.fleets.placement import InstanceStatus, NodeRequest, PlacementRequest
+from core.fleets.placement import InstanceStatus
 from core.settings import fleet_task_queue
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire import activity_names as names
 from core.wire.agent_api import Resources
-from core.wire.job_messages import Enqueue
+from core.wire.job_messages import Enqueue, NodeRequest, PlacementRequest
 from core.wire.workflow_ids import fleet_workflow_id, job_workflow_id
 from tests.workflows.doubles import BLOCK, host_slot
 from tests.workflows.harness import (

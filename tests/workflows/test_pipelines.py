@@ -13,9 +13,8 @@ from temporalio.worker import Replayer
 from core.configuration import TaskConfiguration
 from core.configuration.specs import DependencyCondition
 from core.runs.state_machine import replay_run
-from core.runs.watching import DependencyTarget
 from core.status import RunStatus, RunTerminationReason
-from core.wire.run_messages import PipelineInput, RunResult, StopRequest
+from core.wire.run_messages import DependencyTarget, PipelineInput, RunResult, StopRequest
 from core.wire.workflow_ids import run_workflow_id
 from tests.workflows.doubles import BLOCK, exited
 from tests.workflows.harness import PROJECT, WORKFLOWS, Harness, configuration, named
