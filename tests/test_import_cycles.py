@@ -9,6 +9,10 @@ module is imported (module level, in a class body or a `with`/`try`/`if` block, 
 
 A second check counts every import, deferred ones too: a function-local or TYPE_CHECKING import is how
 cli.api <-> cli.fleet_api and store.engine <-> store.repository once hid their cycles.
+
+Within `core`, its parts (each `core.<name>`, a subpackage or a module) are layered too, deferred imports
+counted: no cycle among them, and `core.wire` (what crosses process boundaries) builds on no part of core
+but the words it is written in (docs/README.md#the-code).
 """
 
 from __future__ import annotations
@@ -198,6 +202,72 @@ def test_no_cycle_hides_behind_a_deferred_import() -> None:
     assert not cycles, "import cycles through deferred imports:\n" + "\n".join(
         " -> ".join(cycle) for cycle in cycles
     )
+
+
+# --- the parts of core --------------------------------------------------------------------------------
+
+# What core.wire's messages are written in: statuses, events, and configurations as files write them. Each
+# of these imports no other part of core but these.
+WIRE_WORDS = {"core.status", "core.eventlog", "core.configuration"}
+
+
+def part_of(module: str) -> str:
+    """`core.<name>`, the part of core a module is in (`core.wire.messages` -> `core.wire`)."""
+    return ".".join(module.split(".")[:2])
+
+
+def parts_graph(graph: Graph) -> dict[str, set[str]]:
+    """Which part imports which, from a graph of modules; core's own (empty) `__init__` is no part."""
+    parts: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module == "core":
+            continue
+        edges = parts.setdefault(part_of(module), set())
+        edges |= {part_of(target) for target in targets if target != "core"} - {part_of(module)}
+    return parts
+
+
+def test_core_wire_builds_on_no_other_part_of_core() -> None:
+    graph = import_graph(ROOT, ["core"], deferred=True)
+    parts = parts_graph(graph)
+    assert "core.wire" in parts["core.runs"]  # the scan sees core's parts and their imports
+    assert {word: parts[word] - WIRE_WORDS for word in WIRE_WORDS} == dict.fromkeys(WIRE_WORDS, set())
+    allowed = {"core", "core.wire", *WIRE_WORDS}
+    beyond = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if part_of(module) == "core.wire"
+        for target in targets
+        if part_of(target) not in allowed
+    )
+    assert not beyond, "core.wire imports other parts of core:\n" + "\n".join(beyond)
+
+
+def test_no_import_cycle_among_the_parts_of_core() -> None:
+    cycles = find_cycles(parts_graph(import_graph(ROOT, ["core"], deferred=True)))
+    assert not cycles, "import cycles among core's parts:\n" + "\n".join(
+        " -> ".join(cycle) for cycle in cycles
+    )
+
+
+def test_parts_graph_folds_modules_into_their_parts() -> None:
+    graph = {
+        "core": set(),
+        "core.wire": {"core"},
+        "core.wire.a": {"core", "core.wire", "core.wire.b", "core.status"},
+        "core.wire.b": set(),
+        "core.runs.x": {"core.wire.a", "core.runs.y"},
+        "core.runs.y": set(),
+        "core.status": set(),
+    }
+    assert parts_graph(graph) == {
+        "core.wire": {"core.status"},
+        "core.runs": {"core.wire"},
+        "core.status": set(),
+    }
+    assert find_cycles(parts_graph({**graph, "core.wire.b": {"core.runs.y"}})) == [
+        ["core.runs", "core.wire", "core.runs"]
+    ]
 
 
 # --- the graph and its cycles, on small made-up ones -----------------------------------------------------
