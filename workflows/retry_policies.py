@@ -22,7 +22,8 @@ FEW_TRIES = RetryPolicy(maximum_attempts=3)
 REMOVE = RetryPolicy(maximum_attempts=8, maximum_interval=timedelta(seconds=5))
 
 # Freeing a job's volumes (docs/volumes.md): until it succeeds, however long, backing off to a try every
-# 10 s; the job stays TERMINATING meanwhile and its capacity is released only after (seed 000 STEP 5).
+# 10 s; the job stays TERMINATING meanwhile and its capacity is released only after
+# (docs/jobs.md#step-5-clean-up).
 DETACH = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_interval=timedelta(seconds=10))
 
 # Deploying the agent to an SSH host: a second try for a flaky connection, then the host is failed.

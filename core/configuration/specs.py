@@ -145,7 +145,8 @@ class DependencySpec(ConfigModel):
     condition: DependencyCondition = DependencyCondition.DONE
 
     def description(self) -> str:
-        """The dependency as its events name it (seed 004's `description`): NAME:condition."""
+        """The dependency as its events name it, NAME:condition (their `description`,
+        docs/dependencies.md#waiting)."""
         return f"{self.run}:{self.condition.value}"
 
 

@@ -72,7 +72,8 @@ class NodePlacement(Frozen):
     address: str
     resources: Resources
     blocks: int
-    shared: bool = False  # the instance may run other jobs beside it (seed 003: a container's network)
+    # Other jobs may run beside it on the instance: a container gets a bridge (docs/containers.md#networks).
+    shared: bool = False
 
 
 class Grant(Frozen):

@@ -114,8 +114,8 @@ def job_status_message(state: JobState) -> str | None:
 
 
 def published_ports(ports: list[PortBinding]) -> str | None:
-    """The job's ports the engine published on other host ports (a bridge network, seed 003), as the
-    job's memo keeps them; None when each is reached as itself."""
+    """The job's ports the engine published on other host ports (a bridge network,
+    docs/containers.md#networks), as the job's memo keeps them; None when each is reached as itself."""
     moved = [f"{p.container_port}->{p.host_port}" for p in ports if p.host_port != p.container_port]
     return ", ".join(moved) or None
 
@@ -148,7 +148,7 @@ def replica_network(inp: JobInput, placement: Placement) -> TaskNetwork:
     address is the host's own, out of the proxy's reach: there a replica uses the host's network, and a
     second one with the same port waits for the first (docs/services.md).
 
-    A container (seed 003, docs/containers.md#networks) gets the host's network when its instance is
+    A container (docs/containers.md#networks) gets the host's network when its instance is
     not shared or its job is one of several nodes, and the engine's bridge, its ports published on
     ephemeral host ports (publish_address), on a shared instance: this machine, which runs many jobs at
     once, or an instance split into blocks."""

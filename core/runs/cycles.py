@@ -1,5 +1,5 @@
 """A scheduled run's cycles (docs/schedules.md): PENDING until its schedule fires, one cycle of its jobs,
-then PENDING again with the next trigger time (seed 001: a cycle not stopped by the user returns).
+then PENDING again with the next trigger time (docs/schedules.md: a cycle not stopped by the user returns).
 
 The schedule is a Temporal Schedule (activities/schedules.py): each trigger starts a cycle workflow
 (workflows/cycle.py) that tells the run (`RunWorkflow.trigger`) and stays open until the run says the

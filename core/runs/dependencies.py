@@ -1,5 +1,5 @@
-"""A run that waits for others (docs/dependencies.md): PENDING until every dependency is met (seed 004's
-DEPEND state), then submitted as any run; FAILED at once when one can no longer be met.
+"""A run that waits for others (docs/dependencies.md): PENDING until every dependency is met
+(docs/dependencies.md#waiting), then submitted as any run; FAILED at once when one can no longer be met.
 
 STEP 1 logs a `dependency-add` per dependency and asks the workflow to watch each run waited for
 (`WatchRun`); that run then tells this one its status at every change (core.runs.watching), so waiting
@@ -72,6 +72,7 @@ def _waiting_targets(b: StepBuilder, run_id: str) -> list[DependencyTarget]:
 
 
 def fail(b: StepBuilder, note: str) -> None:
-    """A dependency can no longer be met: recorded (seed 004's `depend` exception type), the run ends."""
+    """A dependency can no longer be met: recorded (an `exception` of type `depend`,
+    docs/dependencies.md#failing-at-once), the run ends."""
     b.log("exception", type="depend", severity=0, note=note)
     b.log("status", status=RunStatus.TERMINATING, reason=RunTerminationReason.DEPENDENCY_FAILED)

@@ -118,7 +118,7 @@ class VolumeMount(_Model):
 
 # host: the host's network. isolated: the task's own network (a namespace for a process job, the
 # engine's bridge for a container, its ports published on ephemeral host ports: docs/containers.md).
-# bridge: the name seed 003 gives a shared instance's container network; the agent takes it as isolated.
+# bridge: a shared instance's container network (docs/containers.md#networks); the agent takes it as isolated.
 TaskNetwork = Literal["host", "isolated", "bridge"]
 
 

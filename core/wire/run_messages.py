@@ -45,7 +45,7 @@ class DependencyTarget(Message):
     workflow_id: str | None = None  # the RunWorkflow to ask for news
 
     def description(self) -> str:
-        """As the eventlog names it (seed 004's `description`): NAME:condition."""
+        """As the eventlog names it (its `description`, docs/dependencies.md#waiting): NAME:condition."""
         return f"{self.run_name}:{self.condition.value}"
 
 

@@ -46,7 +46,7 @@ class AttachVolumes(Message):
 
 
 class DetachVolumes(Message):
-    """The job's named volumes free again, once its process has ended (seed 000 STEP 5)."""
+    """The job's named volumes free again, once its process has ended (docs/jobs.md#step-5-clean-up)."""
 
     job_submission_id: str
 

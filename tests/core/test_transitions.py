@@ -131,7 +131,8 @@ def test_a_stop_asked_by_the_run_is_a_cancel_and_a_lost_instance_is_not() -> Non
 
 
 def test_a_running_job_says_where_its_container_published_its_ports() -> None:
-    # seed 003: a bridged container's ports go to ephemeral host ports, kept in the task's state.
+    # A bridged container's ports go to ephemeral host ports, kept in the task's state
+    # (docs/containers.md#networks).
     ports = [PortBinding(container_port=8000, host_port=41234), PortBinding(container_port=22, host_port=22)]
     published = published_ports(ports)
     assert published == "8000->41234"

@@ -139,7 +139,8 @@ def test_a_container_service_is_served_through_its_published_port(ferry: Ferry, 
             break
         time.sleep(0.1)
     assert seen == {"replica 0", "replica 1"}
-    # Bridged on the shared local instance: ps says where each replica's port is published (seed 003).
+    # Bridged on the shared local instance: ps says where each replica's port is published
+    # (docs/containers.md#networks).
     table = ferry("ps").stdout
     assert table.count("ports 8000->") == 2, table
     stopped = ferry("stop", "-y", "boxweb", timeout=120)

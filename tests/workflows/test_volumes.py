@@ -1,6 +1,7 @@
 """A job's volumes (docs/volumes.md) through RunWorkflow, JobWorkflow and FleetWorkflow, with the attach
 and detach activities replaced by doubles: what each job mounts and attaches, where it is placed, and
-detach (seed 000 STEP 5): a job stays TERMINATING, its capacity held, until its volumes are detached."""
+detach (docs/jobs.md#step-5-clean-up): a job stays TERMINATING, its capacity held, until its volumes are
+detached."""
 
 from __future__ import annotations
 
