@@ -25,7 +25,6 @@ from activities.instances import InstanceDirectory
 from activities.jobs import heartbeating, remove_task
 from activities.records import store_run_changes
 from core.configuration.base import DEFAULT_STOP_DURATION
-from core.configuration.durations import parse_optional_duration
 from core.eventlog import Event, EventlogError
 from core.runs.stuck_stop import StuckStop, end_stuck_run
 from core.runs.terminating import stop_reason
@@ -233,7 +232,8 @@ async def _until_ended(client: AgentClient, tasks: list[str], limit: float) -> l
 
 def _grace(run: RunRecord) -> float:
     """Its stop_duration, as the job's own stop would give it (core.jobs.phases.grace_seconds)."""
-    duration = parse_optional_duration(run.configuration_data().get("stop_duration", DEFAULT_STOP_DURATION))
+    configuration = run.run_configuration()
+    duration = configuration.stop_duration if configuration is not None else DEFAULT_STOP_DURATION
     return float(duration or 0)
 
 

@@ -20,9 +20,8 @@ from cli.secret_api import check_secrets
 from cli.stuck import StuckWorkflow, stop_stuck_run, stuck_runs, stuck_workflows
 from cli.volume_api import run_volumes
 from core.configuration import RunConfiguration
-from core.configuration.pipeline import PipelineConfiguration
+from core.configuration.pipeline import PIPELINE_TYPE, PipelineConfiguration
 from core.eventlog import Event
-from core.runs.pipelines import PIPELINE_TYPE
 from core.runs.state_machine import WAITING_FOR
 from core.runs.watching import dependency_cycle
 from core.runs.workflow_messages import RunInput
@@ -294,7 +293,8 @@ class FerryAPI:
         record = self.store.find_run(self.project, run_name)
         if record is None or not (record.status_message or "").startswith(WAITING_FOR):
             return []
-        return [str(d["run"]) for d in record.configuration_data().get("depends_on", [])]
+        configuration = record.run_configuration()
+        return [d.run for d in configuration.depends_on] if configuration is not None else []
 
     async def get_run(self, run_name: str) -> RunRecord:
         record = await asyncio.to_thread(self.store.find_run, self.project, run_name)

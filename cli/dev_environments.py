@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cli.ssh_hosts import attached_jobs
-from core.configuration import DevEnvironmentConfiguration, parse_configuration
+from core.configuration import DevEnvironmentConfiguration
 from core.status import JobStatus, RunStatus
 from core.wire.messages import SSHEndpoint
 from core.wire.workflow_ids import job_workflow_id
@@ -83,7 +83,7 @@ def _dev_configuration(record: RunRecord) -> DevEnvironmentConfiguration | None:
     if record.type != DEV_ENVIRONMENT:
         return None
     try:
-        conf = parse_configuration(record.configuration_data())
+        conf = record.run_configuration()
     except ValueError:
         return None
     return conf if isinstance(conf, DevEnvironmentConfiguration) else None

@@ -26,10 +26,11 @@ POLL_INTERVAL = 0.1
 def expected_shape(run: RunRecord) -> tuple[int, int]:
     """(replicas, nodes per replica) the run's configuration asks for; (1, 1) if it cannot tell."""
     try:
-        from core.configuration import parse_configuration
         from core.run_types import configurator_for
 
-        conf = parse_configuration(run.configuration_data())
+        conf = run.run_configuration()
+        if conf is None:
+            return 1, 1
         configurator = configurator_for(conf)  # type: ignore[arg-type]
         return configurator.replica_count(), configurator.nodes_per_replica()
     except (ValueError, TypeError):

@@ -32,7 +32,8 @@ def cycle_jobs(store: Store, run: RunRecord, cycle: int | None) -> set[tuple[int
     submission) for any other run."""
     from core.runs.cycles import cycle_submissions
 
-    scheduled = run.configuration_data().get("schedule") is not None
+    configuration = run.run_configuration()
+    scheduled = configuration is not None and configuration.schedule is not None
     if not scheduled:
         if cycle is not None:
             raise CommandError(f"--cycle: run {run.run_name} is not a scheduled run", USAGE_EXIT)

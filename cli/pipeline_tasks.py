@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 from cli.errors import FerryError
-from core.configuration.pipeline import PipelineConfiguration
-from core.runs.pipelines import PIPELINE_TYPE
+from core.configuration.pipeline import PIPELINE_TYPE, PipelineConfiguration
 from store import JobSubmissionRecord, RunRecord, Store
 
 

@@ -33,7 +33,8 @@ async def _schedule(run_name: str) -> ScheduleHandle:
     record = await api.get_run(run_name)
     if RunStatus(record.status).is_finished():
         raise CommandError(f"run {run_name} has finished ({record.status}): its schedule is gone")
-    if not record.configuration_data().get("schedule"):
+    configuration = record.run_configuration()
+    if configuration is None or configuration.schedule is None:
         raise CommandError(f"run {run_name} has no schedule")
     return api.client.get_schedule_handle(schedule_id(record.workflow_id, record.id))
 

@@ -14,6 +14,8 @@ from typing import Any
 from sqlalchemy import BigInteger, Index, Integer, LargeBinary, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
+from core.configuration import BaseRunConfiguration, parse_configuration
+from core.configuration.pipeline import PIPELINE_TYPE
 from core.eventlog import Event
 
 # SQLite only autoincrements an INTEGER PRIMARY KEY (the rowid); elsewhere the append-only tables
@@ -54,6 +56,17 @@ class RunRecord(SQLModel, table=True):
     def configuration_data(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.configuration)
         return data
+
+    def run_configuration(self) -> BaseRunConfiguration | None:
+        """Its configuration as submitted (or last deployed): a task's, a service's or a dev environment's;
+        None for a pipeline's run (its tasks are runs of their own). Raises ValueError if the stored JSON no
+        longer validates."""
+        if self.type == PIPELINE_TYPE:
+            return None
+        parsed = parse_configuration(self.configuration_data())
+        if not isinstance(parsed, BaseRunConfiguration):
+            raise ValueError(f"run {self.run_name} has a {self.type} configuration stored")
+        return parsed
 
 
 class JobSubmissionRecord(SQLModel, table=True):

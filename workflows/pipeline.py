@@ -17,9 +17,10 @@ from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError, FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from core.configuration.pipeline import PIPELINE_TYPE
     from core.eventlog import Event
     from core.runs import pipelines
-    from core.runs.pipelines import PIPELINE_TYPE, PipelineLog, task_run_id, task_workflow_id
+    from core.runs.pipelines import PipelineLog, task_run_id, task_workflow_id
     from core.runs.state_machine import RunState, apply_run_event, status_message
     from core.runs.watching import run_news
     from core.runs.workflow_messages import RunInput

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from core.runs.pipelines import PIPELINE_TYPE
+from core.configuration.pipeline import PIPELINE_TYPE
 from core.runs.workflow_messages import RunInput
 from core.status import RunStatus
 from core.wire.run_messages import PipelineInput

@@ -27,6 +27,8 @@ from core.configuration.loading import (
 )
 
 # Fields of a run that a task of a pipeline cannot have: the pipeline is the run.
+PIPELINE_TYPE = "pipeline"  # a pipeline's run type, in its record and its `submit` event
+
 NOT_IN_A_PIPELINE = {
     "schedule": "a pipeline's task runs when the one before it is done, not on a schedule",
     "depends_on": "a pipeline's task waits for the one before it; other runs cannot be waited for here",

@@ -17,8 +17,6 @@ from core.runs.state_machine import RunState, apply_run_event
 from core.status import RunStatus, RunTerminationReason
 from core.wire.run_messages import RunNews
 
-PIPELINE_TYPE = "pipeline"  # a pipeline's run type, in its record and its `submit` event
-
 # The statuses of a task the pipeline shows as its own; a task's TERMINATING is not the pipeline's yet.
 MIRRORED = frozenset({RunStatus.SUBMITTED, RunStatus.PENDING, RunStatus.PROVISIONING, RunStatus.RUNNING})
 

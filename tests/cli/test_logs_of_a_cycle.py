@@ -27,7 +27,9 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 def _run(store: Store, schedule: bool) -> RunRecord:
     configuration = (
-        '{"type": "task", "schedule": {"cron": ["0 2 * * *"]}}' if schedule else '{"type": "task"}'
+        '{"type": "task", "commands": ["true"], "schedule": {"cron": ["0 2 * * *"]}}'
+        if schedule
+        else '{"type": "task", "commands": ["true"]}'
     )
     record = RunRecord(
         id="nightly-1",

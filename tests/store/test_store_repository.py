@@ -4,6 +4,7 @@ import hashlib
 
 import pytest
 
+from core.configuration import TaskConfiguration
 from core.status import JobStatus, RunStatus
 from core.wire.workflow_ids import job_submission_id, parse_job_submission_id
 from store.models import RUN_EVENTLOG, JobSubmissionRecord, RunRecord
@@ -70,6 +71,22 @@ def test_put_get_and_replace_a_run(store: Store) -> None:
     stored = store.get_run("r1")
     assert stored is not None and stored.status == "running"
     assert store.get_run("missing") is None
+
+
+def test_a_runs_stored_configuration_read_back_typed(store: Store) -> None:
+    store.put_run(_run("r1"))
+    stored = store.get_run("r1")
+    assert stored is not None
+    configuration = stored.run_configuration()
+    assert isinstance(configuration, TaskConfiguration)
+    assert configuration.commands == ["python train.py"] and configuration.stop_duration == 300
+    pipeline = _run("p1")
+    pipeline.type, pipeline.configuration = "pipeline", '{"tasks": []}'
+    assert pipeline.run_configuration() is None  # its tasks are runs of their own
+    broken = _run("b1")
+    broken.configuration = '{"type": "task"}'
+    with pytest.raises(ValueError):
+        broken.run_configuration()
 
 
 def test_update_run(store: Store) -> None:
