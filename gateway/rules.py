@@ -19,7 +19,7 @@ HEAD_TIMEOUT = 20.0  # seconds from a head's first byte to its blank line (Apach
 MAX_SLOW_HEADS = 256  # connections whose head is still coming; past it the longest waiting is refused
 
 
-class Refusal(NamedTuple):
+class ProxyRefusal(NamedTuple):
     """The proxy's answer to a request it will not serve: its status, the status's phrase, and one line
     that names the problem without echoing anything the client sent."""
 
@@ -28,43 +28,45 @@ class Refusal(NamedTuple):
     message: str
 
 
-def bad_request(problem: str) -> Refusal:
-    return Refusal(400, "Bad Request", f"malformed request: {problem}")
+def bad_request(problem: str) -> ProxyRefusal:
+    return ProxyRefusal(400, "Bad Request", f"malformed request: {problem}")
 
 
-HEAD_TOO_LARGE = Refusal(
+HEAD_TOO_LARGE = ProxyRefusal(
     431, "Request Header Fields Too Large", f"the request head is larger than {MAX_HEAD} bytes"
 )
-TOO_MANY_HEADERS = Refusal(
+TOO_MANY_HEADERS = ProxyRefusal(
     431, "Request Header Fields Too Large", f"the request has more than {MAX_HEADERS} header lines"
 )
-HEADER_LINE_TOO_LONG = Refusal(
+HEADER_LINE_TOO_LONG = ProxyRefusal(
     431, "Request Header Fields Too Large", f"a header line is longer than {MAX_LINE} bytes"
 )
-REQUEST_LINE_TOO_LONG = Refusal(414, "URI Too Long", f"the request line is longer than {MAX_LINE} bytes")
+REQUEST_LINE_TOO_LONG = ProxyRefusal(414, "URI Too Long", f"the request line is longer than {MAX_LINE} bytes")
 BARE_LF = bad_request("a line of the head ends in a bare LF (HTTP/1.1 heads end their lines with CRLF)")
 BARE_CR = bad_request("the head has a CR that does not end a line")
 NOT_HTTP1 = bad_request("the request line is not `METHOD TARGET HTTP/1.1` (or HTTP/1.0)")
 NOT_A_TARGET = bad_request("the request target is neither a path nor an http(s) URL")
-VERSION = Refusal(505, "HTTP Version Not Supported", "the proxy speaks HTTP/1.1 and HTTP/1.0")
+VERSION = ProxyRefusal(505, "HTTP Version Not Supported", "the proxy speaks HTTP/1.1 and HTTP/1.0")
 NO_HOST = bad_request("an HTTP/1.1 request needs one Host header")
 TWO_HOSTS = bad_request("the request has more than one Host header")
 TWO_AUTHORIZATIONS = bad_request("the request has more than one Authorization header")
-HEAD_TIMED_OUT = Refusal(408, "Request Timeout", f"the request head did not come within {HEAD_TIMEOUT:g} s")
-TOO_MANY_SLOW_HEADS = Refusal(
+HEAD_TIMED_OUT = ProxyRefusal(
+    408, "Request Timeout", f"the request head did not come within {HEAD_TIMEOUT:g} s"
+)
+TOO_MANY_SLOW_HEADS = ProxyRefusal(
     408, "Request Timeout", "the request head was too slow in coming while many others were"
 )
 MALFORMED_CHUNKED = bad_request("the chunked body does not follow chunked coding")
 
 
-def slow_head_refusal(timeout: float) -> Refusal:
+def slow_head_refusal(timeout: float) -> ProxyRefusal:
     """HEAD_TIMED_OUT for a proxy whose head timeout is `timeout`."""
     if timeout == HEAD_TIMEOUT:
         return HEAD_TIMED_OUT
     return HEAD_TIMED_OUT._replace(message=f"the request head did not come within {timeout:g} s")
 
 
-def refusal_bytes(refusal: Refusal) -> bytes:
+def refusal_bytes(refusal: ProxyRefusal) -> bytes:
     """The refusal as a whole answer in plain text; the connection closes after it."""
     return plain_reply(refusal.status, refusal.phrase, refusal.message, close=True)
 

@@ -33,7 +33,7 @@ from gateway.fast_path.exchange import Exchange
 from gateway.fast_path.head_checks import HeadScan, whole_head_refusal
 from gateway.fast_path.heads import RequestHead, parse_request_head
 from gateway.fast_path.routing import route
-from gateway.rules import MAX_HEAD, Refusal, refusal_bytes, slow_head_refusal
+from gateway.rules import MAX_HEAD, ProxyRefusal, refusal_bytes, slow_head_refusal
 from gateway.tokens import bearer_token, carried_token
 
 log = logging.getLogger(__name__)
@@ -187,7 +187,7 @@ class ClientConnection(asyncio.Protocol):
         head_bytes = buffer if head_end == len(buffer) else buffer[:head_end]
         refusal = whole_head_refusal(head_bytes)
         head = parse_request_head(head_bytes) if refusal is None else refusal
-        if isinstance(head, Refusal):
+        if isinstance(head, ProxyRefusal):
             self.refuse(head)
             return
         door = self.door
@@ -253,7 +253,7 @@ class ClientConnection(asyncio.Protocol):
             self._head_timer = None
         self.door.head_ended(self)
 
-    def refuse(self, refusal: Refusal) -> None:
+    def refuse(self, refusal: ProxyRefusal) -> None:
         """Answers the request whose head is in the buffer with the proxy's refusal, then closes: at once
         when the client has sent all it had, else after LINGER seconds of reading what still comes."""
         if self._scan is not None:

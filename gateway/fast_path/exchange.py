@@ -46,7 +46,7 @@ from gateway.rules import (
 )
 
 
-class ClientConnection(Protocol):
+class ExchangeClient(Protocol):
     """What an exchange uses of its client's connection (gateway.fast_path.connection.ClientConnection)."""
 
     door: Door
@@ -91,7 +91,7 @@ class Exchange:
 
     def __init__(
         self,
-        client: ClientConnection,
+        client: ExchangeClient,
         head: RequestHead,
         fast_route: FastRoute,
         replica: Replica,

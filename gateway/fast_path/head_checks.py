@@ -1,6 +1,6 @@
 """The limits every request head is held to before either path of the proxy sees it (gateway.rules):
 its size, its number of header lines, the length of each line, CRLF line ends, and an HTTP/1.x request
-line. Pure: bytes in, a Refusal or nothing out.
+line. Pure: bytes in, a ProxyRefusal or nothing out.
 
 `whole_head_refusal` checks a head that came whole, most often in one read: a few scans in C. A head still
 coming is checked as it comes by a HeadScan, each byte once, so that a refusal comes as soon as its
@@ -25,13 +25,13 @@ from gateway.rules import (
     REQUEST_LINE_TOO_LONG,
     TOO_MANY_HEADERS,
     VERSION,
-    Refusal,
+    ProxyRefusal,
 )
 
 _HTTP_VERSION = re.compile(rb" HTTP/[0-9]\.[0-9]\Z")
 
 
-def request_line_refusal(line: bytes) -> Refusal | None:
+def request_line_refusal(line: bytes) -> ProxyRefusal | None:
     """A request line (without its CRLF) that is not `METHOD SP TARGET SP HTTP/1.x`, its target a path
     or an http(s) URL (the proxy is no forward proxy: no CONNECT, no `*`): why not."""
     if len(line) > MAX_LINE:
@@ -49,7 +49,7 @@ def request_line_refusal(line: bytes) -> Refusal | None:
     return NOT_HTTP1  # HTTP/0.9's `GET /` among others
 
 
-def whole_head_refusal(head: bytes) -> Refusal | None:
+def whole_head_refusal(head: bytes) -> ProxyRefusal | None:
     """Why a whole head (up to and including its blank line) is refused, or None."""
     size = len(head)
     if size > MAX_HEAD:
@@ -79,7 +79,7 @@ class HeadScan:
         self._checked = 0  # bytes of the buffer in whole lines already checked
         self._lines = 0  # whole lines so far, the request line included
 
-    def refusal(self, buffer: bytes) -> Refusal | None:
+    def refusal(self, buffer: bytes) -> ProxyRefusal | None:
         """Why the head begun in `buffer` (which grows between calls, and has no blank line yet) is
         refused already, or None."""
         if len(buffer) > MAX_HEAD:

@@ -25,7 +25,7 @@ from enum import Enum
 from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser, HttpResponseParser
 
 from gateway.headers import HOP_BY_HOP
-from gateway.rules import NO_HOST, TWO_AUTHORIZATIONS, TWO_HOSTS, Refusal, bad_request
+from gateway.rules import NO_HOST, TWO_AUTHORIZATIONS, TWO_HOSTS, ProxyRefusal, bad_request
 
 _PARSE_ERRORS = (HttpParserError, HttpParserUpgrade)
 
@@ -81,7 +81,7 @@ class RequestHead:
     chunked = False
     plain = True  # False: something sends the request to the aiohttp app
     upgrade = False  # it asks to switch protocols (a WebSocket): not plain
-    refusal: Refusal | None = None  # why the proxy answers it 400 itself
+    refusal: ProxyRefusal | None = None  # why the proxy answers it 400 itself
 
     def __init__(self, method: bytes, target: bytes) -> None:
         self.method = method
@@ -149,7 +149,7 @@ class RequestHead:
         self.has_forwarded_proto = self.has_forwarded_proto and b"x-forwarded-proto" not in names
 
 
-def parse_request_head(head: bytes) -> RequestHead | Refusal:
+def parse_request_head(head: bytes) -> RequestHead | ProxyRefusal:
     """The head (up to and including its blank line, its request line `METHOD SP TARGET SP HTTP/1.x` as
     gateway.fast_path.head_checks has checked) read, or why it is refused."""
     line_end = head.find(b"\r\n")

@@ -13,7 +13,7 @@ from gateway.fast_path.heads import AnswerHead, Framing, RequestHead, parse_answ
 from gateway.fast_path.http1 import ChunkedBody, MalformedBody
 from gateway.fast_path.routing import FastRoute, downstream_head, route, upstream_head
 from gateway.routing_table import Replica, RoutingTable, Service, ServiceSettings
-from gateway.rules import Refusal
+from gateway.rules import ProxyRefusal
 
 REPLICA = Replica(id="r-0", run_id="run", url="http://10.0.0.2:8000", state="ready")
 
@@ -144,7 +144,7 @@ def test_malformed_or_oversized_heads_are_refused_without_their_values(
 ) -> None:
     raw = text.replace("\n", "\r\n").encode("latin-1") + b"\r\n"
     refusal = whole_head_refusal(raw) or parse_request_head(raw)
-    assert isinstance(refusal, Refusal)
+    assert isinstance(refusal, ProxyRefusal)
     assert refusal.status == status and words in refusal.message
     assert "secret" not in refusal.message and "yy" not in refusal.message
 
