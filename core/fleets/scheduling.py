@@ -32,6 +32,7 @@ from collections.abc import Iterable
 
 from pydantic import Field
 
+from core.fleets.never_fits import explain_never_fits
 from core.fleets.placement import (
     EPS,
     Allocation,
@@ -47,6 +48,7 @@ from core.fleets.placement import (
     resolve_blocks,
     slot_from_info,
 )
+from core.fleets.queue_index import QueueIndex
 from core.wire.agent_api import Resources
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "NodePlacement",
     "NodeRequest",
     "PlacementRequest",
+    "QueueIndex",
     "SchedulerState",
     "hardware_from_info",
     "resolve_blocks",
@@ -97,30 +100,6 @@ class InstanceCapacity(Frozen):
     free: Resources
     jobs: list[str]
     used: Resources = Field(default_factory=Resources, description="what its jobs hold: `ferry fleet list`")
-
-
-class QueueIndex:
-    """The request and job ids of a scheduler's queue, kept up across a step's enqueues: each would
-    otherwise search the whole queue, and a burst's step hears thousands (docs/fleets.md#scheduling).
-    Valid for the one queue it was built or last updated for (queues are never changed in place); any
-    other queue is indexed anew."""
-
-    def __init__(self) -> None:
-        self._queue: list[PlacementRequest] | None = None
-        self.requests: set[str] = set()
-        self.jobs: set[str] = set()
-
-    def of(self, queue: list[PlacementRequest]) -> QueueIndex:
-        if queue is not self._queue:
-            self.requests = {request.request_id for request in queue}
-            self.jobs = {node.job_id for request in queue for node in request.nodes}
-            self._queue = queue
-        return self
-
-    def added(self, request: PlacementRequest, queue: list[PlacementRequest]) -> None:
-        self.requests.add(request.request_id)
-        self.jobs.update(node.job_id for node in request.nodes)
-        self._queue = queue
 
 
 class SchedulerState(Frozen):
@@ -223,7 +202,9 @@ class SchedulerState(Frozen):
             why = {name: cost for name, cost in costs.items() if isinstance(cost, list)}
             if len(why) == len(costs):
                 what = "it" if len(request.nodes) == 1 else f"node {rank}"
-                return f"no instance{f' of {whose}' if whose else ''} can run {what}: {_explain(why)}"
+                return (
+                    f"no instance{f' of {whose}' if whose else ''} can run {what}: {explain_never_fits(why)}"
+                )
         gang = f"{whose or 'the fleet'} cannot run it: its {len(request.nodes)} nodes"
         if request.spread:
             return f"{gang} need distinct instances, {len(slots)} could hold them"
@@ -425,21 +406,3 @@ def _shape(request: PlacementRequest) -> str:
     """A request but its names and its place in the queue: two alike fit, or do not, in the same places."""
     nodes = "".join(node.model_dump_json(exclude={"job_id"}) for node in request.nodes)
     return request.model_dump_json(exclude={"request_id", "priority", "seq", "nodes"}) + nodes
-
-
-SHOWN = 5  # instances named per reason, and reasons named, in a never-fits line
-
-
-def _explain(why: dict[str, list[str]]) -> str:
-    """`h1, h2: needs 8 GPUs H100, instance has no GPUs. h3: ...`: instances with the same reasons as one."""
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for name, reasons in why.items():
-        groups.setdefault(tuple(reasons), []).append(name)
-    parts = []
-    for said, names in list(groups.items())[:SHOWN]:
-        more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
-        parts.append(f"{', '.join(names[:SHOWN])}{more}: {'; '.join(said)}")
-    if len(groups) > SHOWN:
-        hidden = sum(len(names) for names in list(groups.values())[SHOWN:])
-        parts.append(f"{hidden} more instance(s), for other reasons")
-    return ". ".join(parts)
