@@ -1,11 +1,13 @@
 """`python -m gateway`: the services proxy as a process.
 
     python -m gateway [--host 127.0.0.1] [--port 8300] [--database-url URL] [--public-url URL]
-                      [--hold-timeout SECONDS] [--no-fast-path] [--workers N] [--ready-file PATH]
+                      [--hold-timeout SECONDS] [--head-timeout SECONDS] [--no-fast-path] [--workers N]
+                      [--ready-file PATH]
 
 Defaults come from the environment: FERRY_GATEWAY_HOST (127.0.0.1), FERRY_GATEWAY_PORT (8300),
 FERRY_GATEWAY_PUBLIC_URL (http://<host>:<port>: where users reach it, what `gateway_seen` records),
 FERRY_GATEWAY_HOLD_TIMEOUT (120 s, how long a request waits for a service's first ready replica),
+FERRY_GATEWAY_HEAD_TIMEOUT (20 s, how long a request head may take to come whole: gateway.rules),
 FERRY_GATEWAY_FAST_PATH (1; 0 leaves every request to the aiohttp app, gateway.fast_path.front_door),
 FERRY_GATEWAY_WORKERS (DEFAULT_WORKERS: proxy processes sharing the port, gateway.workers; 1 serves in
 this process itself, no supervisor) and FERRY_DATABASE_URL (core.settings). The ready file gets the
@@ -32,6 +34,7 @@ import uvloop
 from core.settings import Settings
 from gateway.app import Gateway, make_runner
 from gateway.options import DEFAULT_HOLD_TIMEOUT, GatewayOptions
+from gateway.rules import HEAD_TIMEOUT
 from gateway.workers import check_port_free, supervise
 from store.opening import open_store
 
@@ -77,6 +80,12 @@ def parse_args(argv: list[str] | None = None, env: Mapping[str, str] | None = No
         default=int(env.get("FERRY_GATEWAY_WORKERS") or DEFAULT_WORKERS),
         help=f"proxy processes sharing the port (SO_REUSEPORT), under a supervisor (default "
         f"{DEFAULT_WORKERS}; 1: this process serves, no supervisor)",
+    )
+    parser.add_argument(
+        "--head-timeout",
+        type=float,
+        default=float(env.get("FERRY_GATEWAY_HEAD_TIMEOUT") or HEAD_TIMEOUT),
+        help=f"seconds a request head may take to come whole before a 408 (default {HEAD_TIMEOUT:g})",
     )
     parser.add_argument("--ready-file", type=Path, default=None, help="gets the pid once the proxy listens")
     args = parser.parse_args(argv)
@@ -139,7 +148,9 @@ def _write_atomically(path: Path, text: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    options = GatewayOptions(hold_timeout=args.hold_timeout, fast_path=args.fast_path)
+    options = GatewayOptions(
+        hold_timeout=args.hold_timeout, fast_path=args.fast_path, head_timeout=args.head_timeout
+    )
     if args.workers == 1:
         _run(args, options, ready_file=args.ready_file)
         return

@@ -67,6 +67,7 @@ def test_defaults_come_from_the_environment() -> None:
         "FERRY_GATEWAY_PORT": "9000",
         "FERRY_DATABASE_URL": "postgresql+psycopg://ferry@db/ferry",
         "FERRY_GATEWAY_HOLD_TIMEOUT": "30",
+        "FERRY_GATEWAY_HEAD_TIMEOUT": "5",
     }
     args = parse_args([], env)
     assert (args.host, args.port, args.database_url) == (
@@ -75,6 +76,8 @@ def test_defaults_come_from_the_environment() -> None:
         "postgresql+psycopg://ferry@db/ferry",
     )
     assert (args.public_url, args.hold_timeout, args.ready_file) == ("http://127.0.0.1:9000", 30.0, None)
+    assert args.head_timeout == 5.0
     args = parse_args(["--port", "8400", "--public-url", "https://proxy.example"], {"FERRY_HOME": "/f"})
+    assert args.head_timeout == 20.0
     assert (args.host, args.port, args.public_url) == ("127.0.0.1", 8400, "https://proxy.example")
     assert args.database_url == "sqlite:////f/ferry.db"
