@@ -16,6 +16,7 @@ COPY activities activities
 COPY agent agent
 COPY store store
 COPY worker worker
+COPY embedded embedded
 COPY cli cli
 COPY gateway gateway
 # psycopg: the driver of FERRY_DATABASE_URL=postgresql+psycopg://...

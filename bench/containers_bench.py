@@ -32,9 +32,9 @@ from bench.common import Report, percentile
 from bench.ferry_side import SHARED, FerrySide
 from core.configuration import TaskConfiguration, parse_configuration
 from core.status import RunStatus
+from embedded.local_agent import agent_data_dir
 from store import RunRecord
 from testbed.containers import BUSYBOX, IMAGE, PodmanService, podman_service, remove_containers
-from worker.local_agent import agent_data_dir
 
 PROJECT = "containers"
 KINDS = ("process", "container")

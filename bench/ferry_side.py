@@ -39,10 +39,10 @@ from cli.api import FerryAPI
 from core.configuration import RunConfiguration, TaskConfiguration, parse_configuration
 from core.status import RunStatus
 from core.wire.workflow_ids import job_workflow_id
+from embedded.extra_workers import ExtraWorkers
+from embedded.stack import Stack, StackStatus
 from store import JobSubmissionRecord, LogChunkRecord, RunRecord, Store, open_store
 from store.keys import load_keys
-from worker.extra_workers import ExtraWorkers
-from worker.stack import Stack, StackStatus
 from worker.temporal import connect
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -239,7 +239,7 @@ class FerrySide:
         """The memory request that lets at most `slots` jobs run at once on the local instance (Slurm's
         job slots, for the queued bursts)."""
         from activities.agent_client import AgentClient
-        from worker.local_agent import ensure_local_agent
+        from embedded.local_agent import ensure_local_agent
 
         agent = await asyncio.to_thread(ensure_local_agent, self.home)
         async with AgentClient(agent.url, agent.token) as client:

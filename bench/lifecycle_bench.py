@@ -23,9 +23,9 @@ sys.path.insert(0, str(REPO_ROOT))
 from cli.api import FerryAPI  # noqa: E402
 from core.configuration import TaskConfiguration, parse_configuration  # noqa: E402
 from core.settings import Settings  # noqa: E402
+from embedded.devserver import dev_server_command, wait_for_port  # noqa: E402
+from embedded.local_agent import free_port, stop_local_agent  # noqa: E402
 from store import open_store  # noqa: E402
-from worker.devserver import dev_server_command, wait_for_port  # noqa: E402
-from worker.local_agent import free_port, stop_local_agent  # noqa: E402
 from worker.main import build_worker, local_instances  # noqa: E402
 from worker.temporal import connect  # noqa: E402
 

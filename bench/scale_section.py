@@ -146,7 +146,7 @@ class ScaleSection:
 
     async def _agent_tasks(self) -> int:
         from activities.agent_client import AgentClient
-        from worker.local_agent import ensure_local_agent
+        from embedded.local_agent import ensure_local_agent
 
         agent = await asyncio.to_thread(ensure_local_agent, self.side.home)
         async with AgentClient(agent.url, agent.token) as client:

@@ -251,7 +251,7 @@ def _offer_include(home: Path, console: Console) -> None:
     asked = home / "ssh" / "include-asked"
     if user_config_includes(user_config, home) or asked.exists():
         return
-    asked.touch(mode=0o600)  # FERRY_HOME stays private (worker/processes.py)
+    asked.touch(mode=0o600)  # FERRY_HOME stays private (embedded/processes.py)
     if sys.stdin.isatty() and confirm(f"Add `{include_line(home)}` to {user_config}?", yes=False):
         add_include(user_config, home)
         console.print(f"added to {user_config}: plain `ssh <run>` works from now on", highlight=False)

@@ -50,7 +50,7 @@ class Context:
         umask's mode: it holds every run's env. SQLite gives its -wal and -shm the database's mode."""
         from sqlalchemy.engine import make_url
 
-        from worker.processes import PRIVATE_FILE, private_dir
+        from embedded.processes import PRIVATE_FILE, private_dir
 
         url = make_url(self.settings.database_url)
         database = url.database
@@ -68,7 +68,7 @@ class Context:
         """The Temporal address; the embedded stack is started first if that is what is used."""
         if self._stack is not None:
             return self._stack.result()
-        from worker.stack import ensure_stack
+        from embedded.stack import ensure_stack
 
         return ensure_stack(self.settings)
 
@@ -78,7 +78,7 @@ class Context:
         if self._stack is None and self.embedded:
             import threading
 
-            from worker.stack import ensure_stack
+            from embedded.stack import ensure_stack
 
             future: Future[str] = Future()
 

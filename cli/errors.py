@@ -194,7 +194,7 @@ def exit_code_of(err: BaseException) -> int:
     """A refusal or an invalid configuration 2, what does not exist 3, no server 4, anything else 1."""
     from core.configuration.loading import ConfigurationError
     from core.temporal_connection import ConnectionSettingsError
-    from worker.stack import StackError
+    from embedded.stack import StackError
 
     if isinstance(err, FerryError | CommandError):
         return err.exit_code
@@ -209,7 +209,7 @@ def describe(err: BaseException) -> str:
     """One line about an exception: Ferry's own errors by their message, others by type and message."""
     if isinstance(err, FerryError):
         return str(err)
-    from worker.stack import StackError
+    from embedded.stack import StackError
 
     if isinstance(err, StackError):
         return f"cannot start the embedded stack: {err}"

@@ -14,7 +14,7 @@ from rich.table import Table
 from cli import exit_codes, render
 from cli.context import Context
 from cli.errors import CommandError
-from worker.stack import Stack, StackStatus
+from embedded.stack import Stack, StackStatus
 
 NOT_RUNNING_EXIT = exit_codes.NOT_FOUND  # 3, as LSB init scripts say "not running"
 _WATCH_INTERVAL = 0.5
@@ -80,7 +80,7 @@ def stop() -> None:
 
 def upgrade() -> int:
     """Replace the running stack's worker, agent and proxy with this release's; the runs go on."""
-    from worker.stack import StackNotRunning
+    from embedded.stack import StackNotRunning
 
     ctx = Context.from_env()
     stack = _stack(ctx)

@@ -58,7 +58,7 @@ def service_views(store: Store, runs: list[RunRecord]) -> dict[str, ServiceView]
 def user_token(store: Store, home_token: os.PathLike[str], user: str, *, rotate: bool = False) -> str:
     """The user's token: the one kept in FERRY_HOME (created on first use, or anew with `rotate`), known to
     the store by its hash so that every proxy accepts it."""
-    from worker.processes import private_opener
+    from embedded.processes import private_opener
 
     path = os.fspath(home_token)
     token = None

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.processes import private_opener
+from embedded.processes import private_opener
 
 CONFIG_FILE = Path("ssh") / "config"
 KNOWN_HOSTS_FILE = Path("ssh") / "known_hosts"

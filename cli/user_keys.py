@@ -9,7 +9,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from worker.processes import private_opener
+from embedded.processes import private_opener
 
 KEY_FILE = Path("ssh") / "id_ed25519"
 
@@ -33,7 +33,7 @@ def user_key(home: Path) -> Path:
             key.write_private_key(str(partial))
             os.chmod(partial, 0o600)
             key.write_public_key(str(public))
-            os.chmod(public, 0o600)  # FERRY_HOME stays private, this too (worker/processes.py)
+            os.chmod(public, 0o600)  # FERRY_HOME stays private, this too (embedded/processes.py)
             os.replace(partial, private)  # last: a private key present always has its public half
     return private
 

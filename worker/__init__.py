@@ -1,1 +1,3 @@
-"""The worker (`ferry worker`, worker.main) and the embedded stack the CLI starts (`ferry server`)."""
+"""A Ferry worker process (`ferry worker`, worker.main), and how every Ferry process reaches Temporal: the
+connection (`temporal.py`) and the payload codec it connects with (`codec.py`). The embedded stack that
+runs one of these workers is the `embedded` package."""

@@ -32,8 +32,8 @@ from activities.stuck_stop import StuckStopActivities
 from activities.volumes import VolumeActivities
 from core.settings import TASK_QUEUE, Settings, fleet_task_queue
 from core.wire.volumes import HostDirs
+from embedded.local_agent import agent_data_dir, local_agent_client
 from store import Store, open_store
-from worker.local_agent import agent_data_dir, local_agent_client
 from worker.temporal import connect_from_settings
 from workflows.cycle import CycleWorkflow
 from workflows.fleet import FleetWorkflow

@@ -2,7 +2,7 @@
 stack of one FERRY_HOME, and SIGKILLs of the stack's processes in between (docs/chaos.md).
 
 A killed process is brought back as a user would: by the next `ferry` command, which starts whatever part
-of the stack is not running (worker.stack.Stack.start); the worker also starts a killed agent itself as soon
+of the stack is not running (embedded.stack.Stack.start); the worker also starts a killed agent itself as soon
 as a job needs it (docs/jobs.md#a-restarted-agent).
 """
 
@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.settings import DEFAULT_PROJECT
+from embedded.stack import ProcessStatus, Stack
 from store.engine import make_engine
 from store.repository import Store
 from tests.chaos.audit import Figures, RunAudit, audit_run, job_processes, leak_figures
 from tests.e2e.conftest import Ferry
-from worker.stack import ProcessStatus, Stack
 
 KINDS = ("worker", "temporal", "agent")
 LIMIT = 180.0  # seconds any one wait may take: generous, the CPUs are shared; each ends once it holds

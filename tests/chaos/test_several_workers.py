@@ -11,12 +11,12 @@ from pathlib import Path
 
 from core.settings import DEFAULT_PROJECT
 from core.wire.workflow_ids import job_workflow_id, run_workflow_id
+from embedded.extra_workers import ExtraWorkers
+from embedded.stack import Stack
 from store.keys import load_keys
 from tests.chaos.audit import ZERO_GOALS, runs_figures
 from tests.chaos.stream import ChaosStream, Profile, until
 from tests.e2e.conftest import Ferry, ferry_env, stack_of
-from worker.extra_workers import ExtraWorkers
-from worker.stack import Stack
 from worker.temporal import connect
 
 RUNS = 12

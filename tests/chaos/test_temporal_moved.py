@@ -1,6 +1,6 @@
 """The Temporal dev server SIGKILLed and its port taken before the next command: the command starts it on
 another port, and the worker and the proxy, which knew it by its old address, start again with the new one
-(worker/stack.py, docs/chaos.md#temporal-on-another-port). Without that, the worker would poll whatever
+(embedded/stack.py, docs/chaos.md#temporal-on-another-port). Without that, the worker would poll whatever
 listens at the old address, for ever, and no run would start."""
 
 from __future__ import annotations

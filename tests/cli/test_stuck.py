@@ -11,7 +11,7 @@ from rich.console import Console
 from cli.server import status_table
 from cli.stuck import StuckWorkflow, stuck_runs
 from core.wire.workflow_ids import fleet_workflow_id, job_workflow_id, run_of_workflow, run_workflow_id
-from worker.stack import StackStatus
+from embedded.stack import StackStatus
 
 RUN = run_workflow_id("main", "train")
 

@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from embedded.local_agent import ensure_local_agent, locate_local_agent, stop_local_agent
+from embedded.processes import pid_alive
+from embedded.stack import Stack
 from tests.e2e.conftest import Ferry, ferry_env, task
-from worker.local_agent import ensure_local_agent, locate_local_agent, stop_local_agent
-from worker.processes import pid_alive
-from worker.stack import Stack
 
 WAIT = "120s"  # generous: each wait ends as soon as its run has
 LIMIT = 120.0
@@ -54,7 +54,7 @@ def _bound(sock: socket.socket, port: int | None) -> bool:
 
 @contextlib.contextmanager
 def nobody_starts_the_agent(ferry: Ferry) -> Iterator[None]:
-    """Holds the lock every starter of the local agent takes (worker.local_agent.ensure_local_agent)."""
+    """Holds the lock every starter of the local agent takes (embedded.local_agent.ensure_local_agent)."""
     with open(ferry.home / "agent" / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from embedded.processes import free_port
 from tests.e2e.conftest import FERRY, SMALL, Ferry
-from worker.processes import free_port
 
 
 @pytest.fixture

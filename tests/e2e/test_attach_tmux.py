@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from cli.ssh_hosts import CONFIG_FILE, include_line
+from embedded.processes import free_port
 from tests.e2e.conftest import FERRY, ROOT, SMALL, Ferry
-from worker.processes import free_port
 
 WAIT = 60.0  # seconds any one thing may take: a generous bound, not a timing assertion
 INACTIVITY = 3600  # the dev environment's inactivity_duration: long enough never to stop it here

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from worker.devserver import SEARCH_ATTRIBUTE_NAMES
+from embedded.devserver import SEARCH_ATTRIBUTE_NAMES
 from workflows.search_attributes import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).parents[2]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from embedded.processes import NotPrivate, job_code, make_private
 from tests.e2e.conftest import Ferry, ferry_env, task
-from worker.processes import NotPrivate, job_code, make_private
 
 APPLIES = 64  # each a subprocess that opens a Temporal client (~45 s on 2 cores); ~1% aborted before
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 
+from embedded.stack import Stack, pid_alive
 from tests.e2e.conftest import Ferry, ferry_env
-from worker.stack import Stack, pid_alive
 
 
 def test_start_status_stop(tmp_path: Path) -> None:

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from cli.exit_codes import UNREACHABLE, USAGE
+from embedded.local_agent import free_port, stop_local_agent
 from tests.e2e.conftest import FERRY, ROOT, Ferry, ferry_env, last_line, task
 from tests.e2e.tls_relay import REJECTION, Certificates, TLSRelay, make_certificates, server_context
 from tests.lifecycle.conftest import temporal_address  # noqa: F401 (a fixture, by name)
-from worker.local_agent import free_port, stop_local_agent
 
 START_WORKFLOW = "/temporal.api.workflowservice.v1.WorkflowService/StartWorkflowExecution"
 

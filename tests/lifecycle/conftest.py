@@ -15,10 +15,10 @@ import pytest
 
 from cli.api import FerryAPI
 from core.settings import Settings
+from embedded.devserver import dev_server_command, wait_for_port
+from embedded.local_agent import free_port, stop_local_agent
 from store import open_store
 from tests.lifecycle.worker_process import READY
-from worker.devserver import dev_server_command, wait_for_port
-from worker.local_agent import free_port, stop_local_agent
 from worker.main import build_worker, local_instances
 from worker.temporal import connect
 

@@ -25,11 +25,11 @@ from core.jobs.state_machine import replay_job
 from core.runs.state_machine import replay_run
 from core.runs.stuck_stop import STUCK_EXCEPTION
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
+from embedded.local_agent import local_agent_client
 from store import RunRecord
 from tests.lifecycle.checks import check_finished_run, eventually, job_status, log_of
 from tests.lifecycle.conftest import WorkerProcesses
 from tests.lifecycle.test_local_runs import task
-from worker.local_agent import local_agent_client
 
 STUCK_LIMIT = 60.0  # Temporal retries a failed workflow task after about 10 s; the second failure flags it
 

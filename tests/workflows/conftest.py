@@ -19,10 +19,10 @@ from temporalio.worker import Worker
 
 from activities.signals import SignalActivities
 from core.settings import fleet_task_queue
+from embedded.devserver import TUNING_ARGS, temporal_binary
 from tests.workflows.doubles import FakeBackend
 from tests.workflows.harness import WORKFLOWS, Harness
 from tests.workflows.recording import record_test_histories, recording_dir
-from worker.devserver import TUNING_ARGS, temporal_binary
 from workflows.search_attributes import SEARCH_ATTRIBUTES
 
 KEYWORD = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD

@@ -1,4 +1,4 @@
-"""The embedded stack's files under FERRY_HOME/stack (worker/stack.py has the whole list), the lock that
+"""The embedded stack's files under FERRY_HOME/stack (embedded/stack.py has the whole list), the lock that
 serialises its starts, stops and upgrades, and what its processes' files say of them (`status`).
 Light to import: no Temporal SDK."""
 
@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from core.temporal_connection import without_security
-from worker.devserver import port_open
-from worker.processes import pid_alive, private_dir, private_opener
-from worker.stack_state import AgentFile, ProcessStatus, StackState, StackStatus
+from embedded.devserver import port_open
+from embedded.processes import pid_alive, private_dir, private_opener
+from embedded.stack_state import AgentFile, ProcessStatus, StackState, StackStatus
 
 
 def ready_pid(ready_file: Path) -> int | None:

@@ -1,4 +1,4 @@
-"""The embedded stack's worker: `python -m worker.stack_worker --ready-file FILE`.
+"""The embedded stack's worker: `python -m embedded.stack_worker --ready-file FILE`.
 
 worker.main.run_worker, plus a ready file (its pid) written once the worker polls: the stack waits for
 it instead of sleeping. FERRY_TEMPORAL_ADDRESS names the stack's dev server, which may still be starting.
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from core.settings import Settings
-from worker.devserver import port_open
+from embedded.devserver import port_open
 from worker.main import run_worker
 
 START_TIMEOUT = 60.0
@@ -33,7 +33,7 @@ async def serve_worker(settings: Settings, ready_file: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m worker.stack_worker", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m embedded.stack_worker", description=__doc__)
     parser.add_argument("--ready-file", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,4 +1,4 @@
-"""What the embedded stack (worker/stack.py) keeps in stack.json and says of itself: light models, no
+"""What the embedded stack (embedded/stack.py) keeps in stack.json and says of itself: light models, no
 Temporal SDK."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class StackState(BaseModel):
 
 
 class AgentFile(BaseModel):
-    """What this module reads of worker.local_agent's agent.json (that module imports httpx: slow)."""
+    """What this module reads of embedded.local_agent's agent.json (that module imports httpx: slow)."""
 
     model_config = ConfigDict(extra="ignore")
 

@@ -13,8 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from worker.processes import private_opener, terminate
-from worker.stack import Stack, worker_command
+from embedded.processes import private_opener, terminate
+from embedded.stack import Stack, worker_command
 
 START_TIMEOUT = 60.0
 

@@ -7,7 +7,7 @@ the command) and returns the dev server's address. `ferry server` runs the same 
 
 Files under FERRY_HOME/stack: stack.json (ports and pids), temporal.pid, worker.pid, proxy.pid,
 worker.ready and proxy.ready (each the process's pid, written once it polls or listens), temporal.db (the
-dev server's SQLite), *.log. The agent keeps its own files under FERRY_HOME/agent (worker.local_agent);
+dev server's SQLite), *.log. The agent keeps its own files under FERRY_HOME/agent (embedded.local_agent);
 one that died is started again by the next `start`, or by the worker as soon as it needs it, and its jobs
 go on (docs/jobs.md#a-restarted-agent). Everything under FERRY_HOME is private to the user (directories
 0700, files 0600): checked, and fixed where it is not, whenever the stack is started.
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from core.settings import Settings
 from core.temporal_connection import temporal_namespace
-from worker.devserver import dev_server_command, port_open
-from worker.processes import (
+from embedded.devserver import dev_server_command, port_open
+from embedded.processes import (
     PRIVATE_UMASK,
     STOP_TIMEOUT,
     NotPrivate,
@@ -38,8 +38,8 @@ from worker.processes import (
     private_opener,
     terminate,
 )
-from worker.stack_files import StackFiles, proxy_url, ready_pid
-from worker.stack_state import ProcessStatus, StackState, StackStatus
+from embedded.stack_files import StackFiles, proxy_url, ready_pid
+from embedded.stack_state import ProcessStatus, StackState, StackStatus
 
 __all__ = [
     "ProcessStatus",
@@ -75,7 +75,7 @@ class StackNotRunning(StackError):
 
 def worker_command(ready_file: Path) -> list[str]:
     """A stack worker's command; it writes its pid to `ready_file` once it polls."""
-    return [sys.executable, "-m", "worker.stack_worker", "--ready-file", str(ready_file)]
+    return [sys.executable, "-m", "embedded.stack_worker", "--ready-file", str(ready_file)]
 
 
 class Stack(StackFiles):
@@ -217,8 +217,8 @@ class Stack(StackFiles):
         return proxy
 
     def _start_agent(self, timeout: float) -> int:
-        """The local agent, started if none runs (worker.local_agent); its pid."""
-        from worker.local_agent import ensure_local_agent
+        """The local agent, started if none runs (embedded.local_agent); its pid."""
+        from embedded.local_agent import ensure_local_agent
 
         try:
             return ensure_local_agent(self.home, startup_timeout=timeout).pid
@@ -254,7 +254,7 @@ class Stack(StackFiles):
         return worker_command(self.ready_file)
 
     def worker_env(self) -> dict[str, str]:
-        """The environment of this running stack's worker, for another beside it (worker.extra_workers)."""
+        """The environment of this running stack's worker, for another beside it (embedded.extra_workers)."""
         state = self._read_state()
         assert state is not None, f"no stack runs in {self.home}"
         return self._worker_env(state)

@@ -1,7 +1,7 @@
 """The local backend's agent: one per FERRY_HOME, started by whichever worker (or stack) needs it first.
 
 Its address and token live under FERRY_HOME/agent; a lock file makes concurrent starters agree on one.
-All of FERRY_HOME/agent is private to the user (worker.processes.make_private), from the start.
+All of FERRY_HOME/agent is private to the user (embedded.processes.make_private), from the start.
 
 An agent that died (a crash, an OOM kill, an upgrade) is started again by the next that needs it, on the
 port it had when that port is free; the worker's client looks where the agent is after each connection
@@ -28,9 +28,16 @@ from pydantic import BaseModel
 
 from activities.agent_client import AgentAddress, AgentClient
 from core.temporal_connection import without_security
-from worker import processes
-from worker.processes import PRIVATE_FILE, PRIVATE_UMASK, job_code, make_private, private_dir, private_opener
-from worker.processes import free_port as free_port  # the tests and the bench take it from here
+from embedded import processes
+from embedded.processes import (
+    PRIVATE_FILE,
+    PRIVATE_UMASK,
+    job_code,
+    make_private,
+    private_dir,
+    private_opener,
+)
+from embedded.processes import free_port as free_port  # the tests and the bench take it from here
 
 _PORT_RELEASE = 1.0  # seconds a dead agent's port may take to be free again
 
