@@ -103,8 +103,8 @@ def secret_codec() -> None:
     from cli.context import Context
     from cli.errors import CommandError
     from cli.services import proxy_url
+    from gateway.codec_endpoint import codec_endpoint
     from store.keys import process_keys
-    from worker.codec_server import codec_endpoint
 
     base = proxy_url(Context.from_env().store())
     if base is None:

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from gateway.access import Access
 from gateway.balancer import Balancer
+from gateway.codec_endpoint import CodecEndpoint
 from gateway.directory import Directory
 from gateway.draining import Drainer
 from gateway.fast_path.front_door import FrontDoor, FrontSite
@@ -31,7 +32,6 @@ from gateway.rules import MAX_HEAD, MAX_HEADERS
 from gateway.services_api import ServicesApi
 from gateway.tokens import TokenChecker
 from store.repository import Store
-from worker.codec_server import CodecEndpoint
 
 # The largest body read whole (a model request's JSON, to find its `model`); others stream at any size.
 MAX_READ_BODY = 64 * 1024 * 1024

@@ -5,7 +5,7 @@ and what its Web UI is answered hold no value in clear.
 Workflow and activity inputs and results, signals, updates, queries and heartbeats are payloads; a failure's
 message and stack trace become one too (the SDK's encoded failure attributes). A sealed payload's metadata
 names its encoding and its key's id; one that is not sealed (a history older than the codec) is read as it
-is. The Web UI reads the sealed ones through the codec endpoint (worker/codec_server.py).
+is. The Web UI reads the sealed ones through the codec endpoint (gateway/codec_endpoint.py).
 
 A payload of COMPRESS_FROM bytes or more is compressed (zlib) before it is sealed, and its metadata says so:
 a fleet's book, carried whole when the fleet continues as new, held 1.8 MB of JSON with 10,000 jobs, near

@@ -1,4 +1,4 @@
-"""The codec endpoint the proxy serves for the Temporal Web UI (worker/codec_server.py, docs/secrets.md):
+"""The codec endpoint the proxy serves for the Temporal Web UI (gateway/codec_endpoint.py, docs/secrets.md):
 Temporal's codec server protocol, behind a token only a holder of the key can make."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
+from gateway.codec_endpoint import codec_endpoint
 from store.keys import keys_of, process_keys
 from tests.gateway.conftest import Harness
 from worker.codec import COMPRESSION, ENCODING, ZLIB, EncryptionCodec
-from worker.codec_server import codec_endpoint
 
 PLAIN = Payload(metadata={"encoding": b"json/plain"}, data=b'{"env": {"HF_TOKEN": "a value"}}')
 
