@@ -63,10 +63,9 @@ with workflow.unsafe.imports_passed_through():
     from core.fleets.scheduling import QueueIndex
     from core.fleets.status import FleetStatus
     from core.settings import fleet_task_queue
-    from core.wire import activity_names as names
     from core.wire.job_messages import Enqueue, PlacementRequest
     from core.wire.workflow_ids import project_workflows
-    from workflows import retry_policies, signals
+    from workflows import activity_stubs, retry_policies, signals
     from workflows.fleet_notices import NoticeSender
     from workflows.fleet_records import FleetRecordWriter, View
     from workflows.handles import abandon
@@ -234,9 +233,8 @@ class FleetWorkflow:
         """The first deployment: every host at once; a host that fails is tried again by the health watch."""
         if inp.configuration is None:
             slot = await workflow.execute_activity(
-                names.LOCAL_INSTANCE,
+                activity_stubs.local_instance,
                 LocalInstance(fleet=inp.name),
-                result_type=InstanceSlot,
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=retry_policies.QUICK,
             )
@@ -245,11 +243,10 @@ class FleetWorkflow:
         results = await asyncio.gather(
             *(
                 workflow.execute_activity(
-                    names.DEPLOY_INSTANCE,
+                    activity_stubs.deploy_instance,
                     DeployInstance(
                         project=inp.project, fleet=inp.name, index=index, configuration=inp.configuration
                     ),
-                    result_type=InstanceSlot,
                     start_to_close_timeout=_DEPLOY_TIMEOUT,
                     heartbeat_timeout=_HEARTBEAT,
                     retry_policy=retry_policies.DEPLOY,
@@ -273,7 +270,7 @@ class FleetWorkflow:
             return
         with contextlib.suppress(ActivityError):
             await workflow.execute_activity(
-                names.CLEAN_INSTANCE,
+                activity_stubs.clean_instance,
                 CleanInstance(instance=name, job_ids=jobs),
                 start_to_close_timeout=timedelta(minutes=1),
                 heartbeat_timeout=_HEARTBEAT,
@@ -294,7 +291,7 @@ class FleetWorkflow:
         assert inp.configuration is not None
         self._health_view = view
         self._health = workflow.start_activity(
-            names.WATCH_FLEET_HEALTH,
+            activity_stubs.watch_fleet_health,
             WatchFleet(
                 project=inp.project,
                 fleet=inp.name,
@@ -302,7 +299,6 @@ class FleetWorkflow:
                 ready=view[0],
                 unreachable=view[1],
             ),
-            result_type=HealthReport,
             start_to_close_timeout=timedelta(days=365),
             heartbeat_timeout=_HEALTH_HEARTBEAT,
             retry_policy=retry_policies.QUICK,
@@ -347,7 +343,7 @@ class FleetWorkflow:
         await self._settle()
         inp = self._input
         await workflow.execute_activity(
-            names.STOP_FLEET,
+            activity_stubs.stop_fleet,
             StopFleet(project=inp.project, fleet=inp.name, configuration=inp.configuration),
             start_to_close_timeout=timedelta(minutes=2),
             heartbeat_timeout=timedelta(seconds=30),

@@ -15,8 +15,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from core.fleets.messages import InstanceView, RecordFleet
-    from core.wire import activity_names as names
-    from workflows import retry_policies
+    from workflows import activity_stubs, retry_policies
 
 RECORD_EVERY = timedelta(seconds=2)
 
@@ -51,7 +50,7 @@ class FleetRecordWriter:
             project=self._project, fleet=self._fleet, status=status, instances=views, waiting=waiting
         )
         self._writing = workflow.start_activity(
-            names.RECORD_FLEET,
+            activity_stubs.record_fleet,
             record,
             start_to_close_timeout=timedelta(seconds=10),
             retry_policy=retry_policies.QUICK,

@@ -13,9 +13,8 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from core.wire import activity_names as names
     from core.wire.messages import WatchInstance
-    from workflows import retry_policies
+    from workflows import activity_stubs, retry_policies
     from workflows.handles import abandon, settle
 
 # The SDK sends heartbeats at most every 0.8 x this: a watch whose worker died moves to another within it.
@@ -37,7 +36,7 @@ class InstanceWatches:
                 settle(handle)
             if handle is None or handle.done():
                 self._handles[name] = workflow.start_activity(
-                    names.WATCH_INSTANCE,
+                    activity_stubs.watch_instance,
                     WatchInstance(instance_name=name, owners=self._owners),
                     start_to_close_timeout=timedelta(days=365),
                     heartbeat_timeout=_WATCH_HEARTBEAT,

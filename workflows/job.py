@@ -37,7 +37,6 @@ with workflow.unsafe.imports_passed_through():
     from core.jobs.volumes import attach_request, detach_request
     from core.status import JobStatus, JobTerminationReason
     from core.web_ui import job_line
-    from core.wire import activity_names as names
     from core.wire.job_messages import (
         JobDescription,
         JobInput,
@@ -48,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from core.wire.messages import TASK_ENDED, JobOutcome, PrepareAndStart, SSHEndpoint, SSHEndpointRequest
     from core.wire.workflow_ids import job_submission_id
-    from workflows import retry_policies, signals
+    from workflows import activity_stubs, retry_policies, signals
     from workflows.handles import abandon
     from workflows.job_agent import JobAgent, Stopped
     from workflows.job_news import JobNews
@@ -126,9 +125,8 @@ class JobWorkflow:
             return SSHEndpoint(refused=f"the job is {state.status}")
         request = SSHEndpointRequest(job_submission_id=self._id, instance_name=state.instance)
         return await workflow.execute_activity(
-            names.SSH_ENDPOINT,
+            activity_stubs.ssh_endpoint,
             request,
-            result_type=SSHEndpoint,
             start_to_close_timeout=timedelta(seconds=10),
             retry_policy=retry_policies.FEW_TRIES,  # an unreachable instance: said soon, not waited for
         )
@@ -157,7 +155,7 @@ class JobWorkflow:
         try:
             attach = attach_request(inp, self._id, placement.instance_name)
             if attach is not None:  # its named volumes, or VOLUME_ERROR before anything starts
-                await self._agent.step(names.ATTACH_VOLUMES, attach, timeout=_STORE_STEP_TIMEOUT)
+                await self._agent.step(activity_stubs.attach_volumes, attach, timeout=_STORE_STEP_TIMEOUT)
             # Told of its task's end by its fleet's watch of the instance, or watching it itself where the
             # fleet began before that watch (docs/jobs.md#the-instance-watch).
             owner = workflow.info().workflow_id if placement.watched else None
@@ -165,14 +163,18 @@ class JobWorkflow:
             start = job.start_job(inp, self._id, placement)
             if job.starts_in_one_step(inp) and workflow.patched(_SHORT_HISTORY):
                 both = PrepareAndStart(prepare=prepare, start=start)
-                published = await self._agent.step(names.PREPARE_AND_START, both, timeout=_AGENT_STEP_TIMEOUT)
+                published = await self._agent.step(
+                    activity_stubs.prepare_and_start, both, timeout=_AGENT_STEP_TIMEOUT
+                )
                 self._log("pull")
             else:
-                await self._agent.step(names.PREPARE_TASK, prepare, timeout=_AGENT_STEP_TIMEOUT)
+                await self._agent.step(activity_stubs.prepare_task, prepare, timeout=_AGENT_STEP_TIMEOUT)
                 await self._wait_for_peers(inp)
                 self._log("pull")
                 self._news.publish(soon=True)
-                published = await self._agent.step(names.START_JOB, start, timeout=_AGENT_STEP_TIMEOUT)
+                published = await self._agent.step(
+                    activity_stubs.start_job, start, timeout=_AGENT_STEP_TIMEOUT
+                )
         except ActivityError as err:
             self._fail_from(err, JobTerminationReason.EXECUTOR_ERROR)
             return
@@ -336,7 +338,7 @@ class JobWorkflow:
         request = detach_request(inp, self._id)
         if request is not None:
             await workflow.execute_activity(
-                names.DETACH_VOLUMES,
+                activity_stubs.detach_volumes,
                 request,
                 start_to_close_timeout=_STORE_STEP_TIMEOUT,
                 retry_policy=retry_policies.DETACH,

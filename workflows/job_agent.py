@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from core.jobs.phases import JobControl
-    from core.wire import activity_names as names
     from core.wire.job_messages import TerminateJobRequest
     from core.wire.messages import JobOutcome, StopTask, TaskRef, WatchJob
-    from workflows import retry_policies
+    from workflows import activity_stubs, retry_policies
     from workflows.handles import abandon
+
+ArgT = TypeVar("ArgT")
+ResultT = TypeVar("ResultT")
 
 _STEP_HEARTBEAT = timedelta(seconds=10)
 # The watch long-polls its agent up to 5 s per request; the SDK sends heartbeats at most every 0.8 x this,
@@ -37,8 +39,11 @@ class JobAgent:
         self._id = job_id
         self._control = control
 
-    async def step(self, activity: str, arg: Any, *, timeout: timedelta) -> Any:
-        """Run an activity unless the run asks this job to stop first (then cancel it and raise Stopped)."""
+    async def step(
+        self, activity: Callable[[ArgT], Awaitable[ResultT]], arg: ArgT, *, timeout: timedelta
+    ) -> ResultT:
+        """Run an activity (one of workflows/activity_stubs.py) unless the run asks this job to stop first
+        (then cancel it and raise Stopped)."""
         if self._control().terminate is not None:
             raise Stopped()
         # Cancelling waits for the attempt in flight to end, so the clean-up that follows never races
@@ -66,9 +71,8 @@ class JobAgent:
     def watch(self, instance: str) -> workflow.ActivityHandle[JobOutcome]:
         """Follow the job on its agent until its process has ended (logs are stored as they come)."""
         return workflow.start_activity(
-            names.WATCH_JOB,
+            activity_stubs.watch_job,
             WatchJob(job_submission_id=self._id, instance_name=instance),
-            result_type=JobOutcome,
             start_to_close_timeout=timedelta(days=365),
             heartbeat_timeout=_WATCH_HEARTBEAT,
             retry_policy=retry_policies.QUICK,
@@ -87,7 +91,7 @@ class JobAgent:
         """Ask the agent to stop the job: SIGTERM, then SIGKILL once the grace period is over."""
         with contextlib.suppress(ActivityError):  # if the agent is gone, the watch says so
             await workflow.execute_activity(
-                names.STOP_TASK,
+                activity_stubs.stop_task,
                 StopTask(
                     job_submission_id=self._id,
                     instance_name=instance,
@@ -104,14 +108,16 @@ class JobAgent:
         activity, whose history is one marker, not an activity and the workflow task it wakes
         (docs/jobs.md#a-shorter-history). It writes nothing a redone workflow task could log otherwise."""
         ref = TaskRef(job_submission_id=self._id, instance_name=instance)
-        execute = workflow.execute_local_activity if local else workflow.execute_activity
+        timeout, policy = timedelta(seconds=30), retry_policies.REMOVE
         try:
-            await execute(
-                names.RELEASE_TASK,
-                ref,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=retry_policies.REMOVE,
-            )
+            if local:
+                await workflow.execute_local_activity(
+                    activity_stubs.release_task, ref, start_to_close_timeout=timeout, retry_policy=policy
+                )
+            else:
+                await workflow.execute_activity(
+                    activity_stubs.release_task, ref, start_to_close_timeout=timeout, retry_policy=policy
+                )
         except ActivityError as err:
             return f"could not remove the task from {instance}: {err.cause or err}"
         return None

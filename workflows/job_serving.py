@@ -17,10 +17,9 @@ from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from core.jobs.phases import JobControl
-    from core.wire import activity_names as names
     from core.wire.job_messages import JobInput
-    from core.wire.services import DrainReplica, DrainResult, ProbeReplica, ReplicaReadiness, ReplicaState
-    from workflows import retry_policies
+    from core.wire.services import DrainReplica, ProbeReplica, ReplicaReadiness, ReplicaState
+    from workflows import activity_stubs, retry_policies
 
 _HEARTBEAT = timedelta(seconds=10)
 _DRAIN_MARGIN = timedelta(seconds=30)
@@ -62,9 +61,8 @@ class ReplicaServing:
                 known=known,
             )
             readiness: ReplicaReadiness = await workflow.execute_activity(
-                names.PROBE_REPLICA,
+                activity_stubs.probe_replica,
                 request,
-                result_type=ReplicaReadiness,
                 start_to_close_timeout=timedelta(days=365),
                 heartbeat_timeout=_HEARTBEAT,
                 retry_policy=retry_policies.QUICK,
@@ -86,9 +84,8 @@ class ReplicaServing:
         if not self.registered or grace <= 0:
             return
         handle = workflow.start_activity(
-            names.DRAIN_REPLICA,
+            activity_stubs.drain_replica,
             DrainReplica(job_submission_id=self._id, grace=grace),
-            result_type=DrainResult,
             start_to_close_timeout=timedelta(seconds=grace) + _DRAIN_MARGIN,
             heartbeat_timeout=_HEARTBEAT,
             retry_policy=retry_policies.QUICK,
@@ -118,7 +115,7 @@ class ReplicaServing:
             return
         with contextlib.suppress(ActivityError, CancelledError):
             await workflow.execute_activity(
-                names.UNREGISTER_REPLICA,
+                activity_stubs.unregister_replica,
                 self._id,
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=retry_policies.REMOVE,

@@ -12,9 +12,8 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from core.wire import activity_names as names
     from core.wire.messages import MetricsReply, MetricsRequest
-    from workflows import retry_policies
+    from workflows import activity_stubs, retry_policies
 
 # An agent answers within a second; one that cannot is reported by the activity, not waited for.
 SAMPLE_TIMEOUT = timedelta(seconds=15)
@@ -25,9 +24,8 @@ class MetricsWorkflow:
     @workflow.run
     async def run(self, request: MetricsRequest) -> MetricsReply:
         return await workflow.execute_activity(
-            names.TASK_METRICS,
+            activity_stubs.task_metrics,
             request,
-            result_type=MetricsReply,
             start_to_close_timeout=SAMPLE_TIMEOUT,
             retry_policy=retry_policies.FEW_TRIES,  # a worker lost mid-sample: try again
         )

@@ -32,8 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.state_machine import status_message
     from core.runs.workflow_messages import RunInput
     from core.status import RunStatus
-    from core.wire import activity_names as names
-    from workflows import retry_policies
+    from workflows import activity_stubs, retry_policies
     from workflows.handles import settle
 
 DELIVERY_DEADLINE = timedelta(hours=1)  # schedule-to-close: the retries of one delivery, all together
@@ -83,7 +82,7 @@ class NotifyWorkflow:
             delivery = queue[0]
             try:
                 await workflow.execute_activity(
-                    names.DELIVER_NOTIFICATION,
+                    activity_stubs.deliver_notification,
                     delivery,
                     schedule_to_close_timeout=DELIVERY_DEADLINE,
                     start_to_close_timeout=ATTEMPT_TIMEOUT,

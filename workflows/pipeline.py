@@ -26,10 +26,9 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.workflow_messages import RunInput
     from core.status import RunStatus
     from core.web_ui import pipeline_summary, run_current_details, run_line, run_metadata
-    from core.wire import activity_names as names
     from core.wire.messages import RecordPipelineTask, RecordRun
     from core.wire.run_messages import PipelineInput, RunNews, RunResult, StopReply, StopRequest, WatchRequest
-    from workflows import retry_policies
+    from workflows import activity_stubs, retry_policies
     from workflows.run import RunWorkflow
     from workflows.run_watchers import DEPENDENCY_NEWS, Watchers
     from workflows.search_attributes import run_search_attributes
@@ -107,7 +106,7 @@ class PipelineWorkflow:
             submitted_at=workflow.now().timestamp(),
         )
         await workflow.execute_activity(
-            names.RECORD_PIPELINE_TASK,
+            activity_stubs.record_pipeline_task,
             record,
             start_to_close_timeout=timedelta(seconds=10),
             retry_policy=retry_policies.QUICK,
@@ -198,7 +197,7 @@ class PipelineWorkflow:
             return
         state = self._state
         await workflow.execute_activity(
-            names.RECORD_RUN,
+            activity_stubs.record_run,
             RecordRun(
                 run_id=self._input.run_id,
                 status=state.status,

@@ -41,7 +41,6 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.workflow_messages import RunCarry, RunDescription, RunInput
     from core.status import RunStatus
     from core.web_ui import job_details, job_summary, run_line
-    from core.wire import activity_names as names
     from core.wire.job_messages import JobUpdate, TerminateJobRequest
     from core.wire.messages import RecordJob, RecordRun
     from core.wire.run_messages import (
@@ -56,7 +55,7 @@ with workflow.unsafe.imports_passed_through():
         WatchRequest,
     )
     from core.wire.workflow_ids import fleet_workflow_id, job_workflow_id
-    from workflows import retry_policies, run_schedule
+    from workflows import activity_stubs, retry_policies, run_schedule
     from workflows.handles import settle
     from workflows.job import JobWorkflow
     from workflows.notify import Notifier
@@ -366,7 +365,7 @@ class RunWorkflow:
         )
         # A regular activity, not a local one: activities/records.py says why.
         await workflow.execute_activity(
-            names.RECORD_RUN,
+            activity_stubs.record_run,
             record,
             start_to_close_timeout=timedelta(seconds=10),
             retry_policy=retry_policies.QUICK,

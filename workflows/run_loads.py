@@ -14,9 +14,8 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from core.runs.machine import RunMachine
     from core.runs.scaling import SCALES_IN
-    from core.wire import activity_names as names
     from core.wire.services import LoadChange, WatchLoad
-    from workflows import retry_policies
+    from workflows import activity_stubs, retry_policies
 
 
 class LoadWatches:
@@ -58,9 +57,8 @@ class LoadWatches:
     async def _watch(self, group: str | None, request: WatchLoad) -> None:
         try:
             change: LoadChange = await workflow.execute_activity(
-                names.WATCH_LOAD,
+                activity_stubs.watch_load,
                 request,
-                result_type=LoadChange,
                 start_to_close_timeout=timedelta(days=365),
                 heartbeat_timeout=timedelta(seconds=10),
                 retry_policy=retry_policies.QUICK,

@@ -11,10 +11,10 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from core.runs.effects import EndCycle, UpdateSchedule
     from core.runs.workflow_messages import RunInput
-    from core.wire import activity_names as names
     from core.wire.messages import CreateSchedule, UpdateScheduleRequest
     from core.wire.run_messages import CycleDone
     from core.wire.workflow_ids import schedule_id
+    from workflows import activity_stubs
 
 _SCHEDULE_CALL = timedelta(seconds=30)
 
@@ -33,17 +33,21 @@ async def create_schedule(inp: RunInput, crons: tuple[str, ...]) -> None:
         run_type=inp.configuration.type,
         crons=list(crons),
     )
-    await workflow.execute_activity(names.CREATE_SCHEDULE, request, start_to_close_timeout=_SCHEDULE_CALL)
+    await workflow.execute_activity(
+        activity_stubs.create_schedule, request, start_to_close_timeout=_SCHEDULE_CALL
+    )
 
 
 async def update_schedule(inp: RunInput, effect: UpdateSchedule) -> None:
     request = UpdateScheduleRequest(schedule_id=_schedule_id(inp), crons=effect.crons)
-    await workflow.execute_activity(names.UPDATE_SCHEDULE, request, start_to_close_timeout=_SCHEDULE_CALL)
+    await workflow.execute_activity(
+        activity_stubs.update_schedule, request, start_to_close_timeout=_SCHEDULE_CALL
+    )
 
 
 async def delete_schedule(inp: RunInput) -> None:
     await workflow.execute_activity(
-        names.DELETE_SCHEDULE, _schedule_id(inp), start_to_close_timeout=_SCHEDULE_CALL
+        activity_stubs.delete_schedule, _schedule_id(inp), start_to_close_timeout=_SCHEDULE_CALL
     )
 
 

@@ -14,10 +14,9 @@ from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from core.runs.effects import WatchRun
-    from core.wire import activity_names as names
     from core.wire.messages import WatchReply, WatchRunRequest
     from core.wire.run_messages import RunNews, WatchRequest
-    from workflows import retry_policies
+    from workflows import activity_stubs, retry_policies
 
 # The watcher's signal (RunWorkflow.dependency_news).
 DEPENDENCY_NEWS = "dependency_news"
@@ -62,9 +61,8 @@ async def watch_run(effect: WatchRun) -> RunNews | None:
         watcher_workflow_id=workflow.info().workflow_id,
     )
     reply: WatchReply = await workflow.execute_activity(
-        names.WATCH_RUN,
+        activity_stubs.watch_run,
         request,
-        result_type=WatchReply,
         start_to_close_timeout=timedelta(seconds=30),
         retry_policy=retry_policies.QUICK,
     )

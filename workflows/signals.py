@@ -12,9 +12,8 @@ from temporalio import workflow
 from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from core.wire import activity_names as names
     from core.wire.messages import SendSignals, Signal
-    from workflows import retry_policies
+    from workflows import activity_stubs, retry_policies
 
 __all__ = ["LOCAL_HOT_PATH", "Signal", "send", "send_by_workflow", "send_one", "signal"]
 
@@ -39,9 +38,8 @@ async def send(*signals: Signal) -> list[bool]:
     if not signals:
         return []
     return await workflow.execute_local_activity(
-        names.SEND_SIGNALS,
+        activity_stubs.send_signals,
         SendSignals(signals=list(signals)),
-        result_type=list[bool],
         start_to_close_timeout=timedelta(seconds=10),
         retry_policy=retry_policies.QUICK,
     )

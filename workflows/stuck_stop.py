@@ -17,18 +17,15 @@ from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from core.fleets.messages import FLEET_RELEASE, ReleaseJob
-    from core.wire import activity_names as names
     from core.wire.run_messages import StopReply
     from core.wire.stuck_stop import (
         EndRunWorkflows,
         RecordStuckStop,
         RemoveRunTasks,
-        RunTasksRemoved,
-        RunWorkflowsEnded,
         StuckStopInput,
     )
     from core.wire.workflow_ids import fleet_workflow_id, schedule_id
-    from workflows import retry_policies
+    from workflows import activity_stubs, retry_policies
 
 _TEMPORAL_STEP = timedelta(minutes=1)
 # Its tasks' stop_duration (5 minutes by default), then their removal.
@@ -42,11 +39,10 @@ class StuckStopWorkflow:
     async def run(self, inp: StuckStopInput) -> StopReply:
         reason = f"{'aborted' if inp.abort else 'stopped'} while stuck: {inp.note}"
         ended = await workflow.execute_activity(
-            names.END_RUN_WORKFLOWS,
+            activity_stubs.end_run_workflows,
             EndRunWorkflows(
                 run_workflow_id=inp.run_workflow_id, keep=workflow.info().workflow_id, reason=reason
             ),
-            result_type=RunWorkflowsEnded,
             start_to_close_timeout=_TEMPORAL_STEP,
             retry_policy=retry_policies.QUICK,
         )
@@ -58,9 +54,8 @@ class StuckStopWorkflow:
             abort=inp.abort,
         )
         removed = await workflow.execute_activity(
-            names.REMOVE_RUN_TASKS,
+            activity_stubs.remove_run_tasks,
             removal,
-            result_type=RunTasksRemoved,
             start_to_close_timeout=_TASKS_STEP,
             heartbeat_timeout=_TASKS_HEARTBEAT,
             retry_policy=retry_policies.QUICK,
@@ -73,15 +68,14 @@ class StuckStopWorkflow:
                         FLEET_RELEASE, ReleaseJob(job_id=job)
                     )
         await workflow.execute_activity(
-            names.DELETE_SCHEDULE,
+            activity_stubs.delete_schedule,
             schedule_id(inp.run_workflow_id, inp.run_id),
             start_to_close_timeout=_TEMPORAL_STEP,
             retry_policy=retry_policies.QUICK,
         )
         return await workflow.execute_activity(
-            names.RECORD_STUCK_STOP,
+            activity_stubs.record_stuck_stop,
             RecordStuckStop(run_id=inp.run_id, abort=inp.abort, note=inp.note, unremoved=removed.unremoved),
-            result_type=StopReply,
             start_to_close_timeout=_TEMPORAL_STEP,
             retry_policy=retry_policies.QUICK,
         )
