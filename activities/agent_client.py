@@ -4,7 +4,7 @@ Every call raises `AgentUnreachable` when the agent cannot be reached in time (t
 INSTANCE_UNREACHABLE) and `AgentError` with the status code and the agent's message when it answers
 with an error.
 
-A client given `relocate` (the local agent's, worker.local_agent) asks where the agent is after a
+A client given `relocate` (the local agent's, embedded.local_agent) asks where the agent is after a
 connection failure: a restarted agent may listen elsewhere (docs/jobs.md#a-restarted-agent). When that
 finds a restarted (or moved) agent, a request is sent to it once more if it is safe to: it never
 reached the old one (no connection), or it only reads (GET). Others are left to the caller's retry.

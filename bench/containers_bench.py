@@ -9,7 +9,7 @@ latency section's shareable resources. Times as the latency section takes them (
 is the job's `start` event, DONE the moment the client hears the run's workflow completed.
 
 The engine must be served before the stack starts: the local agent takes DOCKER_HOST from the environment
-it is started with (the bench's own process, `worker.stack.Stack.start`), so `engine` comes first and the
+it is started with (the bench's own process, `embedded.stack.Stack.start`), so `engine` comes first and the
 section's runs come after the other sections' warm-up.
 """
 

@@ -1,4 +1,4 @@
-"""Ferry's workloads, on the real embedded stack (worker.stack) in a fresh FERRY_HOME.
+"""Ferry's workloads, on the real embedded stack (embedded.stack) in a fresh FERRY_HOME.
 
 Every figure comes from the client's clock and the store, the way a user of `ferry` would see it:
 submissions go through FerryAPI, RUNNING is the job's `start` event, DONE is the moment the client hears

@@ -61,7 +61,7 @@ class Plan:
     services_trials: int
     profile_dir: Path | None
     peers: Path
-    workers: int = 1  # the stack's worker and workers - 1 more (worker.extra_workers)
+    workers: int = 1  # the stack's worker and workers - 1 more (embedded.extra_workers)
 
 
 def plan_from(args: argparse.Namespace) -> Plan:

@@ -39,7 +39,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 # Seconds past the workers' own shutdown_timeout (5 s) before the supervisor SIGKILLs them: within the
-# embedded stack's 10 s before it SIGKILLs the supervisor (worker.processes.terminate).
+# embedded stack's 10 s before it SIGKILLs the supervisor (embedded.processes.terminate).
 KILL_AFTER = 3.0
 SERVED_LONG_ENOUGH = 10.0  # a worker that ran this long is forked again at once when it dies
 MAX_PAUSE = 10.0  # the longest pause before forking again a worker that keeps dying
