@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
 import shutil
 import signal
@@ -32,8 +31,8 @@ from core.fleets.status import FleetStatus
 from core.settings import Settings
 from core.status import JobStatus, JobTerminationReason, RunStatus
 from testbed.fleets import Cluster, task, until
-from testbed.helpers import host_python, leftover_processes
-from testbed.netns import HostNetwork, NamespaceError, preflight
+from testbed.helpers import leftover_processes
+from testbed.netns import HostNetwork
 from worker.main import ssh_options
 
 if TYPE_CHECKING:
@@ -44,24 +43,6 @@ PROJECT = "recovery"
 RETRY_ON_INTERRUPTION = {"on_events": ["interruption"], "duration": "1h"}
 UNREACHABLE = "instance_unreachable"
 LOSS_WAIT = 120.0  # seconds a lost job may take to fail, and its new submission to start: bounds, not figures
-
-
-def unavailable() -> str | None:
-    """Why the test hosts cannot be made here (not root, no sshd or ip...), or None."""
-    try:
-        preflight()
-    except NamespaceError as err:
-        return str(err)
-    if not os.access(host_python(), os.X_OK):
-        return f"no interpreter for the hosts at {host_python()}"
-    return None
-
-
-def ssh_settings() -> dict[str, str]:
-    """The stack worker's settings for the test hosts: they share this machine's disk, so this
-    interpreter's base Python runs there, and their host keys are made for the run (accepted unchecked:
-    they are reachable from this machine only)."""
-    return {"FERRY_SSH_PYTHON": host_python(), "FERRY_SSH_KNOWN_HOSTS": "none"}
 
 
 @dataclass

@@ -11,7 +11,6 @@ import contextlib
 import io
 import os
 import platform
-import re
 import shutil
 import signal
 import subprocess
@@ -23,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import containers_bench, services_bench
+from bench import containers_bench, logs_section, recovery, services_bench, skeleton_section
 from bench.common import Clock, Report
 from bench.ferry_side import REPO_ROOT, BurstResult, FerrySide
 from bench.profile import profiled
+from bench.recovery_hosts import unavailable
 from bench.scale_section import ScaleSection
 from bench.slurm_side import SlurmError, SlurmSide
 
@@ -43,7 +43,6 @@ SECTIONS = (
     "slurm",
 )
 DEFAULT_PEERS = REPO_ROOT.parent / "shared" / "peers"
-SKELETON_LATENCY_RUNS = 10  # temporal_skeleton.py times 10 sequential runs before its burst
 
 
 @dataclass
@@ -197,15 +196,21 @@ class Bench:
         if self.wants("throughput"):
             await self.section("throughput", self.throughput())
         if self.wants("skeleton"):
-            await asyncio.to_thread(self.skeleton)
-            await self.section("events", self.events_per_run())
+            await asyncio.to_thread(
+                skeleton_section.measure, self.ferry, r, self.plan.peers, self.plan.skeleton_runs
+            )
+            await self.section("events", skeleton_section.events_per_run(self.ferry, r))
         if self.wants("logs"):
-            await self.section("logs", self.ferry.logs(self.plan.log_bytes))
+            await self.section("logs", logs_section.measure(self.ferry, self.plan.log_bytes))
         if self.wants("scale"):
             await self.section("scale", ScaleSection(self.ferry).run(self.plan.scale))
         if self.wants("recovery"):
-            trials = self.plan.recovery_trials
-            await self.section("recovery", self.ferry.recovery(trials, self.work / "recovery"))
+            why = unavailable()
+            if why is not None:
+                r.put("recovery", f"skipped ({why})")
+            else:
+                trials = self.plan.recovery_trials
+                await self.section("recovery", recovery.measure(self.ferry, trials, self.work / "recovery"))
         if self.wants("services"):
             await self.section("services", self.services())
         self.ratios()
@@ -296,54 +301,6 @@ class Bench:
             name = f"ratio_slots_{slots}slots_over_throughput_completion_rate"
             r.put(name, queued / unqueued if queued is not None and unqueued else "n/a", 2)
 
-    def skeleton(self) -> None:
-        """../shared/peers/temporal_skeleton.py on the stack's own dev server: the ceiling."""
-        script = self.plan.peers / "temporal_skeleton.py"
-        if not script.exists():
-            self.report.put("skeleton", f"skipped (no {script})")
-            return
-        clock = Clock()
-        temporal_before = self.ferry.cpu_times()["temporal"]
-        written_before = self.ferry.temporal_written()
-        done, skeleton_cpu_s = _run_with_cpu(
-            [sys.executable, str(script), self.ferry.address, str(self.plan.skeleton_runs)], timeout=600
-        )
-        found = re.search(r"latency p50=(\d+)ms\s+N=(\d+) runs/s=([\d.]+)", done.stdout)
-        if not found:
-            self.report.put("skeleton", f"failed: {(done.stderr or done.stdout).strip()[-300:]}")
-            return
-        if done.returncode != 0:  # it has been seen to crash while the interpreter exits, after printing
-            self.report.note(f"temporal_skeleton.py exited {done.returncode} after printing its figures")
-        self.report.put("skeleton_latency_p50_ms", int(found.group(1)))
-        self.report.put("skeleton_runs", int(found.group(2)))
-        self.report.put("skeleton_completion_rate_runs_per_s", float(found.group(3)), 1)
-        self.report.put("skeleton_wall_s", clock.elapsed(), 1)
-        # what the ceiling spends, beside throughput_cpu_*: its latency runs included, so a little more
-        temporal_s = self.ferry.cpu_times()["temporal"] - temporal_before
-        self.report.put("skeleton_cpu_temporal_s", temporal_s, 1)
-        self.report.put("skeleton_cpu_worker_s", skeleton_cpu_s, 1)
-        runs = int(found.group(2)) + SKELETON_LATENCY_RUNS
-        self.report.put("skeleton_cpu_per_run_ms", (temporal_s + skeleton_cpu_s) / runs * 1000, 1)
-        written_after = self.ferry.temporal_written()
-        if written_before is not None and written_after is not None:
-            self.report.put("skeleton_temporal_written_mb", written_after - written_before, 1)
-
-    async def events_per_run(self) -> None:
-        """History events of one trivial run, Ferry's (the last latency run: its run and job workflows)
-        beside the skeleton's (its parent and child): what Temporal writes and replays per run."""
-        r = self.report
-        record = self.ferry.last_latency_run
-        if record is not None:
-            run, job = await self.ferry.run_events(record)
-            r.put("events_per_run_ferry", run + job)
-            r.put("events_per_run_ferry_run_workflow", run)
-            r.put("events_per_run_ferry_job_workflow", job)
-        skeleton = await self.ferry.skeleton_events()
-        if skeleton is not None:
-            r.put("events_per_run_skeleton", sum(skeleton))
-            if record is not None:
-                r.put("ratio_events_per_run_ferry_over_skeleton", (run + job) / sum(skeleton), 2)
-
     def ratios(self) -> None:
         r, f = self.report, self.report.figures
         if not any(k.startswith("slurm_") for k in f):
@@ -389,27 +346,6 @@ class Bench:
                 f["throughput_completion_rate_runs_per_s"] / f["skeleton_completion_rate_runs_per_s"],
                 2,
             )
-
-
-def _run_with_cpu(command: list[str], timeout: float) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run `command`; its result and the CPU seconds it used (its own rusage, from wait4)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(command, stdout=out, stderr=err, text=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                proc.kill()
-                pid, status, usage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.2)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        done = subprocess.CompletedProcess(command, proc.returncode, out.read(), err.read())
-    return done, usage.ru_utime + usage.ru_stime
 
 
 def main(argv: list[str] | None = None) -> None:

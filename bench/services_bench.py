@@ -41,14 +41,16 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from bench import services_scaling
 from bench.common import Clock, Report, cpu_seconds
 from bench.ferry_side import SHARED, FerrySide
 from bench.services_parts import (
+    PROJECT,
     REPLICA,
+    SCALING_TARGET,
     UVICORN_REPLICA,
     LoadResult,
     Nginx,
-    Pacer,
     _get,
     _ms,
     _session,
@@ -62,13 +64,9 @@ from core.services.replicas import service_path, service_url
 from core.status import RunStatus
 from store import RunRecord
 
-PROJECT = "bench-services"
 PORT = 8100  # every replica listens on it: each has its own network namespace
 CONCURRENCY = 16  # the load's connections (keep-alive)
 ROUNDS = 4  # each target's measurement is split in rounds, the targets' order reversed every round
-SCALING_TARGET = 10  # requests/s per replica
-HIGH_RATE = 30  # requests/s: ceil(30 / 10) = 3, within 1..2: two replicas
-LOW_RATE = 5  # requests/s: one replica
 SLOW_REQUESTS = 10  # in flight while a run is stopped, 1 s each
 STDLIB_SCRIPT, UVICORN_SCRIPT = "replica.py", "replica_uvicorn.py"
 
@@ -197,8 +195,8 @@ class ServicesBench:
                 if nginx is not None:
                     await asyncio.to_thread(nginx.stop)
             await self.from_zero()
-            await self.scale_down()
-            await self.rolling()
+            await services_scaling.scale_down(self)
+            await services_scaling.rolling(self)
         finally:
             await self.stop_all()
             shutil.rmtree(nginx_dir, ignore_errors=True)
@@ -251,7 +249,7 @@ class ServicesBench:
             r.note(f"nginx: skipped ({nginx_why})")
         # The proxy re-reads its routes every 0.1 s: until it answers.
         for target, url in targets.items():
-            await self.until(f"an answer {target}", functools.partial(self._answers, url), 15)
+            await self.until(f"an answer {target}", functools.partial(self.answers, url), 15)
 
         loaded = {t: LoadResult() for t in targets}
         sequential = {t: LoadResult() for t in targets}
@@ -315,7 +313,7 @@ class ServicesBench:
         )
         return ferry
 
-    async def _answers(self, url: str) -> bool:
+    async def answers(self, url: str) -> bool:
         with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
             async with _session(1, timeout=5) as session, session.get(url) as response:
                 await response.read()
@@ -391,81 +389,6 @@ class ServicesBench:
             f"{'met' if goal <= 2 else 'NOT met'} ({goal:.3f} s)"
         )
         await self.stop_run(name)
-
-    async def scale_down(self) -> None:
-        """`replicas: 1..2` under a paced load that holds two replicas, then a low one: one replica."""
-        r = self.report
-        name = "scale-down"
-        scaling = {"target": SCALING_TARGET, "window": "2s", "scale_up_delay": "0s", "scale_down_delay": "2s"}
-        record = await self.submit(name, replicas="1..2", scaling=scaling)
-        await self.ready(record, 1)
-        url = service_url(self.proxy, PROJECT, name)
-        await self.until("an answer through the proxy", functools.partial(self._answers, url), 15)
-        pacer = Pacer(url, HIGH_RATE, cap=HIGH_RATE * 150, limit_s=150)
-        load = asyncio.create_task(pacer.run())
-        try:
-            up = await self.until_ready_or_load_ends(record, 2, load, 60)
-            r.put("services_scale_up_s", up)  # the high rate's start -> two replicas ready
-            await asyncio.sleep(3)  # both serve
-            pacer.rate = LOW_RATE
-            down = await self.until_ready_or_load_ends(record, 1, load, 60)
-            r.put("services_scale_down_s", down)  # the low rate's start -> the second replica gone
-            await asyncio.sleep(3)
-        finally:
-            pacer.stop()
-            result = await load
-        r.put("services_scale_down_rates_per_s", f"{HIGH_RATE} then {LOW_RATE} (target {SCALING_TARGET})")
-        r.put("services_scale_down_requests_sent", result.sent)
-        r.put("services_scale_down_failed_requests", result.failed)
-        if result.failures:
-            r.note(f"scale-down: failures {dict(result.failures)}")
-        await self.stop_run(name)
-
-    async def rolling(self) -> None:
-        """Two replicas under a paced load, re-applied with a changed env: a rolling deployment."""
-        r = self.report
-        name = "rolling"
-        record = await self.submit(name, replicas=2)
-        await self.ready(record, 2)
-        url = service_url(self.proxy, PROJECT, name)
-        await self.until("an answer through the proxy", functools.partial(self._answers, url), 15)
-        pacer = Pacer(url, LOW_RATE * 4, cap=LOW_RATE * 4 * 150, limit_s=150)
-        load = asyncio.create_task(pacer.run())
-        try:
-            await asyncio.sleep(1)
-            reply = await self.api.deploy(name, self.conf(name, replicas=2, env={"DEPLOYMENT": "1"}))
-            if reply.refused is not None:
-                raise RuntimeError(f"rolling deployment refused: {reply.refused}")
-
-            async def rolled() -> bool:
-                if load.done():
-                    raise RuntimeError("the load ended first")
-                rows = await asyncio.to_thread(self.ferry.store.list_service_replicas, [record.id])
-                return len(rows) == 2 and all(
-                    row.deployment_num == 1 and row.state == "ready" for row in rows
-                )
-
-            r.put("services_rolling_s", await self.until("the new deployment alone", rolled, 90))
-            await asyncio.sleep(1)
-        finally:
-            pacer.stop()
-            result = await load
-        r.put("services_rolling_requests_sent", result.sent)
-        r.put("services_rolling_failed_requests", result.failed)
-        if result.failures:
-            r.note(f"rolling: failures {dict(result.failures)}")
-        await self.stop_run(name)
-
-    async def until_ready_or_load_ends(
-        self, record: RunRecord, count: int, load: asyncio.Task[LoadResult], limit: float
-    ) -> float:
-        async def check() -> bool:
-            if load.done():
-                raise RuntimeError("the load ended first")
-            found = await self.replicas(record)
-            return len(found) == count and all(state == "ready" for state, _ in found)
-
-        return await self.until(f"{count} replica(s) of {record.run_name} ready", check, limit)
 
 
 async def measure(ferry: FerrySide, report: Report, requests: int, trials: int) -> None:

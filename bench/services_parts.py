@@ -23,6 +23,10 @@ import aiohttp
 
 from bench.common import Clock, Report, percentile
 
+PROJECT = "bench-services"
+SCALING_TARGET = 10  # requests/s per replica
+HIGH_RATE = 30  # requests/s: ceil(30 / 10) = 3, within 1..2: two replicas
+LOW_RATE = 5  # requests/s: one replica
 MEASURE_LIMIT_S = 120.0  # a measurement stops after this long, whatever its count
 
 # A typical Python replica: a threaded stdlib HTTP server. GET /slow?s=N answers after N seconds, anything
