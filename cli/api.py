@@ -22,7 +22,7 @@ from cli.volume_api import run_volumes
 from core.configuration import RunConfiguration
 from core.configuration.pipeline import PIPELINE_TYPE, PipelineConfiguration
 from core.eventlog import Event
-from core.runs.state_machine import WAITING_FOR
+from core.runs.status_words import WAITING_FOR
 from core.runs.watching import dependency_cycle
 from core.runs.workflow_messages import RunInput
 from core.services.replicas import service_url

@@ -203,7 +203,7 @@ def service_line(store: Store, record: RunRecord, configuration: ServiceConfigur
 
 def schedule_line(crons: list[str], count: int = 3) -> str:
     from core.runs.cycles import next_triggers
-    from core.runs.state_machine import format_utc
+    from core.runs.status_words import format_utc
 
     times = next_triggers(crons, time.time(), count)
     return "scheduled: next at " + ", ".join(format_utc(t) for t in times)

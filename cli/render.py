@@ -96,7 +96,7 @@ def decisive_job(jobs: Sequence[JobSubmissionRecord]) -> JobSubmissionRecord | N
 
 
 def run_message(run: RunRecord, jobs: Sequence[JobSubmissionRecord], now: float | None = None) -> str:
-    # The run's own message, as core.runs.state_machine.status_message derives it: "next at ...",
+    # The run's own message, as core.runs.status_words.status_message derives it: "next at ...",
     # "waiting for prep to be done", "task 2 of 3", why a dependency failed, the termination reason...
     if run.status_message:
         return run.status_message

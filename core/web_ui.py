@@ -13,7 +13,7 @@ from core.configuration import RunConfiguration
 from core.jobs.state_machine import JobState
 from core.jobs.transitions import last_note
 from core.runs.run_state import RunJob, RunState
-from core.runs.state_machine import status_message
+from core.runs.status_words import status_message
 from core.runs.workflow_messages import RunInput
 from core.services.replicas import service_path
 from core.status import JobStatus, JobTerminationReason, RunStatus

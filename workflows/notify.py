@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
         notify_workflow_id,
     )
     from core.runs.run_state import RunState
-    from core.runs.state_machine import status_message
+    from core.runs.status_words import status_message
     from core.runs.workflow_messages import RunInput
     from core.status import RunStatus
     from workflows import activity_stubs, retry_policies

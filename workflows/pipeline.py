@@ -21,7 +21,8 @@ with workflow.unsafe.imports_passed_through():
     from core.eventlog import Event
     from core.runs import pipelines
     from core.runs.pipelines import PipelineLog, task_run_id, task_workflow_id
-    from core.runs.state_machine import RunState, apply_run_event, status_message
+    from core.runs.state_machine import RunState, apply_run_event
+    from core.runs.status_words import status_message
     from core.runs.watching import run_news
     from core.runs.workflow_messages import RunInput
     from core.status import RunStatus

@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.lifecycle import Inbox, advance, plan_of, submit_run
     from core.runs.machine import Step, StopKind, stronger_stop
     from core.runs.scaling import SCALES_IN
-    from core.runs.state_machine import status_message
+    from core.runs.status_words import status_message
     from core.runs.submissions import job_input
     from core.runs.watching import run_news
     from core.runs.workflow_messages import RunCarry, RunDescription, RunInput

@@ -49,7 +49,6 @@ status is the one its reason leads to, and a TERMINATING reason is kept by job-f
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 from core.configuration.specs import DependencyCondition
@@ -68,7 +67,7 @@ from core.eventlog import (
 from core.runs.run_state import RunJob, RunState
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
-__all__ = ["RunJob", "RunState", "apply_run_event", "replay_run", "status_message"]
+__all__ = ["RunJob", "RunState", "apply_run_event", "replay_run"]
 
 _ACTIVE_RUN = frozenset(s for s in RunStatus if s.is_active())
 _NOT_TERMINATING = _ACTIVE_RUN - {RunStatus.TERMINATING}
@@ -112,40 +111,6 @@ JOB_STATUS_RANK = {
     )
 }
 _HOLDING_INSTANCE = frozenset({JobStatus.PROVISIONING, JobStatus.PULLING, JobStatus.RUNNING})
-
-
-WAITING_FOR = "waiting for "  # the message of a run waiting for others (docs/dependencies.md)
-
-
-def status_message(state: RunState) -> str | None:
-    """The run's one-line status message, as `ferry ps` shows it."""
-    if state.tasks:
-        reason = state.termination_reason
-        ended = f": {reason.value.replace('_', ' ')}" if reason else ""
-        return f"task {state.task} of {state.tasks}{ended}"
-    if state.termination_reason == RunTerminationReason.DEPENDENCY_FAILED and state.exceptions:
-        return state.exceptions[-1].note
-    if state.termination_reason is not None:
-        return state.termination_reason.value.replace("_", " ")
-    if state.status == RunStatus.PENDING and state.waiting_for:
-        return WAITING_FOR + ", ".join(_waiting_words(description) for description in state.waiting_for)
-    if state.status == RunStatus.PENDING and state.next_at is not None:
-        return f"next at {format_utc(state.next_at)}" + (
-            f" (last cycle {state.last_cycle})" if state.last_cycle else ""
-        )
-    if state.status == RunStatus.PENDING:
-        scaled_to_zero = all(job.termination_reason == JobTerminationReason.SCALED_DOWN for job in state.jobs)
-        return "scaled to zero: a request wakes it" if scaled_to_zero else "retrying"
-    return None
-
-
-def _waiting_words(description: str) -> str:
-    run, _, condition = description.partition(":")
-    return f"{run} {DependencyCondition(condition).wording}"
-
-
-def format_utc(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _with_job(state: RunState, job: RunJob) -> RunState:

@@ -17,7 +17,8 @@ from typing import Any
 from core.eventlog import Event
 from core.jobs.state_machine import JobState, apply_job_event, replay_job
 from core.jobs.transitions import fatal, job_record_of
-from core.runs.state_machine import apply_run_event, replay_run, status_message
+from core.runs.state_machine import apply_run_event, replay_run
+from core.runs.status_words import status_message
 from core.runs.terminating import stop_reason
 from core.status import JobStatus, JobTerminationReason, RunStatus
 from core.wire.messages import RecordJob, RecordRun

@@ -13,7 +13,8 @@ from core.configuration.pipeline import LoadedPipeline, load_run_file
 from core.eventlog import Event
 from core.runs import pipelines
 from core.runs.pipelines import PipelineLog
-from core.runs.state_machine import apply_run_event, replay_run, status_message
+from core.runs.state_machine import apply_run_event, replay_run
+from core.runs.status_words import status_message
 from core.status import RunStatus, RunTerminationReason
 from core.wire.run_messages import RunNews
 

@@ -15,7 +15,8 @@ from core.runs.deploying import Deploy, not_in_place
 from core.runs.effects import StartJob, TerminateJob
 from core.runs.lifecycle import Inbox, advance, plan_of, submit_run
 from core.runs.machine import RunMachine, Step
-from core.runs.state_machine import replay_run, status_message
+from core.runs.state_machine import replay_run
+from core.runs.status_words import status_message
 from core.runs.submissions import job_input
 from core.status import JobStatus, JobTerminationReason, RunStatus
 from core.wire.services import LoadChange

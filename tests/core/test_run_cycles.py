@@ -10,7 +10,8 @@ from core.runs.deploying import Deploy, changed_fields, not_in_place
 from core.runs.effects import EndCycle, StartJob, TerminateJob, UpdateSchedule
 from core.runs.lifecycle import Inbox, advance, plan_of, submit_run
 from core.runs.machine import RunMachine, Step, StopKind
-from core.runs.state_machine import replay_run, status_message
+from core.runs.state_machine import replay_run
+from core.runs.status_words import status_message
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire.run_messages import CycleTrigger
 from tests.core.test_run_lifecycle import T0, finished, keys_of, news, run_input, said

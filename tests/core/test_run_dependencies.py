@@ -8,7 +8,8 @@ import pytest
 from core.configuration.specs import DependencyCondition
 from core.runs.effects import StartJob, WatchRun
 from core.runs.lifecycle import Inbox, advance, submit_run
-from core.runs.state_machine import replay_run, status_message
+from core.runs.state_machine import replay_run
+from core.runs.status_words import status_message
 from core.runs.watching import Verdict, dependency_cycle, verdict
 from core.status import RunStatus, RunTerminationReason
 from core.wire.run_messages import DependencyTarget, RunNews

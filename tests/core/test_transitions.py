@@ -16,7 +16,8 @@ from core.jobs.transitions import (
     stop_event,
 )
 from core.runs.pending import replicas_to_resubmit
-from core.runs.state_machine import replay_run, status_message
+from core.runs.state_machine import replay_run
+from core.runs.status_words import status_message
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire.agent_api import ClusterInfo, PortBinding
 from core.wire.job_messages import Placement, TerminateJobRequest

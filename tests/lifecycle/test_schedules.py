@@ -16,7 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from cli.api import FerryAPI
 from core.configuration import TaskConfiguration, parse_configuration
 from core.runs.cycles import next_triggers
-from core.runs.state_machine import format_utc
+from core.runs.status_words import format_utc
 from core.status import RunStatus
 from core.wire.workflow_ids import schedule_id
 from store import RunRecord
