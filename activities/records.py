@@ -11,6 +11,7 @@ re-sends its events with the same sequence numbers and the store ignores the one
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from temporalio import activity
 
@@ -49,14 +50,19 @@ class RecordActivities:
 
 def store_run_changes(store: Store, record: RecordRun) -> None:
     """A run's new events and status, and its jobs', in one transaction."""
+    fields: dict[str, Any] = {
+        "status": record.status.value,
+        "termination_reason": record.termination_reason.value if record.termination_reason else None,
+        "status_message": record.status_message,
+        "finished_at": record.finished_at,
+    }
+    if record.configuration is not None:
+        fields["configuration"] = record.configuration
+    if record.priority is not None:
+        fields["priority"] = record.priority
     store.record_changes(
         record.run_id,
-        {
-            "status": record.status.value,
-            "termination_reason": record.termination_reason.value if record.termination_reason else None,
-            "status_message": record.status_message,
-            "finished_at": record.finished_at,
-        },
+        fields,
         (record.start_seq, _rows(record.events)),
         [(job_submission_record(job), job.start_seq, _rows(job.events)) for job in record.jobs],
     )

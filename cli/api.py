@@ -331,17 +331,14 @@ class FerryAPI:
 
     async def deploy(self, run_name: str, configuration: RunConfiguration) -> DeployReply:
         """Re-apply an active service's configuration in place (a rolling deployment), or a scheduled run's
-        (its next cycles); the store's record gets the new configuration, which the proxies read (auth,
+        (its next cycles); the run records the new configuration in the store, which the proxies read (auth,
         strip_prefix, model)."""
         record = await self.get_run(run_name)
         await self.check_secrets([configuration], f"run {run_name}")
         request = DeployRequest(configuration=configuration)
         await self._refuse_if_stuck(record, "a new configuration")
-        reply = await self._handle(record).execute_update(RunWorkflow.deploy, request)
-        if reply.refused is None and reply.changed:
-            data = configuration.model_dump_json()
-            await asyncio.to_thread(self.store.update_run, record.id, configuration=data)
-        return reply
+        # The run records its new configuration itself, once it has taken it (docs/runs.md#the-store).
+        return await self._handle(record).execute_update(RunWorkflow.deploy, request)
 
     async def wait(self, run_name: str) -> RunRecord:
         """Until the run has finished; its final record."""

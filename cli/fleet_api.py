@@ -256,5 +256,4 @@ class FleetAPI:
         handle: WorkflowHandle[RunWorkflow, object] = self.client.get_workflow_handle_for(
             RunWorkflow.run, record.workflow_id
         )
-        await handle.signal(RunWorkflow.set_priority, SetPriority(priority=priority))
-        await asyncio.to_thread(self.store.update_run, record.id, priority=priority)
+        await handle.signal(RunWorkflow.set_priority, SetPriority(priority=priority))  # it records it

@@ -87,6 +87,8 @@ class RunWorkflow:
         # A scheduled run re-applied during a cycle: its configuration waits for the cycle's end.
         self._next_cycle: tuple[RunConfiguration, list[str]] | None = None
         self._triggers: list[CycleTrigger] = []  # a scheduled run's schedule fired (workflows/cycle.py)
+        # The configuration the store's run row has: the run writes it there once another replaces it.
+        self._recorded_configuration = inp.configuration
         if inp.carry is None:
             # STEP 1 in the constructor: a stop sent with the run's start finds the run already logged.
             step = submit_run(inp, workflow.now().timestamp())
@@ -353,6 +355,11 @@ class RunWorkflow:
         self._publish_status()
         if not new and not jobs:
             return
+        # The run row's one writer after its submission (docs/runs.md#the-store): a configuration re-applied
+        # in place (`ferry apply` of a changed service or schedule), and a priority set since the last flush.
+        configuration = self._input.configuration
+        reconfigured = configuration is not self._recorded_configuration
+        reprioritised = any(event.name == "priority" for event in new)
         record = RecordRun(
             run_id=self._input.run_id,
             status=state.status,
@@ -362,6 +369,8 @@ class RunWorkflow:
             events=new,
             finished_at=state.status_since if state.status.is_finished() else None,
             jobs=jobs,
+            configuration=configuration.model_dump_json() if reconfigured else None,
+            priority=state.priority if reprioritised else None,
         )
         # A regular activity, not a local one: activities/records.py says why.
         await workflow.execute_activity(
@@ -371,6 +380,7 @@ class RunWorkflow:
             retry_policy=retry_policies.QUICK,
         )
         self._flushed = start + len(new)
+        self._recorded_configuration = configuration
         await self._notifier.send(self._input, new, start, state)  # docs/runs.md#notifications
 
     # --- continue-as-new --------------------------------------------------------------------------

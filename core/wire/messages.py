@@ -56,6 +56,9 @@ class RecordRun(Message):
     events: list[Event]
     finished_at: float | None = None
     jobs: list[RecordJob] = []  # the jobs' news heard since the last flush, stored in the same transaction
+    # The run's configuration (JSON), when re-applied in place since the last flush; its priority, when set.
+    configuration: str | None = None
+    priority: int | None = None
 
 
 class RecordPipelineTask(Message):

@@ -103,6 +103,8 @@ class Log:
     events: dict[int, Event] = field(default_factory=dict)
     status: str | None = None
     reason: str | None = None
+    configurations: list[str] = field(default_factory=list)  # a run's, each time it recorded a new one
+    priorities: list[int] = field(default_factory=list)
 
     def append(self, start_seq: int, events: list[Event]) -> None:
         for n, event in enumerate(events, start=start_seq):
@@ -191,6 +193,10 @@ class FakeBackend(ServiceDoubles):
         log.append(record.start_seq, record.events)
         log.status = record.status.value
         log.reason = record.termination_reason.value if record.termination_reason else None
+        if record.configuration is not None:
+            log.configurations.append(record.configuration)
+        if record.priority is not None:
+            log.priorities.append(record.priority)
         for job in record.jobs:
             self._record_job(job)
 

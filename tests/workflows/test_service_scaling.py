@@ -4,10 +4,12 @@ the run up, down (SCALED_DOWN jobs no longer count) and to zero (PENDING until a
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from core.configuration import parse_configuration
 from core.status import JobStatus, JobTerminationReason, RunStatus
 from core.wire import activity_names as names
 from tests.workflows.doubles import BLOCK
@@ -144,6 +146,10 @@ async def test_a_rolling_deployment_replaces_each_replica_after_a_new_one_is_rea
     assert ready_2 < stop_1
     [deployed] = named(events, "deploy")
     assert deployed.context == {"deployment": 1, "changed": ["commands"]}
+    # The run wrote the configuration it took to its store row, once (the CLI no longer does).
+    [run_log] = backend.runs.values()
+    [stored] = run_log.configurations
+    assert parse_configuration(json.loads(stored)) == changed
     await harness.stop(handle)
     await harness.result(handle)
     await harness.check_eventlogs_replay(handle)
