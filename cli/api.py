@@ -16,6 +16,7 @@ from activities.code import MissingCodeSource, RepoTooLarge, code_sources, pack_
 from cli.errors import FerryError, RunActive, RunNotFound, RunStuck
 from cli.fleet_api import FleetAPI, choose_fleet
 from cli.pipeline_tasks import task_run
+from cli.run_names import generated_name
 from cli.secret_api import check_secrets
 from cli.stuck import StuckWorkflow, stop_stuck_run, stuck_runs, stuck_workflows
 from cli.volume_api import run_volumes
@@ -44,7 +45,7 @@ from workflows.run import RunWorkflow
 from workflows.search_attributes import pipeline_search_attributes, run_search_attributes
 from workflows.web_ui import failed_run_result
 
-__all__ = ["FerryAPI", "FerryError", "RunActive", "RunNotFound", "default_user", "generated_name"]
+__all__ = ["FerryAPI", "FerryError", "RunActive", "RunNotFound", "default_user"]
 
 
 def default_user() -> str:
@@ -381,45 +382,3 @@ class FerryAPI:
 
 def _events(rows: list[EventRecord]) -> list[Event]:
     return [r.to_event() for r in rows]
-
-
-_ADJECTIVES = (
-    "brave",
-    "calm",
-    "eager",
-    "fancy",
-    "gentle",
-    "happy",
-    "jolly",
-    "kind",
-    "lively",
-    "proud",
-    "quick",
-    "silly",
-    "swift",
-    "witty",
-    "bold",
-    "bright",
-)
-_NOUNS = (
-    "otter",
-    "heron",
-    "falcon",
-    "badger",
-    "lynx",
-    "marten",
-    "osprey",
-    "panda",
-    "raven",
-    "seal",
-    "tapir",
-    "walrus",
-    "yak",
-    "zebra",
-    "gecko",
-    "koala",
-)
-
-
-def generated_name() -> str:
-    return f"{secrets.choice(_ADJECTIVES)}-{secrets.choice(_NOUNS)}-{secrets.randbelow(100)}"
