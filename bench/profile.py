@@ -67,7 +67,7 @@ _FRAME = re.compile(r"^(?P<func>[^ ]+) \((?P<file>[^:]+)(?::\d+)?\)$")
 _IDLE = ("EpollSelector.select", "_worker (thread.py)", "Condition.wait", "_write_to_self", "_read_from_self")
 # Frames every busy sample of a thread sits under (the event loop's, a pool thread's, the entry point's).
 _SCAFFOLD_FILES: tuple[str, ...] = ("(base_events.py)", "(events.py)", "(runners.py)", "(<frozen runpy>)")
-_SCAFFOLD_FILES += ("(threading.py)", "(thread.py)", "(_compat.py)", "(server.py)", "(stack_worker.py)")
+_SCAFFOLD_FILES += ("(threading.py)", "(thread.py)", "(_compat.py)", "(server.py)", "(stack_entry.py)")
 _SCAFFOLD_FILES += ("(main.py)",)
 
 

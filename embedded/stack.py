@@ -75,7 +75,7 @@ class StackNotRunning(StackError):
 
 def worker_command(ready_file: Path) -> list[str]:
     """A stack worker's command; it writes its pid to `ready_file` once it polls."""
-    return [sys.executable, "-m", "embedded.stack_worker", "--ready-file", str(ready_file)]
+    return [sys.executable, "-m", "worker.stack_entry", "--ready-file", str(ready_file)]
 
 
 class Stack(StackFiles):

@@ -1,4 +1,4 @@
-"""The embedded stack's worker: `python -m embedded.stack_worker --ready-file FILE`.
+"""The worker as the embedded stack starts it: `python -m worker.stack_entry --ready-file FILE`.
 
 worker.main.run_worker, plus a ready file (its pid) written once the worker polls: the stack waits for
 it instead of sleeping. FERRY_TEMPORAL_ADDRESS names the stack's dev server, which may still be starting.
@@ -33,7 +33,7 @@ async def serve_worker(settings: Settings, ready_file: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m embedded.stack_worker", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m worker.stack_entry", description=__doc__)
     parser.add_argument("--ready-file", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
