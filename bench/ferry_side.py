@@ -28,7 +28,6 @@ from bench.common import (
     processes_mentioning,
     written_bytes,
 )
-from bench.logs_section import LOG_GENERATOR
 from bench.recovery_hosts import ssh_settings
 from cli.api import FerryAPI
 from core.configuration import RunConfiguration, TaskConfiguration, parse_configuration
@@ -94,7 +93,6 @@ class FerrySide:
     def start(self) -> StackStatus:
         self.repo.mkdir(parents=True, exist_ok=True)
         self.marks.mkdir(parents=True, exist_ok=True)
-        (self.repo / "gen_logs.py").write_text(LOG_GENERATOR)  # the logs section's job (bench.logs_section)
         clock = Clock()
         status = self.stack.start()
         self.extra_workers.start(self.workers - 1)

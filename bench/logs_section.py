@@ -69,6 +69,7 @@ async def measure(ferry: FerrySide, flood_bytes: int, paced_lines: int = 60) -> 
     r = ferry.report
     project, name = "logs", f"logs-{secrets.token_hex(2)}"
     go, meta = ferry.marks / f"go.{name}", ferry.marks / f"meta.{name}"
+    (ferry.repo / "gen_logs.py").write_text(LOG_GENERATOR)
     command = f"python3 gen_logs.py {go} {meta} {flood_bytes} {paced_lines}"
     record = await ferry.submit(project, name, [command])
     follower = Follower(

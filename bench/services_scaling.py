@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import TYPE_CHECKING
 
 from bench.services_parts import HIGH_RATE, LOW_RATE, PROJECT, SCALING_TARGET, LoadResult, Pacer
+from bench.services_runs import ServiceRuns
 from core.services.replicas import service_url
 from store import RunRecord
 
-if TYPE_CHECKING:
-    from bench.services_bench import ServicesBench
 
-
-async def scale_down(bench: ServicesBench) -> None:
+async def scale_down(bench: ServiceRuns) -> None:
     """`replicas: 1..2` under a paced load that holds two replicas, then a low one: one replica."""
     r = bench.report
     name = "scale-down"
@@ -46,7 +43,7 @@ async def scale_down(bench: ServicesBench) -> None:
     await bench.stop_run(name)
 
 
-async def rolling(bench: ServicesBench) -> None:
+async def rolling(bench: ServiceRuns) -> None:
     """Two replicas under a paced load, re-applied with a changed env: a rolling deployment."""
     r = bench.report
     name = "rolling"
@@ -81,7 +78,7 @@ async def rolling(bench: ServicesBench) -> None:
 
 
 async def _until_ready_or_load_ends(
-    bench: ServicesBench, record: RunRecord, count: int, load: asyncio.Task[LoadResult], limit: float
+    bench: ServiceRuns, record: RunRecord, count: int, load: asyncio.Task[LoadResult], limit: float
 ) -> float:
     async def check() -> bool:
         if load.done():
