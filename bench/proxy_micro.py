@@ -171,22 +171,17 @@ async def _measure(args: argparse.Namespace, work: Path, report: Report) -> None
         dirs["workers"] = REPO_ROOT
     ports = {name: free_port() for name in dirs}
     env = {**os.environ, "FERRY_BENCH_REPLICA_URL": f"http://127.0.0.1:{replica_port}"}
-    gateways = {
-        name: subprocess.Popen(
-            [*commands[name], "--port", str(ports[name]), "--database-url", db],
-            stderr=subprocess.DEVNULL,
-            cwd=dirs[name],
-            env=env,
-        )
-        for name in dirs
-    }
-    if args.floor:
-        relay = work / "floor_relay.py"
-        relay.write_text(FLOOR_RELAY)
-        ports["floor"] = free_port()
-        command = [sys.executable, str(relay), str(replica_port), str(ports["floor"])]
-        gateways["floor"] = subprocess.Popen(command, stderr=subprocess.DEVNULL, cwd=work)
-    try:
+    gateways: dict[str, subprocess.Popen[bytes]] = {}
+    try:  # each started inside: one that fails to start leaves none behind (the finally stops them)
+        for name in dirs:
+            command = [*commands[name], "--port", str(ports[name]), "--database-url", db]
+            gateways[name] = subprocess.Popen(command, stderr=subprocess.DEVNULL, cwd=dirs[name], env=env)
+        if args.floor:
+            relay = work / "floor_relay.py"
+            relay.write_text(FLOOR_RELAY)
+            ports["floor"] = free_port()
+            command = [sys.executable, str(relay), str(replica_port), str(ports["floor"])]
+            gateways["floor"] = subprocess.Popen(command, stderr=subprocess.DEVNULL, cwd=work)
         _wait_listening(replica_port, replica)
         for name, proc in gateways.items():
             _wait_listening(ports[name], proc)
@@ -253,6 +248,8 @@ def main() -> None:
         "--compare-workers", type=int, default=0, help="a second proxy beside, with this many processes"
     )
     args = parser.parse_args()
+    if args.compare and not (Path(args.compare) / "gateway").is_dir():
+        parser.error(f"--compare {args.compare}: no gateway/ package there")
     work = Path(tempfile.mkdtemp(prefix="ferry-proxy-micro-"))
     os.environ.setdefault("FERRY_HOME", str(work))
     try:
