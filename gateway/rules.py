@@ -50,9 +50,6 @@ VERSION = ProxyRefusal(505, "HTTP Version Not Supported", "the proxy speaks HTTP
 NO_HOST = bad_request("an HTTP/1.1 request needs one Host header")
 TWO_HOSTS = bad_request("the request has more than one Host header")
 TWO_AUTHORIZATIONS = bad_request("the request has more than one Authorization header")
-HEAD_TIMED_OUT = ProxyRefusal(
-    408, "Request Timeout", f"the request head did not come within {HEAD_TIMEOUT:g} s"
-)
 TOO_MANY_SLOW_HEADS = ProxyRefusal(
     408, "Request Timeout", "the request head was too slow in coming while many others were"
 )
@@ -60,10 +57,8 @@ MALFORMED_CHUNKED = bad_request("the chunked body does not follow chunked coding
 
 
 def slow_head_refusal(timeout: float) -> ProxyRefusal:
-    """HEAD_TIMED_OUT for a proxy whose head timeout is `timeout`."""
-    if timeout == HEAD_TIMEOUT:
-        return HEAD_TIMED_OUT
-    return HEAD_TIMED_OUT._replace(message=f"the request head did not come within {timeout:g} s")
+    """A head that did not come whole within the proxy's head timeout, `timeout` seconds."""
+    return ProxyRefusal(408, "Request Timeout", f"the request head did not come within {timeout:g} s")
 
 
 def refusal_bytes(refusal: ProxyRefusal) -> bytes:
