@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 
 from temporalio.exceptions import ApplicationError
 
-from core.secrets import LOG_MASKING, credentials_secrets, fill_credentials, fill_spec, mask, spec_secrets
+from core.masking import LOG_MASKING, mask
+from core.secrets import credentials_secrets, fill_credentials, fill_spec, spec_secrets
 from core.status import JobTerminationReason
 from core.wire.agent_api import ContainerSpec, JobSpec
 from store import Store

@@ -10,7 +10,6 @@ second): a quiet job then costs a `stat` a second and nothing else, however long
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import time
 import uuid
@@ -18,6 +17,7 @@ from typing import Protocol
 
 from agent.logs import log_size
 from agent.records import TaskPaths, TaskRecord
+from core.compat import wait_set
 from core.wire.agent_api import ChangesResponse, TaskChange, TaskStatus
 
 MAX_CHANGES_WAIT = 30.0
@@ -90,9 +90,7 @@ class ChangeFeed:
                 return self._since(0 if full else cursor)
             pause = max(min(left, (self._looks[0][0] - now) if self._looks else left), _TICK)
             news = self._news
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(pause, left)):
-                    await news.wait()
+            await wait_set(news, min(pause, left))
 
     def _since(self, cursor: int) -> ChangesResponse:
         registry = self._registry

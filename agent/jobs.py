@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -105,8 +104,9 @@ async def run(registry: TaskRegistry, task_id: str) -> TaskInfo:
     starting = asyncio.create_task(_prepare_and_start(registry, record))
     _STARTING.add(starting)  # the loop keeps only a weak reference to a task
     starting.add_done_callback(_STARTING.discard)
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(asyncio.shield(starting), RUN_ANSWER_WITHIN)
+    done, _ = await asyncio.wait([starting], timeout=RUN_ANSWER_WITHIN)  # started, or it is time to answer
+    for started in done:
+        started.result()  # its failure, if it failed
     return record.to_info()
 
 

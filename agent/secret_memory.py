@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.secrets import LOG_MASKING, mask
+from core.masking import LOG_MASKING, mask
 from core.wire.agent_api import ContainerSpec, JobSpec, RegistryCredentials, TaskSubmitRequest
 
 # What the record on disk says in place of a container's credentials: there were some, held in memory.

@@ -16,7 +16,6 @@ SAFETY_INTERVAL). So aborting 10,000 jobs costs a look at each as it ends, not a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import time
@@ -24,7 +23,8 @@ import time
 from agent.executors import JobLiveness
 from agent.records import TaskPaths, TaskRecord, load_job_spec
 from agent.tasks import TaskRegistry
-from core.configuration.durations import format_duration
+from core.compat import wait_set
+from core.durations import format_duration
 from core.status import JobTerminationReason
 from core.wire.agent_api import TaskStatus
 
@@ -47,10 +47,7 @@ async def watch_forever(registry: TaskRegistry) -> None:
         told = False
     while True:
         pause = await next_pass(registry, time.time()) if told else WATCH_INTERVAL
-        woken = False
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), pause)
-            woken = True
+        woken = await wait_set(wake, pause)
         wake.clear()
         await check_running(registry, everyone=not woken)
 

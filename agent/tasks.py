@@ -26,6 +26,7 @@ from agent.records import TaskPaths, TaskRecord, TaskStop, load_job_spec, load_r
 from agent.resources import InsufficientResources, ResourceLedger
 from agent.ssh_keys import BadAuthorizedKey, check_authorized_keys
 from agent.volumes import unlink_paths
+from core.compat import wait_set
 from core.status import JobStatus, JobTerminationReason
 from core.wire.agent_api import (
     GpuInfo,
@@ -261,10 +262,7 @@ class TaskRegistry:
         news = self._news.get(task_id)
         if news is None:
             news = self._news[task_id] = asyncio.Event()
-        # asyncio.timeout, not wait_for: on 3.11 wait_for makes a task of every wait.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await news.wait()
+        await wait_set(news, timeout)
 
     def terminate(self, task_id: str, request: TerminateRequest) -> TaskInfo:
         record = self.get(task_id)

@@ -25,10 +25,10 @@ from core.configuration import (
     TaskConfiguration,
     VolumeConfiguration,
 )
-from core.configuration.durations import format_duration
 from core.configuration.fields import Name
 from core.configuration.pipeline import LoadedPipeline, load_run_file
 from core.configuration.specs import Dependency, DependencySpec
+from core.durations import format_duration
 from core.status import RunStatus
 
 if TYPE_CHECKING:

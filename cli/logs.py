@@ -14,7 +14,7 @@ from cli.pipeline_tasks import task_run
 
 if TYPE_CHECKING:
     from store import RunRecord, Store
-from core.configuration.durations import parse_duration
+from core.durations import parse_duration
 
 
 def parse_since(value: str | None) -> float | None:

@@ -14,7 +14,7 @@ import typer
 from cli import exit_codes, render
 from cli.context import Context
 from cli.errors import USAGE_EXIT, CommandError, say
-from core.configuration.durations import parse_duration
+from core.durations import parse_duration
 from core.status import RunStatus
 
 if TYPE_CHECKING:

@@ -3,17 +3,14 @@ at the last moment, and the values masked in what Ferry itself prints or logs.
 
 A configuration keeps its references all the way through the workflows; only the step that sends a job to
 its agent (activities/secrets.py) fills them in: `env` values into JobSpec.secrets, `registry_auth` into
-the task's ContainerSpec. `LOG_MASKING` is the one process-wide effect here: every log record of a process
-that has held a secret is masked.
+the task's ContainerSpec. The masking is core.masking's (the agent masks too, and imports no
+configuration).
 """
 
 from __future__ import annotations
 
-import logging
 import re
-import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from core.configuration import BaseRunConfiguration
 from core.configuration.interpolation import secrets_in, substitute
@@ -22,9 +19,6 @@ from core.wire.agent_api import JobSpec, RegistryCredentials
 # dstack's limits (a name also has to be one a reference can write: `${{ secrets.NAME }}`).
 SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
 MAX_SECRET_BYTES = 5000
-MASK = "***"
-# Shorter values are left in what is printed: masking every "ab" would garble it, and hide nothing worth it.
-MIN_MASKED = 4
 _PREFIX = "secrets."
 
 
@@ -83,55 +77,3 @@ def fill_credentials(credentials: RegistryCredentials, values: Mapping[str, str]
     return RegistryCredentials(
         username=_fill(credentials.username, values), password=_fill(credentials.password, values)
     )
-
-
-def mask(text: str, values: Iterable[str]) -> str:
-    """`text` with each value (of MIN_MASKED characters or more) replaced by MASK, the longest first."""
-    for value in sorted({v for v in values if len(v) >= MIN_MASKED}, key=len, reverse=True):
-        text = text.replace(value, MASK)
-    return text
-
-
-class LogMasking:
-    """Masks the values it is given in every log record of this process, its traceback included."""
-
-    def __init__(self) -> None:
-        self._values: frozenset[str] = frozenset()
-        self._lock = threading.Lock()
-        self._installed = False
-
-    def add(self, values: Iterable[str]) -> None:
-        fresh = {value for value in values if len(value) >= MIN_MASKED} - self._values
-        if not fresh:
-            return
-        with self._lock:
-            self._values = self._values | fresh
-            if not self._installed:
-                self._installed = True
-                previous = logging.getLogRecordFactory()
-
-                def masked_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
-                    record = previous(*args, **kwargs)
-                    self._scrub(record)
-                    return record
-
-                logging.setLogRecordFactory(masked_record)
-
-    def _scrub(self, record: logging.LogRecord) -> None:
-        values = self._values
-        try:
-            message = record.getMessage()
-        except Exception:  # a record whose arguments do not fit: its handler says so, as it would have
-            return
-        masked = mask(message, values)
-        if masked != message:
-            record.msg, record.args = masked, None
-        if record.exc_info and not record.exc_text:
-            text = logging.Formatter().formatException(record.exc_info)
-            if mask(text, values) != text:
-                record.exc_text = mask(text, values)  # what handlers print in place of the traceback
-        if record.stack_info:
-            record.stack_info = mask(record.stack_info, values)
-
-
-LOG_MASKING = LogMasking()

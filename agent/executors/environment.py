@@ -85,7 +85,7 @@ def write_mpi_hostfile(path: Path, cluster: ClusterInfo) -> None:
     gpus = (
         cluster.node_gpus if len(cluster.node_gpus) == len(ips) else [cluster.gpus_per_node or 0] * len(ips)
     )
-    lines = [f"{ip} slots={count}" if count else ip for ip, count in zip(ips, gpus, strict=True)]
+    lines = [f"{ip} slots={gpus[k]}" if gpus[k] else ip for k, ip in enumerate(ips)]
     path.write_text("".join(f"{line}\n" for line in lines))
 
 

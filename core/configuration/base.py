@@ -9,7 +9,7 @@ from typing import Any, ClassVar, NamedTuple, Self
 from pydantic import Field, model_validator
 
 from core.configuration.code_sources import FileMapping, RepoSpec, files_placed, repos_placed
-from core.configuration.durations import OptionalDuration, format_duration
+from core.configuration.durations import OptionalDuration
 from core.configuration.fields import (
     Commands,
     CreationPolicy,
@@ -44,6 +44,7 @@ from core.configuration.specs import (
     Shell,
     UtilizationPolicy,
 )
+from core.durations import format_duration
 
 DEFAULT_STOP_DURATION = 300  # dstack: a graceful stop gets 5m before the job is killed
 MAX_PRIORITY = 100

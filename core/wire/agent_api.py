@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import base64
 import posixpath
-from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from core.compat import StrEnum
 from core.status import JobStatus, JobTerminationReason
 
 AGENT_SERVICE_NAME = "ferry-agent"

@@ -10,16 +10,15 @@ import pytest
 
 from core.configuration import parse_configuration
 from core.configuration.runnable import refusals
+from core.masking import LogMasking, mask
 from core.run_types import configurator_for
 from core.secrets import (
-    LogMasking,
     check_secret_name,
     check_secret_value,
     configuration_secrets,
     credentials_secrets,
     fill_credentials,
     fill_spec,
-    mask,
     spec_secrets,
 )
 from core.wire.agent_api import JobSpec, RegistryCredentials
