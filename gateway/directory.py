@@ -77,6 +77,11 @@ class Directory:
     def closing(self) -> bool:
         return self._closing
 
+    @property
+    def holding(self) -> bool:
+        """Whether a request is held for some service (read by tests and what waits on them)."""
+        return bool(self._waiters)
+
     async def wait_for_ready(self, key: ServiceKey, timeout: float) -> None:
         """Returns once the table has a ready replica for the service or no longer has it, or after
         `timeout` seconds, whichever comes first; the caller looks at the table again."""

@@ -48,11 +48,11 @@ async def test_a_held_request_is_counted_at_once_and_answered_once_a_replica_is_
 
 async def test_held_requests_are_answered_when_the_proxy_stops(harness: Harness) -> None:
     add_service(harness.store, auth=False)
-    _, proxy = await harness.gateway()
+    gateway, proxy = await harness.gateway()
     runner = harness.runners.pop()
     async with aiohttp.ClientSession() as http:
         held = asyncio.create_task(http.get(f"{proxy}/proxy/services/main/app/"))
-        await asyncio.sleep(0.1)
+        await eventually(lambda: gateway.directory.holding)  # held, not merely sent
         await runner.cleanup()
         response = await asyncio.wait_for(held, 2)
         assert response.status == 503
