@@ -6,8 +6,11 @@ the worker's own agent. Every activity is idempotent: deploying twice keeps the 
 
 Health: `watch_fleet_health` checks every ready instance's agent every CHECK_EVERY seconds (a failed check
 is repeated after RECHECK_AFTER); FAILURES_TO_LOSE failures in a row make it unreachable. Unreachable
-instances (and hosts never deployed) are deployed again every REDEPLOY_EVERY seconds until one works. It
-returns as soon as something changed, and the workflow starts it again with the new view.
+instances (and hosts never deployed) are deployed again every REDEPLOY_EVERY seconds until one works. A
+check also reads what the agent says its instance is (hardware, engine, release): when that is not what the
+fleet knows, the instance is reported READY with its new slot (docs/fleets.md#what-an-instance-is), as
+`watch_local_instance` does for this machine's agent. Each returns as soon as something changed, and the
+workflow starts it again with the new view.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from core.fleets.messages import (
     RecordFleet,
     StopFleet,
     WatchFleet,
+    WatchLocal,
 )
 from core.fleets.placement import InstanceSlot, InstanceStatus
 from core.fleets.scheduling import slot_from_info
@@ -61,6 +65,15 @@ def _not_ssh() -> ApplicationError:
     return ApplicationError("this worker has no SSH host pool", type="NoHostPool", non_retryable=True)
 
 
+async def local_slot(instances: InstanceDirectory, fleet: str) -> InstanceSlot:
+    """This machine's instance as its agent describes it now, shared by exact needs (no blocks)."""
+    client = instances.client(LOCAL_INSTANCE)
+    info, health = await asyncio.gather(client.instance_info(), client.healthcheck())
+    return slot_from_info(
+        LOCAL_INSTANCE, LOCAL_ADDRESS, info, blocks=None, fleet=fleet, agent_release=health.version
+    )
+
+
 class FleetActivities:
     def __init__(self, instances: InstanceDirectory, store: Store) -> None:
         self._instances = instances
@@ -77,8 +90,24 @@ class FleetActivities:
     @activity.defn(name=names.LOCAL_INSTANCE)
     async def local_instance(self, request: LocalInstance) -> InstanceSlot:
         """This machine's agent as the local fleet's one instance, shared by exact needs (no blocks)."""
-        info = await self._instances.client(LOCAL_INSTANCE).instance_info()
-        return slot_from_info(LOCAL_INSTANCE, LOCAL_ADDRESS, info, blocks=None, fleet=request.fleet)
+        return await local_slot(self._instances, request.fleet)
+
+    @activity.defn(name=names.WATCH_LOCAL_INSTANCE)
+    @hands_over
+    async def watch_local_instance(self, request: WatchLocal) -> HealthReport:
+        """Until this machine's agent describes its instance otherwise than the fleet knows it. An agent
+        that does not answer is waited for: the stack starts it again (this machine is never lost)."""
+        async with heartbeating():
+            while True:
+                try:
+                    slot = await asyncio.wait_for(local_slot(self._instances, request.fleet), CHECK_TIMEOUT)
+                except Exception as err:  # any failure: asked again at the next check
+                    activity.logger.debug("the local agent did not describe its instance: %s", err)
+                else:
+                    if slot.description_key() != request.described:
+                        change = InstanceChange(name=LOCAL_INSTANCE, status=InstanceStatus.READY, slot=slot)
+                        return HealthReport(changes=[change])
+                await asyncio.sleep(CHECK_EVERY)
 
     @activity.defn(name=names.DEPLOY_INSTANCE)
     async def deploy_instance(self, request: DeployInstance) -> InstanceSlot:
@@ -90,8 +119,15 @@ class FleetActivities:
     async def _deploy(self, target: SSHTarget, fleet: str) -> InstanceSlot:
         pool = self._pool
         deployed = await pool.deploy(target)
-        info = await pool.host_info(target.name)
-        return slot_from_info(target.name, deployed.address, info, blocks=target.blocks, fleet=fleet)
+        return await self._host_slot(target, deployed.address, fleet)
+
+    async def _host_slot(self, target: SSHTarget, address: str, fleet: str) -> InstanceSlot:
+        """The host's instance as its agent describes it now."""
+        client = self._pool.client(target.name)
+        info, health = await asyncio.gather(client.instance_info(), client.healthcheck())
+        return slot_from_info(
+            target.name, address, info, blocks=target.blocks, fleet=fleet, agent_release=health.version
+        )
 
     @activity.defn(name=names.CLEAN_INSTANCE)
     async def clean_instance(self, request: CleanInstance) -> None:
@@ -117,7 +153,7 @@ class FleetActivities:
             changed.set()
 
         watchers = [
-            asyncio.create_task(self._watch_ready(targets[name], report))
+            asyncio.create_task(self._watch_ready(targets[name], request, report))
             for name in request.ready
             if name in targets
         ]
@@ -138,12 +174,20 @@ class FleetActivities:
                 watcher.cancel()
             await asyncio.gather(*watchers, return_exceptions=True)
 
-    async def _watch_ready(self, target: SSHTarget, report: Callable[[InstanceChange], None]) -> None:
+    async def _watch_ready(
+        self, target: SSHTarget, request: WatchFleet, report: Callable[[InstanceChange], None]
+    ) -> None:
         failures = 0
+        known = request.described.get(target.name)
         while True:
             problem = await self._check(target)
             if problem is None:
                 failures = 0
+                fleet = request.fleet
+                slot = None if known is None else await self._described_otherwise(target, fleet, known)
+                if slot is not None:
+                    report(InstanceChange(name=target.name, status=InstanceStatus.READY, slot=slot))
+                    return
                 await asyncio.sleep(CHECK_EVERY)
                 continue
             failures += 1
@@ -151,6 +195,17 @@ class FleetActivities:
                 report(InstanceChange(name=target.name, status=InstanceStatus.UNREACHABLE, note=problem))
                 return
             await asyncio.sleep(RECHECK_AFTER)
+
+    async def _described_otherwise(self, target: SSHTarget, fleet: str, known: str) -> InstanceSlot | None:
+        """The host's instance as its agent describes it now, if that is not what the fleet knows (`known`,
+        its description_key); None when it is, or when the agent did not say (the next check asks again)."""
+        try:
+            address = self._pool.host(target.name).address
+            slot = await asyncio.wait_for(self._host_slot(target, address, fleet), CHECK_TIMEOUT)
+        except Exception as err:
+            activity.logger.debug("%s did not describe its instance: %s", target.name, err)
+            return None
+        return None if slot.description_key() == known else slot
 
     async def _check(self, target: SSHTarget) -> str | None:
         """Why the host's agent is not healthy now; None when it answers."""
@@ -199,6 +254,7 @@ class FleetActivities:
                 busy_blocks=view.busy_blocks,
                 jobs=view.jobs,
                 in_use=view.in_use.model_dump_json(),
+                description=view.model_dump_json(include={"hardware", "container_engine", "agent_release"}),
                 updated_at=now,
             )
             for view in request.instances

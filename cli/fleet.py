@@ -232,6 +232,8 @@ FLEET_COLUMNS = (
     Column("FREE"),
     Column("BLOCKS"),
     Column("JOBS"),
+    Column("ENGINE", wide=True),
+    Column("AGENT", wide=True),
 )
 
 
@@ -242,15 +244,23 @@ def fleets_table(
     busy blocks, jobs; an unreachable instance's reason under its row (docs/cli.md#ferry-fleet-list)."""
     rows = []
     for fleet, instances in fleets:
-        rows.append(Row((fleet.name, "", fleet.status, fleet.backend, "", "", "", "", "", "")))
+        rows.append(Row((fleet.name, "", fleet.status, fleet.backend, "", "", "", "", "", "", "", "")))
         for instance in instances:
             notes = [f"{instance.status}: {instance.status_message}"] if instance.status_message else []
+            described = instance.description_data()
             cells = (
                 "", instance.name, instance.status, "", instance.address or "-", *_use_cells(instance),
-                _blocks(instance), str(instance.jobs),
+                _blocks(instance), str(instance.jobs), described.get("container_engine") or "-",
+                described.get("agent_release") or "-",
             )  # fmt: skip
             rows.append(Row(cells, notes))
     return FittedTable(FLEET_COLUMNS, rows, wide=wide)
+
+
+def _described(instance: InstanceRecord) -> dict[str, Any]:
+    """What the instance is, as its agent last described it (docs/fleets.md#what-an-instance-is)."""
+    described = instance.description_data()
+    return {key: described.get(key) for key in ("hardware", "container_engine", "agent_release")}
 
 
 def fleets_json(fleets: list[tuple[FleetRecord, list[InstanceRecord]]]) -> list[dict[str, Any]]:
@@ -272,6 +282,7 @@ def fleets_json(fleets: list[tuple[FleetRecord, list[InstanceRecord]]]) -> list[
                     "busy_blocks": i.busy_blocks,
                     "free_blocks": None if i.blocks is None else max(i.blocks - i.busy_blocks, 0),
                     "jobs": i.jobs,
+                    **_described(i),
                 }
                 for i in instances
             ],

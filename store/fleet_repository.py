@@ -76,6 +76,15 @@ class FleetRecords(ABC):
         with self._session() as session:
             return list(session.exec(statement).all())
 
+    def fleets_of_backend(self, backend: str) -> list[FleetRecord]:
+        """Every project's fleets of this backend that are not deleted (a worker that starts tells each
+        `local` one what its instance is now: docs/fleets.md#what-an-instance-is)."""
+        statement = select(FleetRecord).where(
+            col(FleetRecord.backend) == backend, col(FleetRecord.status) != FleetStatus.DELETED
+        )
+        with self._session() as session:
+            return list(session.exec(statement.order_by(col(FleetRecord.id))).all())
+
     # Instances
 
     def put_instances(self, project: str, fleet: str, records: list[InstanceRecord]) -> None:

@@ -181,6 +181,8 @@ class InstanceRecord(SQLModel, table=True):
     busy_blocks: int = 0
     jobs: int = 0  # jobs placed on it now
     in_use: str = Field(default="{}", sa_type=Text)  # JSON of what its jobs hold: {cpu, memory, gpu}
+    # JSON of what it is, as its agent last described it: {hardware, container_engine, agent_release}
+    description: str = Field(default="{}", sa_type=Text)
     updated_at: float = Field(default_factory=time.time)
 
     def resources_data(self) -> dict[str, Any]:
@@ -189,6 +191,10 @@ class InstanceRecord(SQLModel, table=True):
 
     def in_use_data(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.in_use or "{}")
+        return data
+
+    def description_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.description or "{}")
         return data
 
 

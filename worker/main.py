@@ -34,6 +34,7 @@ from core.settings import TASK_QUEUE, Settings, fleet_task_queue
 from core.wire.volumes import HostDirs
 from embedded.local_agent import agent_data_dir, local_agent_client
 from store import Store, open_store
+from worker.local_fleets import tell_local_fleets
 from worker.temporal import connect_from_settings
 from workflows.cycle import CycleWorkflow
 from workflows.fleet import FleetWorkflow
@@ -92,6 +93,7 @@ def activities_for(
         fleets.local_instance,
         fleets.deploy_instance,
         fleets.watch_fleet_health,
+        fleets.watch_local_instance,
         fleets.clean_instance,
         fleets.record_fleet,
         fleets.stop_fleet,
@@ -223,6 +225,7 @@ async def run_worker(settings: Settings, on_ready: Callable[[], object] | None =
     # Starting the local agent waits for its healthcheck: not on the event loop.
     instances = await asyncio.to_thread(local_instances, settings)
     try:
+        await tell_local_fleets(client, store, instances)  # before any run submitted after this start
         worker = build_worker(client, instances, store, sandboxed=settings.workflow_sandbox)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

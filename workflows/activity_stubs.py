@@ -26,6 +26,7 @@ from core.fleets.messages import (
     RecordFleet,
     StopFleet,
     WatchFleet,
+    WatchLocal,
 )
 from core.fleets.placement import InstanceSlot
 from core.notifications import Delivery
@@ -173,6 +174,11 @@ async def clean_instance(request: CleanInstance) -> None:
 
 @activity.defn(name=names.WATCH_FLEET_HEALTH)
 async def watch_fleet_health(request: WatchFleet) -> HealthReport:
+    raise _declared()
+
+
+@activity.defn(name=names.WATCH_LOCAL_INSTANCE)
+async def watch_local_instance(request: WatchLocal) -> HealthReport:
     raise _declared()
 
 

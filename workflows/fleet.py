@@ -5,7 +5,9 @@ replica enqueues the replica's placement request, the scheduler grants whole rep
 signals each node's JobWorkflow where it goes (`placed`), that it waits (`queued`), or that it can never
 be placed (`placement_refused`); jobs give their capacity back (`release`) once their task is removed.
 A heartbeating activity watches the instances' health: a lost host's jobs are terminated with
-INSTANCE_UNREACHABLE, and a host that comes back is cleaned of their tasks and returns to service.
+INSTANCE_UNREACHABLE, and a host that comes back is cleaned of their tasks and returns to service. The
+same watch (for the local fleet, `watch_local_instance`) reports an instance its agent describes otherwise
+than the book knows it: the book takes it as it is now (docs/fleets.md#what-an-instance-is).
 
 Every decision is `core.fleets.book`'s, on the `FleetBook` this workflow keeps (and continues as new
 with);
@@ -57,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         SetQueuedPriorityRequest,
         StopFleet,
         WatchFleet,
+        WatchLocal,
     )
     from core.fleets.offers import FleetOffer, offer
     from core.fleets.placement import InstanceSlot, InstanceStatus
@@ -85,6 +88,10 @@ _BOUNDED_HISTORY = "fleet-bounded-history"
 # Since this patch the fleet records its queue in the store (`ferry ps`: waiting for capacity) instead of
 # telling each job that waits: a dozen history events per queued job (docs/fleets.md#the-queue-in-the-store).
 _QUEUE_RECORDED = "fleet-queue-recorded"
+# Since this patch the health watch is told what each instance is (its description_key), and reports an
+# agent that describes it otherwise; the local fleet has a watch of its own
+# (docs/fleets.md#what-an-instance-is).
+_DESCRIBED = "instance-descriptions"
 
 
 @workflow.defn
@@ -96,12 +103,13 @@ class FleetWorkflow:
         self._book = inp.carry if inp.carry is not None else FleetBook(name=inp.name, local=inp.local)
         self._inbox: list[FleetCommand] = []
         self._health: workflow.ActivityHandle[HealthReport] | None = None
-        self._health_view: tuple[list[str], list[str]] | None = None
+        self._health_view: HealthView | None = None
         self._viewed: tuple[FleetBook, View] | None = None
         self._records = FleetRecordWriter(inp.project, inp.name, self._views)
         self._watches = InstanceWatches(project_workflows(inp.project))
         self._watching = False  # whether this run watches its instances (the jobs placed hear of it)
         self._queue_recorded = False  # whether this run records its queue rather than tell the jobs
+        self._describing = False  # whether this run's health watch is told what each instance is
         self._notices = NoticeSender(self._inbox, lambda: self._watching)
 
     # --- messages ---------------------------------------------------------------------------------------
@@ -153,6 +161,7 @@ class FleetWorkflow:
         # A run begun before the instance watch keeps its jobs watching their tasks themselves.
         self._watching = workflow.patched("instance-watch")
         self._queue_recorded = workflow.patched(_QUEUE_RECORDED)
+        self._describing = workflow.patched(_DESCRIBED)
         if inp.carry is None:
             slots, failed = await self._deploy(inp)
             self._book, notices = deployed(self._book, slots, failed)
@@ -278,7 +287,8 @@ class FleetWorkflow:
             )
 
     def _watch_health(self) -> None:
-        """The health watch of the SSH instances, started again whenever the instances' statuses change."""
+        """The health watch of the instances, started again whenever what it watches changes: their
+        statuses, and (since `_DESCRIBED`) what each is."""
         view = self._health_watched()
         if self._health is not None and view == self._health_view:
             return
@@ -288,32 +298,47 @@ class FleetWorkflow:
         if view is None:
             return
         inp = self._input
-        assert inp.configuration is not None
         self._health_view = view
+        ready, unreachable, described = view
+        if inp.configuration is None:
+            self._health = workflow.start_activity(
+                activity_stubs.watch_local_instance,
+                WatchLocal(fleet=inp.name, described=described[ready[0]]),
+                start_to_close_timeout=timedelta(days=365),
+                heartbeat_timeout=_HEALTH_HEARTBEAT,
+                retry_policy=retry_policies.QUICK,
+            )
+            return
         self._health = workflow.start_activity(
             activity_stubs.watch_fleet_health,
             WatchFleet(
                 project=inp.project,
                 fleet=inp.name,
                 configuration=inp.configuration,
-                ready=view[0],
-                unreachable=view[1],
+                ready=ready,
+                unreachable=unreachable,
+                described=described,
             ),
             start_to_close_timeout=timedelta(days=365),
             heartbeat_timeout=_HEALTH_HEARTBEAT,
             retry_policy=retry_policies.QUICK,
         )
 
-    def _health_watched(self) -> tuple[list[str], list[str]] | None:
-        """(ready, unreachable or never deployed) SSH instances; None when there is nothing to watch."""
+    def _health_watched(self) -> HealthView | None:
+        """(ready, unreachable or never deployed, what each ready one is) instances; None when there is
+        nothing to watch. The local instance is watched only for what it is (since `_DESCRIBED`)."""
         current = self._book
-        if self._input.configuration is None or current.deleting:
+        if current.deleting or (self._input.configuration is None and not self._describing):
             return None
         instances = current.scheduler.instances.values()
-        ready = sorted(i.name for i in instances if i.status == InstanceStatus.READY)
+        ready_slots = sorted((i for i in instances if i.status == InstanceStatus.READY), key=lambda i: i.name)
+        ready = [i.name for i in ready_slots]
+        described = {i.name: i.description_key() for i in ready_slots} if self._describing else {}
+        if self._input.configuration is None:
+            return (ready, [], described) if ready else None
         unreachable = (i.name for i in instances if i.status == InstanceStatus.UNREACHABLE)
         lost = sorted([*unreachable, *current.pending])
-        return (ready, lost) if ready or lost else None
+        return (ready, lost, described) if ready or lost else None
 
     def _health_reported(self) -> bool:
         return self._health is not None and self._health.done()
@@ -363,6 +388,10 @@ class FleetWorkflow:
             inp.model_copy(update={"carry": self._book}),
             task_queue=fleet_task_queue(workflow.info().task_queue),
         )
+
+
+# The health watch's view: ready instances, those lost or never deployed, and what each ready one is.
+HealthView = tuple[list[str], list[str], dict[str, str]]
 
 
 def _history_long() -> bool:

@@ -13,7 +13,6 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from core.fleets.messages import FleetCommand, Notice, NoticeKind, Undelivered
-    from core.status import JobTerminationReason
     from core.wire.base import Message
     from core.wire.job_messages import PlacementRefused, Queued, TerminateJobRequest
     from workflows import signals
@@ -77,5 +76,4 @@ class NoticeSender:
             return notice.kind.value, PlacementRefused(reason=notice.message or "no capacity")
         if notice.kind == NoticeKind.QUEUED:
             return notice.kind.value, Queued(position=notice.position or 0)
-        reason = JobTerminationReason.INSTANCE_UNREACHABLE
-        return notice.kind.value, TerminateJobRequest(reason=reason, message=notice.message)
+        return notice.kind.value, TerminateJobRequest(reason=notice.reason, message=notice.message)

@@ -39,6 +39,7 @@ from core.fleets.messages import (
 )
 from core.fleets.placement import InstanceSlot, InstanceStatus
 from core.fleets.scheduling import QueueIndex, SchedulerState
+from core.status import JobTerminationReason
 from core.wire.agent_api import ClusterInfo, Resources
 from core.wire.base import Frozen
 from core.wire.job_messages import Enqueue, Placement, PlacementRequest
@@ -116,6 +117,9 @@ class FleetBook(Frozen):
                     busy_blocks=busy,
                     jobs=len(slot.allocations),
                     in_use=used,
+                    hardware=slot.hardware,
+                    container_engine=slot.container_engine,
+                    agent_release=slot.agent_release,
                 )
             )
         rows += [
@@ -210,7 +214,7 @@ def apply(book: FleetBook, command: FleetCommand, index: QueueIndex | None = Non
     if isinstance(command, InstanceChange):
         if command.status == InstanceStatus.UNREACHABLE:
             return _lost(book, command)
-        return _back(book, command), []
+        return _back(book, command)
     if isinstance(command, Undelivered):
         return undelivered(book, command.notice), []
     return _delete(book)
@@ -286,23 +290,49 @@ def _lost(book: FleetBook, change: InstanceChange) -> Step:
     return book.copy_with(scheduler=scheduler, lost=lost), notices
 
 
-def _back(book: FleetBook, change: InstanceChange) -> FleetBook:
-    """A host deployed at last, or back after it was lost (its lost jobs' tasks removed already)."""
+def _back(book: FleetBook, change: InstanceChange) -> Step:
+    """A host deployed at last, back after it was lost (its lost jobs' tasks removed already), or described
+    anew by its agent: started again, redeployed, or seen otherwise at a health check
+    (docs/fleets.md#what-an-instance-is). Its jobs keep what they were given, but GPUs it no longer has:
+    the jobs that held GPUs there end."""
     known = book.scheduler.instances.get(change.name)
     pending = {name: why for name, why in book.pending.items() if name != change.name}
     lost = {name: jobs for name, jobs in book.lost.items() if name != change.name}
     if book.deleting or (known is not None and known.status == InstanceStatus.DELETED):
-        return book.copy_with(pending=pending)
-    scheduler = book.scheduler
-    if change.slot is not None and (known is None or not known.allocations or _same_size(known, change.slot)):
-        scheduler = scheduler.add_instance(change.slot.model_copy(update={"status": InstanceStatus.READY}))
+        return book.copy_with(pending=pending), []
+    scheduler, notices = book.scheduler, []
+    if change.slot is not None:
+        slot = change.slot.model_copy(update={"status": InstanceStatus.READY})
+        scheduler = scheduler.add_instance(slot)
+        notices = _gpus_gone(book, known, slot)
     elif known is not None:
         scheduler = scheduler.mark_ready(change.name)
-    return book.copy_with(scheduler=scheduler, pending=pending, lost=lost)
+    return book.copy_with(scheduler=scheduler, pending=pending, lost=lost), notices
 
 
-def _same_size(known: InstanceSlot, slot: InstanceSlot) -> bool:
-    return (known.total, known.blocks) == (slot.total, slot.blocks)
+def _gpus_gone(book: FleetBook, known: InstanceSlot | None, now: InstanceSlot) -> list[Notice]:
+    """The jobs that hold GPUs on an instance that now has fewer than they hold, told to end: which of
+    them lost theirs only the host knows, and none of them may go on thinking it has its GPUs."""
+    if known is None or known.status != InstanceStatus.READY:
+        return []  # back from unreachable: its jobs were ended when it was lost
+    held = known.used()[1].gpu
+    if held <= now.total.gpu:
+        return []
+    message = (
+        f"instance {now.name} now has {now.total.gpu} GPU(s), fewer than its jobs held ({held}): "
+        "the job's GPUs may be gone"
+    )
+    return [
+        Notice(
+            kind=NoticeKind.TERMINATE,
+            job_id=job,
+            workflow_id=book.notify[job],
+            message=message,
+            reason=JobTerminationReason.INTERRUPTED_BY_NO_CAPACITY,
+        )
+        for job, allocation in sorted(known.allocations.items())
+        if allocation.resources.gpu > 0 and job in book.notify
+    ]
 
 
 def _delete(book: FleetBook) -> Step:

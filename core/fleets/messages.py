@@ -11,9 +11,11 @@ from enum import StrEnum
 from pydantic import Field
 
 from core.configuration import FleetConfiguration
+from core.fleets.matching import InstanceResources
 from core.fleets.placement import InstanceSlot, InstanceStatus
 from core.fleets.scheduling import InstanceCapacity
 from core.fleets.status import FleetStatus
+from core.status import JobTerminationReason
 from core.wire.agent_api import Resources
 from core.wire.base import Frozen
 from core.wire.job_messages import Enqueue, Placement
@@ -76,6 +78,7 @@ class Notice(Frozen):
     placement: Placement | None = None
     message: str | None = None  # why it is refused or terminated
     position: int | None = None  # in the queue, for QUEUED
+    reason: JobTerminationReason = JobTerminationReason.INSTANCE_UNREACHABLE  # what TERMINATE ends it with
 
 
 class Undelivered(Frozen):
@@ -93,7 +96,8 @@ class QueuedRequest(Frozen):
 
 
 class InstanceView(Frozen):
-    """One instance as the store keeps it for `ferry fleet list`."""
+    """One instance as the store keeps it for `ferry fleet list`: its load, and what it is (`hardware`,
+    `container_engine`, `agent_release`: as its agent last described it)."""
 
     name: str
     status: str
@@ -104,6 +108,9 @@ class InstanceView(Frozen):
     jobs: int
     message: str | None = None
     in_use: Resources = Field(default_factory=Resources, description="what its jobs hold")
+    hardware: InstanceResources | None = None
+    container_engine: str | None = None
+    agent_release: str | None = None
 
 
 class FleetDescription(Frozen):
@@ -145,13 +152,25 @@ class DeployInstance(Frozen):
 
 
 class WatchFleet(Frozen):
-    """Check the agents of `ready` instances every few seconds, and deploy `unreachable` ones again."""
+    """Check the agents of `ready` instances every few seconds, and deploy `unreachable` ones again.
+    `described`: each ready instance's `description_key` as the fleet knows it; an agent that describes
+    its instance otherwise at a check is reported READY with its new slot. Empty: descriptions unchecked
+    (a fleet begun before the patch `instance-descriptions`)."""
 
     project: str
     fleet: str
     configuration: FleetConfiguration
     ready: list[str]
     unreachable: list[str]
+    described: dict[str, str] = Field(default_factory=dict)
+
+
+class WatchLocal(Frozen):
+    """Check this machine's agent every few seconds, until it describes the local instance otherwise than
+    `described` (its `description_key`): started again with an engine installed, say."""
+
+    fleet: str
+    described: str
 
 
 class HealthReport(Frozen):

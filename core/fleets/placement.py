@@ -10,6 +10,7 @@ the instance while their sums fit.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from enum import StrEnum
@@ -47,6 +48,7 @@ class InstanceSlot(Frozen):
     fleet: str = ""
     hardware: InstanceResources | None = Field(default=None, description="for GPU names, CPU arch")
     container_engine: str | None = Field(default=None, description="as its agent reports it; None: none")
+    agent_release: str | None = Field(default=None, description="the release of its agent; None: not known")
     status: InstanceStatus = InstanceStatus.READY
     allocations: dict[str, Allocation] = Field(default_factory=dict, description="by job id")
 
@@ -91,6 +93,12 @@ class InstanceSlot(Frozen):
         slot = self.model_copy(update={"allocations": left})
         return slot._know(blocks - gone.blocks, _plus(used, gone.resources, -1) if left else Resources())
 
+    def description_key(self) -> str:
+        """What the instance is, as its agent last described it (not its status, not its jobs), in a few
+        characters: the health watch is told it and reports when the agent describes something else."""
+        described = self.model_dump_json(include=_DESCRIPTION)
+        return hashlib.sha256(described.encode()).hexdigest()[:16]
+
     def _know(self, blocks: int, used: Resources) -> InstanceSlot:
         # Kept beside the fields, not as one: pydantic neither serialises nor compares it, and a copy
         # with other allocations (`model_copy` copies it too) does not take it for its own (`used`).
@@ -100,6 +108,7 @@ class InstanceSlot(Frozen):
 
 
 _USAGE = "_ferry_usage"
+_DESCRIPTION = {"address", "total", "blocks", "hardware", "container_engine", "agent_release"}
 
 
 def _plus(a: Resources, b: Resources, sign: int) -> Resources:
@@ -256,7 +265,12 @@ def hardware_from_info(info: InstanceInfo) -> InstanceResources:
 
 
 def slot_from_info(
-    name: str, address: str, info: InstanceInfo, blocks: int | Literal["auto"] | None = 1, fleet: str = ""
+    name: str,
+    address: str,
+    info: InstanceInfo,
+    blocks: int | Literal["auto"] | None = 1,
+    fleet: str = "",
+    agent_release: str | None = None,
 ) -> InstanceSlot:
     """An instance as its agent describes it: the agent's total, the host's hardware, the fleet's blocks."""
     resolved = None if blocks is None else resolve_blocks(blocks, info.total)
@@ -268,4 +282,5 @@ def slot_from_info(
         fleet=fleet,
         hardware=hardware_from_info(info),
         container_engine=info.container_engine,
+        agent_release=agent_release,
     )

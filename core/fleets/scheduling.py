@@ -333,11 +333,10 @@ class SchedulerState(Frozen):
         return self.model_copy(update={"queue": queue})
 
     def add_instance(self, slot: InstanceSlot) -> SchedulerState:
-        """A new instance, or new facts about a known one (jobs kept; total and blocks fixed while busy)."""
+        """A new instance, or a known one as its agent describes it now: its jobs keep what they were given
+        (what is free is the new total less what they hold: nothing, while they hold more than it)."""
         known = self.instances.get(slot.name)
         allocations = known.allocations if known is not None else {}
-        if known is not None and allocations and (slot.total, slot.blocks) != (known.total, known.blocks):
-            raise ValueError(f"instance {slot.name} has jobs: its total and blocks cannot change now")
         if slot.allocations and slot.allocations != allocations:
             raise ValueError("a slot is added without allocations: they come from grants")
         updated = slot.model_copy(update={"allocations": allocations})

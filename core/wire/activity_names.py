@@ -22,6 +22,7 @@ DETACH_VOLUMES = "detach_volumes"  # and freed once its process has ended
 LOCAL_INSTANCE = "local_instance"
 DEPLOY_INSTANCE = "deploy_instance"
 WATCH_FLEET_HEALTH = "watch_fleet_health"
+WATCH_LOCAL_INSTANCE = "watch_local_instance"
 CLEAN_INSTANCE = "clean_instance"
 RECORD_FLEET = "record_fleet"
 STOP_FLEET = "stop_fleet"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -63,6 +64,15 @@ def instance(
     )
 
 
+HARDWARE = {
+    "cpus": 4.0,
+    "memory_gb": 15.5,
+    "disk_gb": 100.0,
+    "gpus": [{"name": "T4", "memory_gb": 16.0, "index": 0}],
+    "cpu_arch": "x86",
+}
+
+
 def task(**fields: object) -> TaskConfiguration:
     conf = parse_configuration({"type": "task", "commands": ["x"], "resources": SMALL, **fields})
     assert isinstance(conf, TaskConfiguration)
@@ -86,8 +96,9 @@ async def test_a_run_goes_to_its_named_fleet_else_the_newest_ssh_fleet_else_loca
 
 def test_fleet_list_shows_each_instance_with_what_is_used_and_free(store: Store) -> None:
     fleet(store, "lab")
+    described = {"hardware": HARDWARE, "container_engine": "podman 4.3.1", "agent_release": "0.25.0"}
     half = instance("lab-0", "lab", 2, 1).model_copy(
-        update={"in_use": '{"cpu": 2.0, "memory": 7.5, "gpu": 1}'}
+        update={"in_use": '{"cpu": 2.0, "memory": 7.5, "gpu": 1}', "description": json.dumps(described)}
     )
     store.put_instances("p", "lab", [half, instance("lab-1", "lab", 2, 0, "unreachable")])
     fleet(store, "local", backend="local", at=0.5)
@@ -108,8 +119,10 @@ def test_fleet_list_shows_each_instance_with_what_is_used_and_free(store: Store)
         "busy_blocks": 1,
         "free_blocks": 1,
         "jobs": 1,
+        **described,
     }
     assert data[1]["instances"][0]["free_blocks"] is None
+    assert data[0]["instances"][1]["container_engine"] is None  # never described: an old record, say
     out = io.StringIO()
     Console(file=out, width=200).print(fleets_table(listed))
     lines = [" ".join(line.split()) for line in out.getvalue().splitlines()]
@@ -119,6 +132,10 @@ def test_fleet_list_shows_each_instance_with_what_is_used_and_free(store: Store)
         "unreachable: cannot connect"  # its reason under its row
     )
     assert "local ready 10.0.0.1 0cpu 0GB 0gpu 4cpu 15.5GB 1gpu shared 0" in lines
+    wide = io.StringIO()
+    Console(file=wide, width=250).print(fleets_table(listed, wide=True))
+    [row] = [" ".join(line.split()) for line in wide.getvalue().splitlines() if "lab-0" in line]
+    assert row.endswith("1/2 1 podman 4.3.1 0.25.0")  # -v: ENGINE and AGENT, as the agent described it
 
 
 def test_fleet_list_reads_the_store_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,6 +20,7 @@ from core.fleets.messages import (
 from core.fleets.placement import InstanceSlot, InstanceStatus
 from core.fleets.scheduling import QueueIndex
 from core.runs.submissions import replica_enqueue
+from core.status import JobTerminationReason
 from core.wire.agent_api import Resources
 from core.wire.job_messages import Enqueue, NodeRequest, PlacementRequest
 from core.wire.workflow_ids import job_submission_id
@@ -43,12 +44,12 @@ def book(hosts: int = 3, local: bool = False, blocks: int | None = 1) -> FleetBo
     return made
 
 
-def gang(name: str, nodes: int = 1, priority: int = 0, cpu: float = 1) -> Enqueue:
+def gang(name: str, nodes: int = 1, priority: int = 0, cpu: float = 1, container: bool = False) -> Enqueue:
     jobs = [f"{name}-j{n}" for n in range(nodes)]
     request = PlacementRequest(
         request_id=name,
         priority=priority,
-        nodes=[NodeRequest(job_id=job, resources=Resources(cpu=cpu)) for job in jobs],
+        nodes=[NodeRequest(job_id=job, resources=Resources(cpu=cpu), container=container) for job in jobs],
     )
     return Enqueue(request=request, notify={job: f"wf/{job}" for job in jobs})
 
@@ -219,6 +220,41 @@ def test_hosts_not_deployed_are_recorded_and_join_when_they_are() -> None:
     ]
     state, _ = step(state, InstanceChange(name="h-1", status=InstanceStatus.READY, slot=host(1)))
     assert state.pending == {} and sorted(state.scheduler.instances) == ["h-0", "h-1"]
+
+
+def test_an_instance_described_anew_is_placed_on_as_it_is_now_and_its_jobs_keep_what_they_hold() -> None:
+    # docs/fleets.md#what-an-instance-is: the local agent started again, now with an engine and more CPUs.
+    state = book(hosts=1, local=True, blocks=None)
+    state, notices = step(state, gang("a", cpu=6), gang("img", container=True))
+    assert kinds(notices) == [("placement_refused", "img-j0"), ("placed", "a-j0")]
+    assert "container engine" in (notices[0].message or "")
+    bigger = host(0, blocks=None, cpu=16).model_copy(update={"container_engine": "podman 4.3.1"})
+    state, notices = step(state, InstanceChange(name="h-0", status=InstanceStatus.READY, slot=bigger))
+    assert notices == [] and state.scheduler.job_instance("a-j0") == "h-0"
+    state, notices = step(state, gang("img2", container=True), gang("b", cpu=8))
+    assert sorted(kinds(notices)) == [("placed", "b-j0"), ("placed", "img2-j0")]  # 6 + 8 + 1 <= 16
+    [view] = state.views()
+    assert (view.container_engine, view.total.cpu, view.jobs) == ("podman 4.3.1", 16, 3)
+
+
+def test_jobs_holding_gpus_an_instance_no_longer_has_are_ended_with_the_reason() -> None:
+    gpus = [host(n).model_copy(update={"total": Resources(cpu=8, memory=32, gpu=2)}) for n in range(2)]
+    state, _ = deployed(FleetBook(name="h", local=False), gpus, {})
+    state, _ = step(state, gang("gpu"), gang("cpu"))  # one block each: the whole host, both GPUs
+    where = state.scheduler.job_instance("gpu-j0")
+    assert where is not None
+    same = state.scheduler.instances[where].model_copy(update={"agent_release": "0.25.0", "allocations": {}})
+    unchanged, notices = step(state, InstanceChange(name=where, status=InstanceStatus.READY, slot=same))
+    assert notices == [] and unchanged.scheduler.job_instance("gpu-j0") == where
+    fewer = same.model_copy(update={"total": Resources(cpu=8, memory=32, gpu=1)})
+    state, notices = step(state, InstanceChange(name=where, status=InstanceStatus.READY, slot=fewer))
+    assert kinds(notices) == [("terminate", "gpu-j0")]
+    assert notices[0].reason == JobTerminationReason.INTERRUPTED_BY_NO_CAPACITY
+    assert notices[0].message == (
+        f"instance {where} now has 1 GPU(s), fewer than its jobs held (2): the job's GPUs may be gone"
+    )
+    state, notices = step(state, ReleaseJob(job_id="gpu-j0"))
+    assert state.scheduler.instances[where].total.gpu == 1 and state.scheduler.job_instance("cpu-j0")
 
 
 def test_a_replicas_request_from_a_run_configuration() -> None:

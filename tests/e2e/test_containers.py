@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from embedded.local_agent import stop_local_agent
 from testbed.containers import (
     ENTRYPOINT_IMAGE,
     ENTRYPOINT_WORDS,
@@ -145,3 +146,36 @@ def test_a_container_service_is_served_through_its_published_port(ferry: Ferry, 
     assert table.count("ports 8000->") == 2, table
     stopped = ferry("stop", "-y", "boxweb", timeout=120)
     assert stopped.returncode == 0, stopped.stderr
+
+
+def test_an_engine_brought_up_after_ferrys_first_run_is_used_once_the_stack_starts_again(
+    podman: PodmanService, tmp_path: Path
+) -> None:
+    """docs/fleets.md#what-an-instance-is: Ferry used first on a machine without an engine (no socket
+    served, no podman on the PATH), then Podman's socket brought up and the stack started again: the local
+    instance is described anew, and an `image:` task runs, in the same FERRY_HOME."""
+    home = tmp_path / "home"
+    bare = tmp_path / "bin"  # the PATH's programs but podman and docker: a machine without an engine
+    bare.mkdir()
+    for directory in os.environ["PATH"].split(os.pathsep):
+        for program in Path(directory).glob("*") if Path(directory).is_dir() else []:
+            if program.name not in ("podman", "docker") and not (bare / program.name).exists():
+                (bare / program.name).symlink_to(program)
+    (tmp_path / "project").mkdir()  # its code: not the PATH above
+    text = f"type: task\nname: late\nimage: {IMAGE}\ncommands: [echo engine found]\n"
+    conf = write(tmp_path / "project", "late", text)
+    without = Ferry(home, {**ferry_env(home), "PATH": str(bare)})
+    with stack_of(without):
+        refused = without("apply", "-y", "-f", conf, timeout=180)
+        assert refused.returncode != 0
+        assert "needs a container engine" in refused.stdout + refused.stderr
+    stop_local_agent(home)  # `server stop` leaves this machine's agent running: it starts with the stack
+
+    served = Ferry(home, {**ferry_env(home), **podman.env, "DOCKER_HOST": podman.url})
+    with stack_of(served):
+        ran = served("apply", "-y", "-f", conf, timeout=180)
+        assert ran.returncode == 0, ran.stderr
+        assert "engine found" in ran.stdout
+        listed = json.loads(served("fleet", "list", "--json").stdout)
+        [local] = [i for fleet in listed for i in fleet["instances"] if i["name"] == "local"]
+        assert local["container_engine"] and local["container_engine"].startswith("podman")

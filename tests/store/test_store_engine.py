@@ -96,7 +96,7 @@ def test_migrate_twice_is_a_no_op(store: Store, db_url: str) -> None:
     revision = _revision(db_url)
     migrate(db_url)
     migrate(store.engine)
-    assert _revision(db_url) == revision == ("0008",)
+    assert _revision(db_url) == revision == ("0009",)
     assert store.get_code(code_hash) == b"kept"
 
 

@@ -31,6 +31,7 @@ from core.fleets.messages import (
     RecordFleet,
     StopFleet,
     WatchFleet,
+    WatchLocal,
 )
 from core.fleets.placement import InstanceSlot
 from core.status import JobTerminationReason
@@ -137,6 +138,8 @@ class FakeBackend(ServiceDoubles):
         # SSH fleets: the hosts' slots by index (an error string: that host fails to deploy).
         self.hosts: dict[int, InstanceSlot | str] = {}
         self.health: asyncio.Queue[InstanceChange] = asyncio.Queue()
+        self.local_health: asyncio.Queue[InstanceChange] = asyncio.Queue()
+        self.local_watches: list[WatchLocal] = []
         self.fleet_records: dict[str, RecordFleet] = {}  # each fleet's last
         self.queues_recorded: list[list[str] | None] = []  # every record's queue, in order
         self.cleaned: list[CleanInstance] = []
@@ -152,6 +155,7 @@ class FakeBackend(ServiceDoubles):
             self.local_instance,
             self.deploy_instance,
             self.watch_fleet_health,
+            self.watch_local_instance,
             self.clean_instance,
             self.record_fleet,
             self.stop_fleet,
@@ -234,8 +238,20 @@ class FakeBackend(ServiceDoubles):
             if change.name in watched:
                 return HealthReport(changes=[change])
 
+    @activity.defn(name=names.WATCH_LOCAL_INSTANCE)
+    async def watch_local_instance(self, request: WatchLocal) -> HealthReport:
+        """Until a test reports a change (`report_health`) about the local instance."""
+        self.local_watches.append(request)
+        while True:
+            activity.heartbeat()
+            try:
+                change = await asyncio.wait_for(self.local_health.get(), HEARTBEAT_EVERY)
+            except TimeoutError:
+                continue
+            return HealthReport(changes=[change])
+
     def report_health(self, change: InstanceChange) -> None:
-        self.health.put_nowait(change)
+        (self.local_health if change.name == "local" else self.health).put_nowait(change)
 
     @activity.defn(name=names.CLEAN_INSTANCE)
     async def clean_instance(self, request: CleanInstance) -> None:
