@@ -1,17 +1,25 @@
 """The agent bundle: Ferry's agent and every package it imports, in one tarball a bare host can run.
 
-SSH hosts need nothing but `python3`, and may have no network, so nothing is installed there from an
-index: the worker copies the agent's import closure out of its own environment. The closure is what
-`import agent.main` (plus uvicorn's protocol and loop choices) loads, found in a subprocess; Ferry's own
-top-level packages (`agent`, `core`) are copied whole from their source directories, every third-party
-one as the complete file list of the distribution that owns a loaded file (dist-info included, as
-`importlib.metadata` and entry points need it). `__pycache__` is left out; the host compiles on first start.
+SSH hosts need nothing but `python3` (CPython 3.9 or later on Linux with glibc), and may have no network,
+so nothing is installed there from an index. The worker finds the agent's import closure: what
+`import agent.main` (plus uvicorn's protocol and loop choices) loads, in a subprocess. Ferry's own
+top-level packages (`agent`, `core`) are copied whole from their source directories; `__pycache__` is left
+out, the host compiles on first start. The third-party packages depend on the host's interpreter, since
+some are compiled (pydantic_core, cffi, uvloop ...): there is one bundle for each `EXT_SUFFIX` (Python
+minor version and platform, e.g. `.cpython-39-x86_64-linux-gnu.so`), and the deployment asks the host which
+it has before anything is copied.
 
-**Constraint:** the bundle carries compiled extensions (pydantic_core), so a host's interpreter must have
-the worker's `EXT_SUFFIX` (same Python minor version, implementation and platform, e.g.
-`.cpython-311-x86_64-linux-gnu.so`); the deployment checks it before anything is copied. Any patch release
-of that version does (Debian 12's 3.11.2 for a 3.11.7 worker): what the bundle runs keeps to the oldest
-one's standard library (docs/fleets.md#what-a-host-needs).
+- **The worker's own** (any patch release of it: Debian 12's 3.11.2 for a 3.11.7 worker): every
+  third-party distribution that owns a loaded file, copied whole out of the worker's environment
+  (dist-info included, as `importlib.metadata` and entry points need it). Nothing is fetched.
+- **Any other** (activities/agent_targets.py decides, activities/agent_wheels.py fetches): the same
+  distributions as wheels for that Python, the worker's release of each where there is one for it, else
+  the newest earlier one that has one, plus what only that Python needs (exceptiongroup, and
+  eval_type_backport on 3.9); fetched once by the worker's pip into FERRY_HOME/agent-wheels, or taken from
+  FERRY_AGENT_WHEELS. A failure to get them refuses the host in one line.
+
+What the bundle runs keeps to Python 3.9's standard library (core/compat.py has the rest;
+docs/fleets.md#what-a-host-needs).
 
 The tarball is deterministic (sorted names, fixed times and owners) and named by a hash of its contents,
 cached under FERRY_HOME/agent-bundles, so every worker with the same code and packages makes the same one
@@ -30,12 +38,14 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 import tarfile
 import threading
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+from activities.agent_targets import HostPython
+from activities.agent_wheels import WheelsError, fetch_wheels, wheel_files
 
 LAUNCHER = "ferry_agent.py"
 SUPERVISOR = "ferry_supervisor.py"
@@ -99,14 +109,15 @@ owners = {}
 for top, dists in md.packages_distributions().items():
     for dist_name in dists:
         owners.setdefault(top, set()).add(dist_name)
-files = []
+files, distributions = [], {}
 for dist_name in sorted({d for tops in owners.values() for d in tops}):
     dist = md.distribution(dist_name)
     entries = [f for f in dist.files or [] if not str(f).startswith("..")]
     located = {real(str(dist.locate_file(f))): str(f) for f in entries}
     if loaded & set(located):
         files += [(arc, path) for path, arc in located.items() if os.path.isfile(path)]
-print(json.dumps({"files": files, "first_party": sorted(first_party)}))
+        distributions[dist.metadata["Name"]] = dist.version
+print(json.dumps({"files": files, "first_party": sorted(first_party), "distributions": distributions}))
 """
 
 
@@ -115,17 +126,31 @@ class BundleError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class AgentClosure:
+    """What the agent imports on the worker: Ferry's own files, the third-party ones (from the worker's
+    environment), both by path in the bundle, and the third-party distributions, by name, with versions."""
+
+    first_party: dict[str, Path]
+    third_party: dict[str, Path]
+    distributions: dict[str, str]
+
+
+@dataclass(frozen=True)
 class AgentBundle:
     path: Path
     digest: str  # sha256 of the contents; names the bundle on hosts
     size: int  # bytes of the tarball
     files: int
-    ext_suffix: str  # a host's interpreter must have this one
+    python: HostPython  # the interpreter it is for: a host's must say the same (VERSION_SCRIPT)
     archive_sha256: str  # of the tarball: the host checks what it received
 
     @property
     def name(self) -> str:
         return self.digest[:20]
+
+    @property
+    def ext_suffix(self) -> str:
+        return self.python.ext_suffix
 
 
 def _skipped(arcname: str) -> bool:
@@ -133,8 +158,8 @@ def _skipped(arcname: str) -> bool:
     return "__pycache__" in parts or arcname.endswith((".pyc", ".pyo"))
 
 
-def agent_closure(python: str = sys.executable) -> dict[str, Path]:
-    """Every file the bundle holds, by its path inside the bundle."""
+def agent_closure(python: str = sys.executable) -> AgentClosure:
+    """The files and distributions the agent imports, found by importing it in a subprocess of `python`."""
     import agent  # the worker deploys the agent of the code it runs, wherever that code was imported from
 
     imported_from = str(Path(agent.__file__).resolve().parent.parent)
@@ -149,15 +174,20 @@ def agent_closure(python: str = sys.executable) -> dict[str, Path]:
     except subprocess.CalledProcessError as exc:
         raise BundleError(f"could not list the agent's imports: {exc.stderr.strip()[-2000:]}") from exc
     found = json.loads(done.stdout)
-    files = {arc.replace(os.sep, "/"): Path(path) for arc, path in found["files"]}
+    third_party = {arc.replace(os.sep, "/"): Path(path) for arc, path in found["files"]}
+    first_party: dict[str, Path] = {}
     for name, location in found["first_party"]:
         root = Path(location)
         for path in root.rglob("*"):
             if path.is_file():
-                files[f"{name}/{path.relative_to(root).as_posix()}"] = path
-    if "agent/main.py" not in files:
+                first_party[f"{name}/{path.relative_to(root).as_posix()}"] = path
+    if "agent/main.py" not in first_party:
         raise BundleError("the agent's own package was not found in its import closure")
-    return {arc: path for arc, path in sorted(files.items()) if not _skipped(arc)}
+    return AgentClosure(
+        {arc: path for arc, path in sorted(first_party.items()) if not _skipped(arc)},
+        {arc: path for arc, path in sorted(third_party.items()) if not _skipped(arc)},
+        dict(sorted(found["distributions"].items())),
+    )
 
 
 def _extra_files() -> dict[str, bytes]:
@@ -173,7 +203,10 @@ def _extra_files() -> dict[str, bytes]:
     }
 
 
-def _digest(contents: dict[str, tuple[bytes | Path, int]]) -> str:
+Contents = dict[str, tuple[bytes | Path, int]]
+
+
+def _digest(contents: Contents) -> str:
     total = hashlib.sha256(b"ferry-agent-bundle/1\0")
     for arc, (source, mode) in contents.items():
         data = source if isinstance(source, bytes) else source.read_bytes()
@@ -181,7 +214,7 @@ def _digest(contents: dict[str, tuple[bytes | Path, int]]) -> str:
     return total.hexdigest()
 
 
-def _write_tarball(contents: dict[str, tuple[bytes | Path, int]], target: Path) -> None:
+def _write_tarball(contents: Contents, target: Path) -> None:
     tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with (
         open(tmp, "wb") as raw,
@@ -197,23 +230,52 @@ def _write_tarball(contents: dict[str, tuple[bytes | Path, int]], target: Path) 
     os.replace(tmp, target)
 
 
-_built: dict[Path, AgentBundle] = {}
-_lock = threading.Lock()
+def _mode(path: Path) -> int:
+    return 0o755 if os.access(path, os.X_OK) else 0o644
 
 
-def build_bundle(cache_dir: Path) -> AgentBundle:
-    """The bundle of this worker's agent, built once per process and cached on disk by content hash."""
-    with _lock:
-        if cache_dir in _built and _built[cache_dir].path.exists():
-            return _built[cache_dir]
+_built: dict[tuple[Path, HostPython], AgentBundle] = {}
+_building: dict[tuple[Path, HostPython], threading.Lock] = {}  # one build of each at a time
+_locks_lock = threading.Lock()
+
+
+def build_bundle(
+    cache_dir: Path,
+    python: HostPython | None = None,
+    wheel_cache: Path | None = None,
+    wheelhouse: Path | None = None,
+) -> AgentBundle:
+    """The bundle of this worker's agent for `python` (this interpreter's when None), built once per process
+    and cached on disk by content hash. Another Python's takes its packages as wheels
+    (activities.agent_wheels: fetched into `wheel_cache`, FERRY_HOME/agent-wheels beside `cache_dir` when
+    None, or taken from `wheelhouse`): BundleError if they cannot be had."""
+    python = python or HostPython.this_interpreter()
+    with _locks_lock:
+        lock = _building.setdefault((cache_dir, python), threading.Lock())
+    with lock:
+        built = _built.get((cache_dir, python))
+        if built is not None and built.path.exists():
+            return built
         closure = agent_closure()
-        contents: dict[str, tuple[bytes | Path, int]] = {
-            arc: (path, 0o755 if os.access(path, os.X_OK) else 0o644) for arc, path in closure.items()
-        }
+        contents: Contents = {arc: (path, _mode(path)) for arc, path in closure.first_party.items()}
+        if python == HostPython.this_interpreter():
+            contents.update({arc: (path, _mode(path)) for arc, path in closure.third_party.items()})
+        else:
+            try:
+                wheels = fetch_wheels(
+                    python,
+                    closure.distributions,
+                    wheel_cache or cache_dir.parent / "agent-wheels",
+                    wheelhouse,
+                )
+            except WheelsError as exc:
+                raise BundleError(
+                    f"cannot get the agent's packages for Python {python.version}: {exc}"
+                ) from exc
+            contents.update(wheel_files(wheels, python))
         extra = _extra_files()
-        ext_suffix = str(sysconfig.get_config_var("EXT_SUFFIX"))
         extra[MANIFEST] = json.dumps(
-            {"ext_suffix": ext_suffix, "python": list(sys.version_info[:2])}
+            {"ext_suffix": python.ext_suffix, "python": [python.major, python.minor]}
         ).encode()
         contents.update({arc: (data, 0o644) for arc, data in extra.items()})
         contents = dict(sorted(contents.items()))
@@ -223,6 +285,6 @@ def build_bundle(cache_dir: Path) -> AgentBundle:
         if not target.exists():
             _write_tarball(contents, target)
         archive_sha256 = hashlib.sha256(target.read_bytes()).hexdigest()
-        bundle = AgentBundle(target, digest, target.stat().st_size, len(contents), ext_suffix, archive_sha256)
-        _built[cache_dir] = bundle
+        bundle = AgentBundle(target, digest, target.stat().st_size, len(contents), python, archive_sha256)
+        _built[(cache_dir, python)] = bundle
         return bundle

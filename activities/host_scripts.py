@@ -3,7 +3,7 @@
 Every step is one exec on the host's SSH connection, no SFTP: `sh -c CHECK_THEN_RUN` checks the
 interpreter, then runs ENSURE_SCRIPT with it; the bundle, when the host lacks it, is sent as the stdin of
 `sh -c RECEIVE` (so an sshd without an SFTP subsystem serves as well). The scripts use the standard library
-only, nothing newer than Python 3.10, and print one JSON line for the worker.
+only, nothing newer than Python 3.9 (the oldest a host may have), and print one JSON line for the worker.
 """
 
 from __future__ import annotations

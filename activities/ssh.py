@@ -1,9 +1,9 @@
 """SSH fleets' hosts: `HostPool`, the hosts this worker reaches by instance name, with their agents deployed.
 
 `HostPool.deploy(target)` makes the target's agent run and answer (each host, its SSH connection, its agent
-and the tunnel to it, is an `SSHAgentHost`: activities.ssh_host), with the agent bundle the pool builds
-once (activities.agent_bundle). A new token (the agent restarted) makes a new client, handed to
-`on_client` (e.g. InstanceDirectory.add).
+and the tunnel to it, is an `SSHAgentHost`: activities.ssh_host), with the agent bundle for the host's
+Python, which the pool builds once for each (activities.agent_bundle). A new token (the agent restarted)
+makes a new client, handed to `on_client` (e.g. InstanceDirectory.add).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from activities.agent_bundle import AgentBundle, build_bundle
 from activities.agent_client import AgentClient
+from activities.agent_targets import HostPython
 from activities.ssh_config import DeployedAgent, DeployOptions, SSHLogin, SSHTarget, ssh_targets
 from activities.ssh_host import SSHAgentHost, SSHDeployError
 from core.settings import Settings
@@ -45,15 +46,24 @@ class HostPool:
         self.options = options or DeployOptions()
         self.on_client = on_client
         self._hosts: dict[str, SSHAgentHost] = {}
-        self._bundle: AgentBundle | None = None
-        self._bundle_lock = asyncio.Lock()
+        self._bundles: dict[HostPython, AgentBundle] = {}
 
-    async def bundle(self) -> AgentBundle:
-        async with self._bundle_lock:
-            if self._bundle is None:
-                cache = self.options.bundle_cache or Settings.from_env().home / "agent-bundles"
-                self._bundle = await asyncio.to_thread(build_bundle, cache)
-            return self._bundle
+    async def bundle(self, python: HostPython) -> AgentBundle:
+        """The agent bundle for a host's interpreter, built once (its packages fetched for another Python
+        than the worker's: BundleError when they cannot be had)."""
+        if python not in self._bundles:
+            settings = Settings.from_env()
+            self._bundles[python] = await asyncio.to_thread(
+                build_bundle,
+                self.options.bundle_cache or settings.home / "agent-bundles",
+                python,
+                self.options.wheel_cache or settings.home / "agent-wheels",
+                self.options.wheelhouse or settings.agent_wheels,
+            )
+        return self._bundles[python]
+
+    def _host(self, target: SSHTarget) -> SSHAgentHost:
+        return SSHAgentHost(target, self.options, self.bundle)
 
     async def deploy(self, target: SSHTarget, *, restart: bool = False) -> DeployedAgent:
         """The target's agent running and reachable; the same call again keeps it (or restarts a dead one)."""
@@ -61,8 +71,8 @@ class HostPool:
         if host is None or host.target != target:
             if host is not None:
                 await host.aclose()
-            host = self._hosts[target.name] = SSHAgentHost(target, self.options)
-        deployed, changed = await host.deploy(await self.bundle(), restart)
+            host = self._hosts[target.name] = self._host(target)
+        deployed, changed = await host.deploy(restart)
         if changed and self.on_client is not None:
             self.on_client(target.name, host.client)
         return deployed
@@ -96,13 +106,13 @@ class HostPool:
         if failure is None:
             return True
         host = self._hosts.get(name)
-        if isinstance(failure, TimeoutError) or host is None or not host.connected or self._bundle is None:
+        if isinstance(failure, TimeoutError) or host is None or not host.connected or host.bundle is None:
             return False
         deadline = time.monotonic() + self.options.startup_timeout
         probe_at = time.monotonic()
         while time.monotonic() < deadline:
             if time.monotonic() >= probe_at:
-                if not await host.restarting(self._bundle, max(timeout, _PROBE_TIMEOUT)):
+                if not await host.restarting(max(timeout, _PROBE_TIMEOUT)):
                     return await self._failure(name, timeout) is None  # ready again, or no restart at all
                 probe_at = time.monotonic() + _PROBE_EVERY
             if await self._failure(name, timeout) is None:
@@ -120,9 +130,9 @@ class HostPool:
 
     async def stop(self, target: SSHTarget) -> None:
         """Stop the target's agent, if one runs there (no deployment first), and forget the host."""
-        host = self._hosts.pop(target.name, None) or SSHAgentHost(target, self.options)
+        host = self._hosts.pop(target.name, None) or self._host(target)
         try:
-            await host.stop_agent(await self.bundle())
+            await host.stop_agent()
         finally:
             await host.aclose()
 
@@ -132,7 +142,7 @@ class HostPool:
             return
         try:
             if stop_agent:
-                await host.stop_agent(await self.bundle())
+                await host.stop_agent()
         finally:
             await host.aclose()
 

@@ -78,6 +78,11 @@ class DeployOptions(BaseModel):
     startup_timeout: float = 60.0
     request_timeout: float = 30.0
     bundle_cache: Path | None = Field(default=None, description="FERRY_HOME/agent-bundles when None")
+    # The wheels of the agent's packages for hosts whose Python is not the worker's (activities.agent_wheels).
+    wheel_cache: Path | None = Field(default=None, description="FERRY_HOME/agent-wheels when None")
+    wheelhouse: Path | None = Field(
+        default=None, description="FERRY_AGENT_WHEELS when None: wheels to take instead of an index's"
+    )
 
 
 class DeployedAgent(BaseModel):

@@ -1,9 +1,10 @@
 """One SSH fleet host (`SSHAgentHost`): its SSH connection, the agent deployed on it, and the local end of
 the tunnel through which the worker reaches that agent; and the errors of deploying it.
 
-`SSHAgentHost.deploy(bundle)` connects (key-only auth, through `proxy_jump` when set), checks the host's
-`python3` (it must have the worker's Python minor version and platform, any patch release: the agent
-bundle carries compiled packages, see activities.agent_bundle), sends the bundle as an exec's stdin unless
+`SSHAgentHost.deploy()` connects (key-only auth, through `proxy_jump` when set), checks the host's
+`python3` (CPython 3.9 or later on Linux with glibc: the agent bundle for it, activities.agent_bundle, is
+the worker's own packages on the worker's version, wheels for its version on any other; a host's version
+is learnt from its first refusal of the worker's, and kept), sends the bundle as an exec's stdin unless
 the host has it (no SFTP subsystem needed), and starts the agent detached under its supervisor
 (agent/supervisor.py, which starts it again whenever it dies), bound to 127.0.0.1 on a free port with a
 fresh token (mode 600) under `remote_dir`. An agent of the same bundle already supervised there is kept,
@@ -32,15 +33,15 @@ import contextlib
 import json
 import re
 import shlex
-import sys
-import sysconfig
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 
-from activities.agent_bundle import AgentBundle
+from activities.agent_bundle import AgentBundle, BundleError
 from activities.agent_client import AgentClient
+from activities.agent_targets import HostPython, unsupported
 from activities.host_scripts import (
     CHECK_THEN_RUN,
     ENSURE_SCRIPT,
@@ -53,6 +54,9 @@ from activities.ssh_config import DeployedAgent, DeployOptions, SSHLogin, SSHTar
 from core.wire.volumes import HostDirs
 
 _PIPE_CHUNK = 256 * 1024
+
+# The agent bundle for a host's interpreter (HostPool.bundle); BundleError when it cannot be built.
+BundleSource = Callable[[HostPython], Awaitable[AgentBundle]]
 
 
 class SSHDeployError(RuntimeError):
@@ -81,9 +85,14 @@ def _start_failure(log: str) -> str:
 class SSHAgentHost:
     """One host: its SSH connection (re-established on demand), its agent, and the local end of the tunnel."""
 
-    def __init__(self, target: SSHTarget, options: DeployOptions) -> None:
+    def __init__(
+        self, target: SSHTarget, options: DeployOptions, bundles: BundleSource | None = None
+    ) -> None:
         self.target = target
         self.options = options
+        self._bundles = bundles
+        self.python: HostPython | None = None  # the host's interpreter, once it has said which
+        self.bundle: AgentBundle | None = None  # the one deployed last
         self.remote_dir = options.remote_dir.format(name=target.name, hostname=target.hostname)
         self._conn: asyncssh.SSHClientConnection | None = None
         self._jump: asyncssh.SSHClientConnection | None = None
@@ -179,40 +188,57 @@ class SSHAgentHost:
 
     # --- deploying -----------------------------------------------------------------------------------------
 
-    def _refuse_python(self, done: asyncssh.SSHCompletedProcess, expected: str) -> None:
-        """The one-line error for a host whose interpreter cannot load the bundle's compiled packages."""
+    def _refuse_python(self, done: asyncssh.SSHCompletedProcess, expected: HostPython) -> None:
+        """The one-line error for a host whose interpreter cannot run the agent, or cannot be run."""
         python, lines = self.options.python, str(done.stdout or "").splitlines()
-        found = re.match(r"(\d+)\D+(\d+)\s+(\S+)", lines[0]) if lines else None
-        if done.exit_status == NO_PYTHON or found is None:
+        said = HostPython.parse(lines[0]) if lines else None
+        if done.exit_status == NO_PYTHON or said is None:
             detail = _one_line(str(done.stderr or done.stdout or "")) or f"exit status {done.exit_status}"
             raise SSHDeployError(f"{self.target.name}: cannot run {python} on the host ({detail})")
-        theirs, ours = f"{found.group(1)}.{found.group(2)}", ".".join(expected.split()[:2])
+        needs = unsupported(said) or f"Python {expected.version} ({expected.ext_suffix})"
         raise SSHDeployError(
-            f"{self.target.name}: {python} on the host is Python {theirs} ({found.group(3)}), but the agent "
-            f"needs Python {ours} ({expected.split()[2]}), the worker's: install it there, or point "
-            "FERRY_SSH_PYTHON to it"
+            f"{self.target.name}: {python} on the host is Python {said.version} ({said.ext_suffix}), but the "
+            f"agent needs {needs}: install one there, or point FERRY_SSH_PYTHON to it"
         )
 
+    async def _bundle_for(self, python: HostPython) -> AgentBundle:
+        if self._bundles is None:
+            raise SSHDeployError(f"{self.target.name}: no agent bundle to deploy")
+        try:
+            return await self._bundles(python)
+        except BundleError as exc:
+            raise SSHDeployError(f"{self.target.name}: {_one_line(str(exc))}") from exc
+
     async def _ensure(
-        self, bundle: AgentBundle, timeout: float | None = None, **flags: bool
-    ) -> dict[str, Any]:
+        self, with_bundle: bool, timeout: float | None = None, **flags: bool
+    ) -> tuple[dict[str, Any], AgentBundle | None]:
         """One exec: the interpreter checked, then ENSURE_SCRIPT run with it (activities/host_scripts.py);
-        its JSON reply. `flags`: restart, stop, probe."""
-        args = {
-            "dir": self.remote_dir,
-            "bundle": bundle.name,
-            "archive_sha256": bundle.archive_sha256,
-            "restart": False,
-            **flags,
-            "startup_timeout": self.options.startup_timeout,
-        }
-        expected = f"{sys.version_info[0]} {sys.version_info[1]} {sysconfig.get_config_var('EXT_SUFFIX')}"
-        command = ["sh", "-c", CHECK_THEN_RUN, self.options.python, VERSION_SCRIPT, expected]
-        done = await self._run(
-            [*command, ENSURE_SCRIPT, json.dumps(args)], "starting the agent", None, timeout
-        )
+        its JSON reply, and the bundle it was for (`with_bundle`: a probe or a stop needs none). The host's
+        interpreter is taken to be the one it said last, at first the worker's: when it says another the
+        agent can run on, the exec is made again for that one. `flags`: restart, stop, probe."""
+        python = self.python or HostPython.this_interpreter()
+        while True:
+            bundle = await self._bundle_for(python) if with_bundle else None
+            args = {
+                "dir": self.remote_dir,
+                "bundle": bundle.name if bundle else "",
+                "archive_sha256": bundle.archive_sha256 if bundle else "",
+                "restart": False,
+                **flags,
+                "startup_timeout": self.options.startup_timeout,
+            }
+            command = ["sh", "-c", CHECK_THEN_RUN, self.options.python, VERSION_SCRIPT, python.line]
+            done = await self._run(
+                [*command, ENSURE_SCRIPT, json.dumps(args)], "starting the agent", None, timeout
+            )
+            lines = str(done.stdout or "").splitlines()
+            said = HostPython.parse(lines[0]) if done.exit_status == WRONG_PYTHON and lines else None
+            if said is None or said == python or unsupported(said) is not None:
+                break
+            self.python = python = said
         if done.exit_status in (NO_PYTHON, WRONG_PYTHON):
-            self._refuse_python(done, expected)
+            self._refuse_python(done, python)
+        self.python = python
         lines = str(done.stdout or "").strip().splitlines()
         try:
             reply: dict[str, Any] = json.loads(lines[-1])
@@ -226,7 +252,7 @@ class SSHAgentHost:
                 f"{self.target.name}: the agent cannot start with {self.options.python} on the host: "
                 f"{_start_failure(reply['log'])}"
             )
-        return reply
+        return reply, bundle
 
     async def _upload(self, bundle: AgentBundle, remote_path: str) -> None:
         """The bundle as the stdin of one exec: no SFTP subsystem needed."""
@@ -236,24 +262,27 @@ class SSHAgentHost:
             detail = _one_line(said) or f"exit status {done.exit_status}"
             raise SSHDeployError(f"{self.target.name}: sending the agent failed: {detail}")
 
-    async def restarting(self, bundle: AgentBundle, timeout: float) -> bool:
+    async def restarting(self, timeout: float) -> bool:
         """Whether the agent's supervisor is starting it again on the host (it had died): not lost."""
         try:
-            reply = await asyncio.wait_for(self._ensure(bundle, timeout, probe=True), timeout)
+            reply, _ = await asyncio.wait_for(self._ensure(False, timeout, probe=True), timeout)
         except (SSHDeployError, TimeoutError):
             return False
         return reply["status"] == "restarting"
 
-    async def deploy(self, bundle: AgentBundle, restart: bool = False) -> tuple[DeployedAgent, bool]:
-        """The host's agent for `bundle`, running and answering; True when its client changed."""
+    async def deploy(self, restart: bool = False) -> tuple[DeployedAgent, bool]:
+        """The host's agent, of the bundle for its interpreter, running and answering; True when its client
+        changed."""
         async with self._deploy_lock:
-            return await self._deploy(bundle, restart)
+            return await self._deploy(restart)
 
-    async def _deploy(self, bundle: AgentBundle, restart: bool) -> tuple[DeployedAgent, bool]:
-        reply = await self._ensure(bundle, restart=restart)
+    async def _deploy(self, restart: bool) -> tuple[DeployedAgent, bool]:
+        reply, bundle = await self._ensure(True, restart=restart)
+        assert bundle is not None
         if reply["status"] == "need-bundle":
             await self._upload(bundle, reply["upload"])
-            reply = await self._ensure(bundle, restart=restart)
+            reply, bundle = await self._ensure(True, restart=restart)
+            assert bundle is not None
         if reply["status"] != "running":
             raise SSHDeployError(f"{self.target.name}: the agent did not start: {reply}")
         await self._serve()
@@ -270,10 +299,11 @@ class SSHAgentHost:
             await asyncio.wait_for(self.client.healthcheck(), self.options.connect_timeout)
         except Exception as exc:
             if reply["reused"] and not restart:  # running, yet not answering: start it again
-                return await self._deploy(bundle, restart=True)
+                return await self._deploy(restart=True)
             raise SSHDeployError(
                 f"{self.target.name}: the agent does not answer: {_one_line(str(exc))}"
             ) from exc
+        self.bundle = bundle
         deployed = DeployedAgent(
             name=self.target.name,
             address=self.address,
@@ -287,8 +317,8 @@ class SSHAgentHost:
         )
         return deployed, changed
 
-    async def stop_agent(self, bundle: AgentBundle) -> None:
-        await self._ensure(bundle, stop=True)
+    async def stop_agent(self) -> None:
+        await self._ensure(False, stop=True)
 
     # --- the tunnel ----------------------------------------------------------------------------------------
 

@@ -42,6 +42,9 @@ class Settings(BaseModel):
     # SSH fleets: the host keys the worker accepts (None: any, see `from_env`), and the hosts' interpreter.
     ssh_known_hosts: str | None = DEFAULT_KNOWN_HOSTS
     ssh_python: str = "python3"
+    # FERRY_AGENT_WHEELS: a wheelhouse the agent's packages for other Pythons come from, for a worker
+    # without a package index (docs/fleets.md#what-a-host-needs).
+    agent_wheels: Path | None = None
     # FERRY_WORKFLOW_SANDBOX=1 runs the workflows in the SDK's sandbox (a check while developing them).
     workflow_sandbox: bool = False
 
@@ -60,6 +63,9 @@ class Settings(BaseModel):
             temporal_security=security_variables(env),
             ssh_known_hosts=None if known_hosts.lower() == "none" else known_hosts,
             ssh_python=env.get("FERRY_SSH_PYTHON") or "python3",
+            agent_wheels=Path(env["FERRY_AGENT_WHEELS"]).expanduser()
+            if env.get("FERRY_AGENT_WHEELS")
+            else None,
             workflow_sandbox=env.get("FERRY_WORKFLOW_SANDBOX", "").lower() in ("1", "true", "yes"),
         )
 

@@ -18,6 +18,10 @@ from testbed.netns import HostNetwork
 T = TypeVar("T")
 
 
+# What the tests keep between runs on one machine, outside the repository: the agent's wheels for other
+# Pythons (activities/agent_wheels.py) and the Debian roots of testbed/debian_roots.py.
+MACHINE_CACHE = Path(os.environ.get("FERRY_TEST_CACHE") or "/var/cache/ferry-test")
+
 # The hosts' interpreter is the distribution's own (Debian 12's 3.11.2 here; scripts/test.sh installs
 # it), not the worker's: a host runs the agent on the Python it ships (docs/fleets.md#ssh-fleets).
 DISTRIBUTION_PYTHON = "/usr/bin/python3"
@@ -39,6 +43,7 @@ def deploy_options(workdir: Path, bundle_cache: Path, **changes: object) -> Depl
         keepalive_interval=1.0,
         keepalive_count_max=2,
         bundle_cache=bundle_cache,
+        wheel_cache=MACHINE_CACHE / "agent-wheels",
     )
     return options.model_copy(update=changes)
 
