@@ -150,6 +150,7 @@ class _Watch:
                 termination_reason=change.termination_reason or JobTerminationReason.EXECUTOR_ERROR,
                 termination_message=change.termination_message,
                 exit_status=change.exit_status,
+                task_id=change.id,
             )
         if _behind(task) or (task.ended is not None and not task.told):
             self._work_on(change.id, task, client)
@@ -197,10 +198,12 @@ class _Watch:
 
     def _lost(self, why: str) -> None:
         """The agent has been silent too long: every job it ran has ended with its instance."""
-        for task in self._tasks.values():
+        for task_id, task in self._tasks.items():
             if task.ended is None:
                 task.ended = JobOutcome(
-                    termination_reason=JobTerminationReason.INSTANCE_UNREACHABLE, termination_message=why
+                    termination_reason=JobTerminationReason.INSTANCE_UNREACHABLE,
+                    termination_message=why,
+                    task_id=task_id,
                 )
             if not task.told:
                 task.told = True
@@ -218,6 +221,7 @@ class _Watch:
             outcome = task.ended or JobOutcome(
                 termination_reason=JobTerminationReason.EXECUTOR_ERROR,
                 termination_message=f"the task vanished from {self._request.instance_name}",
+                task_id=task_id,
             )
             self._tell_later(task.owner, outcome)
 

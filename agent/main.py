@@ -17,6 +17,7 @@ from agent.app import create_app
 from agent.containers.engine import EngineFinder
 from agent.gpus import detect_gpus
 from agent.instance import host_capacity
+from agent.retention import remove_stale
 from agent.ssh_server import AgentSSHServer
 from agent.tasks import TaskRegistry
 from core.wire.agent_api import PYTHON_IMAGE
@@ -119,6 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     logger.info("container engine: %s", engines.name or "none")
     registry = TaskRegistry(data_dir, host_capacity(), detect_gpus(), engines)
     registry.load()
+    # Tasks that ended long ago and that nobody removed: their worker never came back (agent/retention.py).
+    remove_stale(registry)
     ssh_server = AgentSSHServer(registry, args.ssh_host, args.ssh_port, data_dir)
     app = create_app(registry, token, ssh_server)
     # The standard event loop, not uvloop, which keeps SIGCHLD to itself: the watcher is woken by it the

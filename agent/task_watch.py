@@ -22,6 +22,7 @@ import time
 
 from agent.executors import JobLiveness
 from agent.records import TaskPaths, TaskRecord, load_job_spec
+from agent.retention import RETENTION_CHECK_EVERY, remove_stale
 from agent.tasks import TaskRegistry
 from core.compat import wait_set
 from core.durations import format_duration
@@ -45,11 +46,15 @@ async def watch_forever(registry: TaskRegistry) -> None:
     except (NotImplementedError, RuntimeError, ValueError):
         logger.warning("SIGCHLD handler unavailable: polling every %ss", WATCH_INTERVAL)
         told = False
+    retained_at = time.monotonic()  # the agent's start removed what was stale then (agent/main.py)
     while True:
         pause = await next_pass(registry, time.time()) if told else WATCH_INTERVAL
         woken = await wait_set(wake, pause)
         wake.clear()
         await check_running(registry, everyone=not woken)
+        if time.monotonic() - retained_at >= RETENTION_CHECK_EVERY:
+            retained_at = time.monotonic()
+            remove_stale(registry)
 
 
 # The watcher's loops over every running job go in slices, the agent's requests served between them: a

@@ -107,7 +107,7 @@ class JobWorkflow:
     @workflow.signal(name=TASK_ENDED)
     def task_ended(self, outcome: JobOutcome) -> None:
         """From its instance's watch: the task's process has ended, and its log is stored."""
-        self._control = self._control.on_task_ended(outcome)
+        self._control = self._control.on_task_ended(outcome, self._id)
 
     @workflow.signal
     def peers_started(self) -> None:

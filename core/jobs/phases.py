@@ -75,9 +75,12 @@ class JobControl(BaseModel):
     def on_peers_started(self) -> JobControl:
         return self.model_copy(update={"peers_started": True})
 
-    def on_task_ended(self, outcome: JobOutcome) -> JobControl:
+    def on_task_ended(self, outcome: JobOutcome, task_id: str) -> JobControl:
         """The instance's watch may tell twice (a watch started again lists every ended task): the first
-        word stands."""
+        word stands. Another task's end is not this job's: a host may keep the task of another deployment
+        whose job had this job's workflow id (the same project and run name), and its end is ignored."""
+        if outcome.task_id is not None and outcome.task_id != task_id:
+            return self
         return self if self.ended is not None else self.model_copy(update={"ended": outcome})
 
     # --- placement --------------------------------------------------------------------------------

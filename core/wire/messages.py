@@ -168,11 +168,13 @@ class WatchInstance(Message):
 
 
 class JobOutcome(Message):
-    """How a job's process ended, as its agent (or its silence) tells."""
+    """How a job's process ended, as its agent (or its silence) tells. `task_id`: the agent's task it is
+    about, from an instance's watch; a job hears only its own (docs/jobs.md#the-instance-watch)."""
 
     termination_reason: JobTerminationReason
     termination_message: str | None = None
     exit_status: int | None = None
+    task_id: str | None = None
 
 
 class SSHEndpointRequest(Message):

@@ -128,6 +128,7 @@ async def test_each_job_hears_its_end_once_with_its_whole_log_stored(watching: W
         3,
     )
     assert (done.termination_reason, done.exit_status) == (JobTerminationReason.DONE_BY_RUNNER, 0)
+    assert (failed.task_id, done.task_id) == (ids[0], ids[1])  # a job hears its own task's end only
     assert watching.signals.stored_when_told[ids[0]] == 1_500_000
     assert watching.store.read_log(ids[0])[0] == b"x" * 1_500_000
     lines = b"".join(b"line %d\n" % i for i in range(1, 6))

@@ -14,6 +14,7 @@ from core.jobs.phases import JobControl, JobPhase, PlacementOutcome, grace_secon
 from core.status import JobTerminationReason
 from core.wire.agent_api import ClusterInfo
 from core.wire.job_messages import Placement, TerminateJobRequest
+from core.wire.messages import JobOutcome
 
 R = JobTerminationReason
 LOST = R.INSTANCE_UNREACHABLE
@@ -362,3 +363,20 @@ def test_after_moves_to_the_phase_its_outcome_leads_to(outcome: PlacementOutcome
     control = JobControl().on_queued()
     assert control.after(outcome).phase == phase
     assert control.after(PlacementOutcome.LOG_WAITING).placement_outcome() is None
+
+
+def test_a_job_hears_its_own_tasks_end_first_and_never_another_tasks() -> None:
+    """A host may keep another deployment's task whose owner is this job's workflow id (the same project
+    and run name; docs/jobs.md#the-instance-watch): its end is not this job's."""
+    mine, stale = "train-1a2b3c4d-r0-j0-s0", "train-99ff00aa-r0-j0-s0"
+    gone = JobOutcome(termination_reason=JobTerminationReason.EXECUTOR_ERROR, task_id=stale)
+    control = JobControl().on_task_ended(gone, mine)
+    assert control.ended is None
+    done = JobOutcome(termination_reason=JobTerminationReason.DONE_BY_RUNNER, exit_status=0, task_id=mine)
+    control = control.on_task_ended(done, mine).on_task_ended(
+        done.model_copy(update={"exit_status": 1}), mine
+    )
+    assert control.ended == done
+    # An outcome that names no task (an older worker's watch) is taken, as before.
+    unnamed = JobOutcome(termination_reason=JobTerminationReason.DONE_BY_RUNNER, exit_status=0)
+    assert JobControl().on_task_ended(unnamed, mine).ended == unnamed
