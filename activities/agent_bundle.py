@@ -158,6 +158,19 @@ def _skipped(arcname: str) -> bool:
     return "__pycache__" in parts or arcname.endswith((".pyc", ".pyo"))
 
 
+_closure: AgentClosure | None = None  # this process's code and packages do not change under it
+_closure_lock = threading.Lock()
+
+
+def this_workers_closure() -> AgentClosure:
+    """agent_closure() of this worker, listed once for all the bundles it builds."""
+    global _closure
+    with _closure_lock:
+        if _closure is None:
+            _closure = agent_closure()
+        return _closure
+
+
 def agent_closure(python: str = sys.executable) -> AgentClosure:
     """The files and distributions the agent imports, found by importing it in a subprocess of `python`."""
     import agent  # the worker deploys the agent of the code it runs, wherever that code was imported from
@@ -256,7 +269,7 @@ def build_bundle(
         built = _built.get((cache_dir, python))
         if built is not None and built.path.exists():
             return built
-        closure = agent_closure()
+        closure = this_workers_closure()
         contents: Contents = {arc: (path, _mode(path)) for arc, path in closure.first_party.items()}
         if python == HostPython.this_interpreter():
             contents.update({arc: (path, _mode(path)) for arc, path in closure.third_party.items()})

@@ -21,6 +21,9 @@ CHECK_THEN_RUN = (
     f'v=$("$0" -c "$1") || exit {NO_PYTHON}; printf "%s\\n" "$v"; '
     f'[ "$v" = "$2" ] || exit {WRONG_PYTHON}; exec "$0" -I -S -c "$3" "$4"'
 )
+# `sh -c ASK_PYTHON python version-script`: the interpreter's version line, asked once before the first
+# deployment, so that the bundle for it is the only one built.
+ASK_PYTHON = f'"$0" -c "$1" || exit {NO_PYTHON}'
 
 # `sh -c RECEIVE path`: stdin to `path`, whole or not at all (the ensure script checks its hash).
 RECEIVE = 'umask 077 && cat > "$0.part" && mv -f "$0.part" "$0"'

@@ -4,7 +4,7 @@ the tunnel through which the worker reaches that agent; and the errors of deploy
 `SSHAgentHost.deploy()` connects (key-only auth, through `proxy_jump` when set), checks the host's
 `python3` (CPython 3.9 or later on Linux with glibc: the agent bundle for it, activities.agent_bundle, is
 the worker's own packages on the worker's version, wheels for its version on any other; a host's version
-is learnt from its first refusal of the worker's, and kept), sends the bundle as an exec's stdin unless
+is asked once, before the first bundle is built), sends the bundle as an exec's stdin unless
 the host has it (no SFTP subsystem needed), and starts the agent detached under its supervisor
 (agent/supervisor.py, which starts it again whenever it dies), bound to 127.0.0.1 on a free port with a
 fresh token (mode 600) under `remote_dir`. An agent of the same bundle already supervised there is kept,
@@ -43,6 +43,7 @@ from activities.agent_bundle import AgentBundle, BundleError
 from activities.agent_client import AgentClient
 from activities.agent_targets import HostPython, unsupported
 from activities.host_scripts import (
+    ASK_PYTHON,
     CHECK_THEN_RUN,
     ENSURE_SCRIPT,
     NO_PYTHON,
@@ -188,18 +189,31 @@ class SSHAgentHost:
 
     # --- deploying -----------------------------------------------------------------------------------------
 
-    def _refuse_python(self, done: asyncssh.SSHCompletedProcess, expected: HostPython) -> None:
+    def _refuse_python(self, done: asyncssh.SSHCompletedProcess, expected: HostPython | None = None) -> None:
         """The one-line error for a host whose interpreter cannot run the agent, or cannot be run."""
         python, lines = self.options.python, str(done.stdout or "").splitlines()
         said = HostPython.parse(lines[0]) if lines else None
         if done.exit_status == NO_PYTHON or said is None:
             detail = _one_line(str(done.stderr or done.stdout or "")) or f"exit status {done.exit_status}"
             raise SSHDeployError(f"{self.target.name}: cannot run {python} on the host ({detail})")
-        needs = unsupported(said) or f"Python {expected.version} ({expected.ext_suffix})"
+        needs = unsupported(said) or (
+            f"Python {expected.version} ({expected.ext_suffix})" if expected else ""
+        )
         raise SSHDeployError(
             f"{self.target.name}: {python} on the host is Python {said.version} ({said.ext_suffix}), but the "
             f"agent needs {needs}: install one there, or point FERRY_SSH_PYTHON to it"
         )
+
+    async def _host_python(self) -> HostPython:
+        """The host's interpreter: asked the first time, then the one it said last."""
+        if self.python is None:
+            done = await self._run(["sh", "-c", ASK_PYTHON, self.options.python, VERSION_SCRIPT], "asking")
+            said = HostPython.parse(str(done.stdout or "")) if done.exit_status == 0 else None
+            if said is None or unsupported(said) is not None:
+                self._refuse_python(done)
+            self.python = said
+        assert self.python is not None
+        return self.python
 
     async def _bundle_for(self, python: HostPython) -> AgentBundle:
         if self._bundles is None:
@@ -213,10 +227,10 @@ class SSHAgentHost:
         self, with_bundle: bool, timeout: float | None = None, **flags: bool
     ) -> tuple[dict[str, Any], AgentBundle | None]:
         """One exec: the interpreter checked, then ENSURE_SCRIPT run with it (activities/host_scripts.py);
-        its JSON reply, and the bundle it was for (`with_bundle`: a probe or a stop needs none). The host's
-        interpreter is taken to be the one it said last, at first the worker's: when it says another the
-        agent can run on, the exec is made again for that one. `flags`: restart, stop, probe."""
-        python = self.python or HostPython.this_interpreter()
+        its JSON reply, and the bundle it was for (`with_bundle`: a probe or a stop needs none), for the
+        interpreter the host said it has: when it says another (replaced since), the agent can run on, the
+        exec is made again for that one. `flags`: restart, stop, probe."""
+        python = await self._host_python()
         while True:
             bundle = await self._bundle_for(python) if with_bundle else None
             args = {

@@ -38,6 +38,6 @@ else:
     async def wait_set(event: asyncio.Event, seconds: float) -> bool:
         try:
             await asyncio.wait_for(event.wait(), seconds)
-        except TimeoutError:  # not yet the builtin TimeoutError before 3.11
+        except asyncio.TimeoutError:  # noqa: UP041 (not yet the builtin TimeoutError before 3.11)
             return False
         return True
