@@ -8,6 +8,7 @@ need=()
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 [ -x /usr/bin/python3 ] || need+=(python3)  # the distribution's Python: SSH test hosts, the test Python image (testbed/containers.py)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)  # tests/fleet: sshd hosts in network namespaces
+[ -x /usr/sbin/debootstrap ] || need+=(debootstrap)  # testbed/debian_roots.py: hosts on Debian 11, 12, 13's own Python
 command -v sftp >/dev/null 2>&1 || need+=(openssh-client)  # ferry attach, tests/agent/test_ssh_*: ssh, scp, sftp
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v docker-compose >/dev/null || need+=(docker-compose)  # tests/e2e/test_compose.py: `config` only

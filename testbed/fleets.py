@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -103,6 +104,21 @@ class Cluster:
         address = self.address_of(instance)
         return next(host.index for host in self.network.hosts if host.address == address)
 
+    async def lose_and_recover(self, k: int) -> str:
+        """Host k cut off until the fleet finds it unreachable, then back until it is ready: its instance."""
+        lost = f"{self.fleet}-{k - 1}"  # the fleet's hosts are the network's, in order
+        self.network.cut_host(k)
+        try:
+            await until("the cut host to be unreachable", lambda: self._has_status(lost, "unreachable"))
+        finally:
+            self.network.heal_host(k)
+        await until("the healed host to be ready", lambda: self._has_status(lost, "ready"))
+        return lost
+
+    async def _has_status(self, instance: str, status: str) -> bool:
+        described = await self.fleets.describe(self.fleet)
+        return any(i.name == instance and i.status == status for i in described.instances)
+
     async def check_idle(self) -> FleetDescription:
         """Every instance without jobs and nothing waiting: no capacity leaked; the store agrees."""
         described = await until("the fleet to be idle", lambda: self._idle())
@@ -118,6 +134,19 @@ class Cluster:
     async def _records_idle(self) -> bool:
         records = self.api.store.list_instances(self.api.project, self.fleet)
         return all(r.busy_blocks == 0 and r.jobs == 0 for r in records)
+
+
+async def user_ssh(tool: str, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The user's own OpenSSH (`ssh`, `scp`), with Ferry's config (`ferry attach` writes it); off the event
+    loop the worker runs on."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [tool, "-F", str(config), "-o", "BatchMode=yes", *args],
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 async def until(what: str, probe: Any, limit: float = WAIT) -> Any:

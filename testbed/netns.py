@@ -8,6 +8,11 @@ key-only root login with an ed25519 key made for the run, TCP forwarding and int
 and interfaces are named after the test process (`ft<pid>-...`), so parallel runs do not meet, and `up()`
 first removes what a crashed earlier run left behind. `down()` removes everything it made.
 
+A host given a root (`roots`, testbed/debian_roots.py) runs that root's own sshd chrooted into an overlay of
+it, in a mount namespace of its own with /proc, /dev and /sys (the agent reads cgroups there) and the
+`shared` directories (the workdir by default) mounted in at the same paths: its sessions, its agent and
+its jobs see that distribution's /usr/bin/python3 and libraries; the root itself is never written to.
+
 The hosts share this machine's filesystem and users: give each its own remote directory. Each host's
 sessions get a home of their own (`SetEnv HOME`), so root's dotfiles here stay out of them: a shell
 startup that takes a lock (pyenv's rehash) and is killed with its host would otherwise hold up every
@@ -24,6 +29,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,19 +108,36 @@ class Host:
     namespace: str
     address: str
     port: int = 22
+    root: Path | None = None  # a distribution's root its sshd runs chrooted into; None: this machine's
 
 
 class HostNetwork:
-    def __init__(self, count: int, workdir: Path, sftp: bool = True) -> None:
+    def __init__(
+        self,
+        count: int,
+        workdir: Path,
+        sftp: bool = True,
+        roots: Sequence[Path | None] = (),
+        shared: Sequence[Path] = (),
+    ) -> None:
+        """`roots`: host k's root is roots[k - 1] (none past its end); `shared`: what the chrooted hosts see
+        of this machine's filesystem besides the workdir."""
         self.tag = f"{_PREFIX}{os.getpid()}"
         self.workdir = workdir
         self.sftp = sftp
+        self.shared = [workdir, *shared]
         self.key = workdir / "id_ed25519"
         self.switch = f"{self.tag}-sw"
         self.root_link = f"{self.tag}r"
         self.subnet = self._free_subnet()
         self.hosts = [
-            Host(k, f"{self.tag}h{k}", f"{self.tag}-h{k}", f"10.203.{self.subnet}.{10 + k}")
+            Host(
+                k,
+                f"{self.tag}h{k}",
+                f"{self.tag}-h{k}",
+                f"10.203.{self.subnet}.{10 + k}",
+                root=roots[k - 1] if k <= len(roots) else None,
+            )
             for k in range(1, count + 1)
         ]
         self._sshd: dict[int, subprocess.Popen[bytes]] = {}
@@ -182,17 +205,47 @@ class HostNetwork:
         config.write_text(
             f"Port {host.port}\nListenAddress {host.address}\nHostKey {home / 'hostkey'}\n"
             f"PidFile {home / 'sshd.pid'}\nAuthorizedKeysFile {self.workdir / 'authorized_keys'}\n"
-            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
+            # Debian 11's OpenSSH (8.4) predates KbdInteractiveAuthentication; without PAM it offers none.
+            f"PasswordAuthentication no\n{'' if host.root else 'KbdInteractiveAuthentication no'}\n"
+            "PermitRootLogin prohibit-password\n"
             "UsePAM no\nStrictModes no\nAllowTcpForwarding yes\nUseDNS no\nPrintMotd no\n"
             f"{'Subsystem sftp internal-sftp' if self.sftp else ''}\nMaxStartups 50\nMaxSessions 50\n"
             f"SetEnv HOME={home / 'home'}\n"
         )
-        script = f"hostname {host.hostname} && exec {SSHD} -D -e -f {config}"
-        command = ["ip", "netns", "exec", host.namespace, "unshare", "--uts", "sh", "-c", script]
+        sshd = f"{SSHD} -D -e -f {config}"
+        if host.root is None:
+            script, unshare = f"hostname {host.hostname} && exec {sshd}", ["unshare", "--uts"]
+        else:
+            mounts = self._mount_root(host, home)
+            script = f"hostname {host.hostname} && {mounts} && exec chroot {self._merged(home)} {sshd}"
+            unshare = ["unshare", "--uts", "--mount"]
+        command = ["ip", "netns", "exec", host.namespace, *unshare, "sh", "-c", script]
         with open(home / "sshd.log", "wb") as log:
             self._sshd[host.index] = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
             )
+
+    def _mount_root(self, host: Host, home: Path) -> str:
+        """Shell commands, run in the host's own mount namespace, that make its root: an overlay of the
+        distribution's (writes land in the host's directory), with this machine's /proc, /dev, /sys and
+        the shared directories mounted in."""
+        upper, work, merged = home / "root" / "upper", home / "root" / "work", self._merged(home)
+        for directory in (upper, work, merged):
+            directory.mkdir(parents=True, exist_ok=True)
+        steps = [
+            f"mount -t overlay overlay -o lowerdir={host.root},upperdir={upper},workdir={work} {merged}",
+            f"mount -t proc proc {merged}/proc",
+            f"mount --rbind /dev {merged}/dev",
+            f"mount --rbind /sys {merged}/sys",
+            f"mkdir -p {merged}/run/sshd",
+        ]
+        for path in self.shared:
+            steps += [f"mkdir -p {merged}{path}", f"mount --rbind {path} {merged}{path}"]
+        return " && ".join(steps)
+
+    @staticmethod
+    def _merged(home: Path) -> Path:
+        return home / "root" / "merged"
 
     def _wait_listening(self, host: Host, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout

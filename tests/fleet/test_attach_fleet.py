@@ -7,7 +7,6 @@ connection made through the jump."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import subprocess
 from pathlib import Path
@@ -20,20 +19,8 @@ from cli.dev_environments import ask_connections, dev_views
 from cli.user_keys import public_key_line
 from core.configuration import DevEnvironmentConfiguration, parse_configuration
 from core.status import JobStatus
-from testbed.fleets import SMALL, WAIT, Cluster, until
+from testbed.fleets import SMALL, WAIT, Cluster, until, user_ssh
 from testbed.netns import HostNetwork
-
-
-async def _ssh(tool: str, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The user's own OpenSSH (`ssh`, `scp`), with Ferry's config; off the event loop the worker runs on."""
-    return await asyncio.to_thread(
-        subprocess.run,
-        [tool, "-F", str(config), "-o", "BatchMode=yes", *args],
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 async def test_a_dev_environment_on_a_fleet_host_is_reached_through_the_hosts_sshd(
@@ -69,23 +56,24 @@ async def test_a_dev_environment_on_a_fleet_host_is_reached_through_the_hosts_ss
         # The route: the host's own sshd at its address, and the job's entry jumping through it.
         jump = dict(
             line.split(" ", 1)
-            for line in (await _ssh("ssh", config, "-G", "fleet-dev-host")).stdout.splitlines()
+            for line in (await user_ssh("ssh", config, "-G", "fleet-dev-host")).stdout.splitlines()
         )
         assert (jump["hostname"], jump["port"], jump["user"]) == (host.address, "22", "root")
         route = dict(
-            line.split(" ", 1) for line in (await _ssh("ssh", config, "-G", "fleet-dev")).stdout.splitlines()
+            line.split(" ", 1)
+            for line in (await user_ssh("ssh", config, "-G", "fleet-dev")).stdout.splitlines()
         )
         assert (route["hostname"], route["proxyjump"], route["user"]) == (
             "127.0.0.1",
             "fleet-dev-host",
             job.id,
         )
-        on_host = await _ssh("ssh", config, "fleet-dev-host", "hostname")
+        on_host = await user_ssh("ssh", config, "fleet-dev-host", "hostname")
         assert on_host.returncode == 0, on_host.stderr
         assert on_host.stdout.strip() == host.hostname
 
         # A command in the job: its working directory (on the host: under its remote dir), its env.
-        ran = await _ssh("ssh", config, "fleet-dev", "pwd; echo $GREETING; hostname")
+        ran = await user_ssh("ssh", config, "fleet-dev", "pwd; echo $GREETING; hostname")
         assert ran.returncode == 0, ran.stderr
         assert ran.stdout.splitlines() == [attached.working_dir, "hello from the fleet", host.hostname]
         assert Path(attached.working_dir).is_relative_to(workdir / "hosts" / host.address)
@@ -93,11 +81,11 @@ async def test_a_dev_environment_on_a_fleet_host_is_reached_through_the_hosts_ss
         # A file in, and out again (the hosts share this machine's disk: it lands in the working dir).
         sent = tmp_path / "sent.txt"
         sent.write_text("to the fleet's job\n")
-        copied = await _ssh("scp", config, str(sent), "fleet-dev:copied.txt")
+        copied = await user_ssh("scp", config, str(sent), "fleet-dev:copied.txt")
         assert copied.returncode == 0, copied.stderr
         assert (Path(attached.working_dir) / "copied.txt").read_text() == "to the fleet's job\n"
         back = tmp_path / "back.txt"
-        fetched = await _ssh("scp", config, "fleet-dev:copied.txt", str(back))
+        fetched = await user_ssh("scp", config, "fleet-dev:copied.txt", str(back))
         assert fetched.returncode == 0, fetched.stderr
         assert back.read_text() == "to the fleet's job\n"
 

@@ -137,23 +137,12 @@ async def test_a_gang_is_placed_whole_or_not_at_all(cluster: Cluster, tmp_path: 
 
 async def test_a_host_that_comes_back_returns_to_service(cluster: Cluster) -> None:
     await cluster.apply()
-    lost = f"{cluster.fleet}-2"
-    cluster.network.cut_host(3)
-    try:
-        await until("the cut host to be unreachable", lambda: _instance_status(cluster, lost, "unreachable"))
-    finally:
-        cluster.network.heal_host(3)
-    await until("the healed host to be ready", lambda: _instance_status(cluster, lost, "ready"))
+    lost = await cluster.lose_and_recover(3)
     conf = task(["hostname"], nodes=3)
     final = await cluster.finished(await cluster.submit(conf, "everywhere"))
     assert final.status == RunStatus.DONE
     assert lost in {j.instance_name for j in cluster.jobs(final)}
     await cluster.check_idle()
-
-
-async def _instance_status(cluster: Cluster, name: str, status: str) -> bool:
-    described = await cluster.fleets.describe(cluster.fleet)
-    return any(i.name == name and i.status == status for i in described.instances)
 
 
 async def test_fleet_list_reapply_and_a_worker_that_finds_hosts_in_the_store(cluster: Cluster) -> None:
