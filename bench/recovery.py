@@ -3,7 +3,7 @@
 The hosts are the testbed's, as in tests/fleet (`testbed.netns.HostNetwork`: OpenSSH `sshd` in network
 namespaces on 10.203.X, reachable only from this machine), the fleet is applied and read through
 `testbed.fleets.Cluster`, but the work is done by the stack's own worker (it deploys the agents with the
-stack's settings: FERRY_SSH_PYTHON and FERRY_SSH_KNOWN_HOSTS=none, see bench.ferry_side._stack_env, and
+stack's settings: FERRY_SSH_KNOWN_HOSTS=none, see bench.ferry_side._stack_env, the hosts' own python3, and
 the default SSH keepalives a user gets). Each trial is a fresh run of a task with `retry: {on_events:
 [interruption]}`: once its job runs, its host is killed the way test_fleet_runs does it (every process in
 the namespace, the namespace deleted), and two times are taken from the moment of the kill: to the job's

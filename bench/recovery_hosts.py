@@ -15,13 +15,13 @@ def unavailable() -> str | None:
         preflight()
     except NamespaceError as err:
         return str(err)
-    if not os.access(host_python(), os.X_OK):
+    if not os.access(host_python(), os.X_OK):  # what `python3` is in the hosts' sessions
         return f"no interpreter for the hosts at {host_python()}"
     return None
 
 
 def ssh_settings() -> dict[str, str]:
-    """The stack worker's settings for the test hosts: they share this machine's disk, so this
-    interpreter's base Python runs there, and their host keys are made for the run (accepted unchecked:
-    they are reachable from this machine only)."""
-    return {"FERRY_SSH_PYTHON": host_python(), "FERRY_SSH_KNOWN_HOSTS": "none"}
+    """The stack worker's settings for the test hosts: their host keys are made for the run (accepted
+    unchecked: they are reachable from this machine only). Their interpreter is the default `python3`, the
+    distribution's, whatever its version (docs/fleets.md#what-a-host-needs)."""
+    return {"FERRY_SSH_KNOWN_HOSTS": "none"}
