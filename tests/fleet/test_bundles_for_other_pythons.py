@@ -1,11 +1,13 @@
 """The agent bundle for a host whose Python is not the worker's: the agent's own code as for the worker,
 every third-party package from wheels for that Python, fetched with the worker's pip from its index (kept
-between runs in testbed.helpers.MACHINE_CACHE) or taken from a wheelhouse (FERRY_AGENT_WHEELS).
-Its agent runs on Debian 11's 3.9 in tests/fleet/test_distribution_hosts.py."""
+between runs in testbed.helpers.MACHINE_CACHE) or taken from a wheelhouse (FERRY_AGENT_WHEELS). Every
+agent module imports from it on Debian 11's 3.9 and 13's 3.13 (testbed/debian_roots.py); its agent serves
+a fleet on them in tests/fleet/test_distribution_hosts.py."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -13,7 +15,9 @@ import pytest
 
 from activities.agent_bundle import MANIFEST, AgentBundle, BundleError, build_bundle
 from activities.agent_targets import HostPython
+from testbed.debian_roots import debian_root
 from testbed.helpers import MACHINE_CACHE
+from tests.fleet.test_deployment_units import IMPORT_ALL
 
 PY39 = HostPython(3, 9, ".cpython-39-x86_64-linux-gnu.so")
 WHEELS = MACHINE_CACHE / "agent-wheels"
@@ -46,6 +50,28 @@ def test_another_pythons_bundle_has_the_agents_code_and_packages_built_for_that_
         assert manifest is not None
         assert json.load(manifest) == {"ext_suffix": PY39.ext_suffix, "python": [3, 9]}
     assert bundle39.python == PY39 and bundle39.name != bundle.name
+
+
+@pytest.mark.parametrize(
+    ("suite", "python"),
+    [("bullseye", PY39), ("trixie", HostPython(3, 13, ".cpython-313-x86_64-linux-gnu.so"))],
+)
+def test_every_agent_module_imports_from_its_bundle_on_the_releases_python(
+    suite: str, python: HostPython, bundle_cache: Path, tmp_path: Path
+) -> None:
+    """As a host runs it (`-I -S`), chrooted into the release's root, the bundle mounted at its /mnt (in a
+    mount namespace of its own: the root is not written to). An API newer than that Python fails here."""
+    root = debian_root(suite)
+    unpacked = tmp_path / "bundle"
+    with tarfile.open(build_bundle(bundle_cache, python, WHEELS).path) as tar:
+        tar.extractall(unpacked, filter="data")
+    inside = f'mount --bind {unpacked} {root}/mnt && exec chroot {root} /usr/bin/python3 -I -S -c "$0" /mnt'
+    done = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", inside, IMPORT_ALL], capture_output=True, text=True, check=True
+    )
+    found = json.loads(done.stdout)
+    assert found["failed"] == {} and found["count"] >= 30, found
+    assert found["version"][:2] == [python.major, python.minor]
 
 
 def test_a_wheelhouse_serves_a_worker_without_an_index_and_makes_the_same_bundle(

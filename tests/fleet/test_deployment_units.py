@@ -42,7 +42,7 @@ def test_the_bundle_holds_the_agent_and_its_imports_and_nothing_of_the_worker(bu
     assert bundle.files == len(names) and bundle.size == bundle.path.stat().st_size
 
 
-_IMPORT_ALL = """
+IMPORT_ALL = """
 import importlib, json, pkgutil, sys
 sys.path.insert(0, sys.argv[1])
 failed, count = {}, 0
@@ -64,7 +64,7 @@ def test_every_agent_module_imports_from_the_bundle_on_the_distributions_python(
     with tarfile.open(bundle.path) as tar:
         tar.extractall(tmp_path, filter="data")
     done = subprocess.run(
-        [host_python(), "-I", "-S", "-c", _IMPORT_ALL, str(tmp_path)],
+        [host_python(), "-I", "-S", "-c", IMPORT_ALL, str(tmp_path)],
         capture_output=True,
         text=True,
         check=True,
