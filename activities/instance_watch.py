@@ -139,11 +139,13 @@ class _Watch:
             self._kick(client)
 
     def _heard(self, client: AgentClient, change: TaskChange) -> None:
-        if change.owner is None or not change.owner.startswith(self._request.owners):
-            return  # another project's, or a job that watches its task itself
         task = self._tasks.get(change.id)
+        # A task the agent restarted cannot read the record of has no owner now: its owner was heard before.
+        owner = change.owner or (task.owner if task is not None else None)
+        if owner is None or not owner.startswith(self._request.owners):
+            return  # another project's, or a job that watches its task itself
         if task is None:
-            task = self._tasks[change.id] = _Followed(owner=change.owner)
+            task = self._tasks[change.id] = _Followed(owner=owner)
         task.size = max(task.size, change.log_size)
         if change.status == TaskStatus.TERMINATED and task.ended is None:
             task.ended = JobOutcome(

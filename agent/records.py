@@ -7,7 +7,9 @@ them in memory only (docs/secrets.md).
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,8 @@ from core.wire.agent_api import (
     TaskStatus,
     VolumeMount,
 )
+
+logger = logging.getLogger(__name__)
 
 
 class TaskStop(BaseModel):
@@ -165,14 +169,53 @@ class TaskPaths:
 
 
 def write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write a temporary file and rename it over `path`: readers see the old or the new content, whole."""
+    """Write a temporary file, whole and on the disk (fdatasync), then rename it over `path`: readers, and an
+    agent started after a power loss or on a full disk, find the old content or the new, never a part of
+    it (docs/jobs.md#a-restarted-agent). A write that fails leaves `path` as it was, and raises."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        os.write(fd, data)
-    finally:
+        left = memoryview(data)
+        while left:  # a write may take less than it is given (a disk filling up)
+            left = left[os.write(fd, left) :]
+        os.fdatasync(fd)
+    except BaseException:
         os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
     os.replace(tmp, path)
+
+
+def unreadable_record(task_id: str, error: Exception, now: float) -> TaskRecord:
+    """What the agent says of a task whose record it cannot read (written by hand, a disk that failed): it
+    has ended, with why, so that its job ends saying so rather than wait for a task that never answers.
+    Its resources are not known: it holds none."""
+    why = " ".join(str(error).split())[:300]
+    message = f"the agent cannot read this task's record on its host: {why}"
+    reason = JobTerminationReason.EXECUTOR_ERROR
+    return TaskRecord(
+        id=task_id,
+        name=task_id,
+        status=TaskStatus.TERMINATED,
+        resources=Resources(),
+        gpu_indices=[],
+        ports=[],
+        volumes=[],
+        env={},
+        created_at=now,
+        finished_at=now,
+        termination_reason=reason,
+        termination_message=message,
+        job_states=[
+            JobStateEvent(
+                state=reason.to_status(),
+                timestamp=now,
+                termination_reason=reason,
+                termination_message=message,
+            )
+        ],
+    )
 
 
 def save_record(paths: TaskPaths, record: TaskRecord) -> None:
@@ -184,6 +227,15 @@ def save_record(paths: TaskPaths, record: TaskRecord) -> None:
 
 def load_record(paths: TaskPaths) -> TaskRecord:
     return TaskRecord.model_validate_json(paths.record.read_bytes())
+
+
+def read_record(paths: TaskPaths) -> TaskRecord:
+    """The task's record; for one that cannot be read, a record that says so (`unreadable_record`)."""
+    try:
+        return load_record(paths)
+    except (OSError, ValueError) as exc:
+        logger.error("task %s: its record cannot be read: %s", paths.root.name, exc)
+        return unreadable_record(paths.root.name, exc, time.time())
 
 
 def save_job_spec(paths: TaskPaths, spec: JobSpec) -> None:

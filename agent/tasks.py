@@ -22,7 +22,7 @@ from agent.changes import ChangeFeed
 from agent.containers.engine import EngineFinder
 from agent.executors import Executors, JobHandle
 from agent.instance import HostCapacity
-from agent.records import TaskPaths, TaskRecord, TaskStop, load_job_spec, load_record, save_record
+from agent.records import TaskPaths, TaskRecord, TaskStop, load_job_spec, read_record, save_record
 from agent.resources import InsufficientResources, ResourceLedger
 from agent.ssh_keys import BadAuthorizedKey, check_authorized_keys
 from agent.volumes import unlink_paths
@@ -131,11 +131,7 @@ class TaskRegistry:
                 # nothing is granted or runs there, and no client will ask for it again.
                 shutil.rmtree(task_dir, ignore_errors=True)
                 continue
-            try:
-                record = load_record(paths)
-            except ValueError as exc:
-                logger.error("skipping task dir %s: unreadable record: %s", task_dir, exc)
-                continue
+            record = read_record(paths)
             self._records[record.id] = record
             if record.container is not None and record.status != TaskStatus.TERMINATED:
                 self.executors.container.connect()  # its engine, before its container is looked for

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import AgentProcess, new_id, start_agent, start_job, stop_agent
+from agent_harness import AgentProcess, new_id, start_agent, start_job, stop_agent, wait_healthy
 from temporalio.testing import ActivityEnvironment
 
 from activities.instance_watch import InstanceWatchActivities
@@ -186,3 +186,36 @@ async def test_a_silent_agent_ends_its_running_jobs_as_unreachable(watching: Wat
     await stopped(watch, watching.env)
     assert lost.termination_reason == JobTerminationReason.INSTANCE_UNREACHABLE
     assert lost.termination_message is not None and "local silent for" in lost.termination_message
+
+
+async def test_a_task_whose_record_cannot_be_read_after_a_restart_ends_its_job_saying_so(
+    watching: Watching, tmp_path: Path
+) -> None:
+    """docs/jobs.md#a-restarted-agent: an agent started again that cannot read a task's record (a disk that
+    failed, say) reports the task ended with why; its job hears it, never a silent wait."""
+    task_id = new_id()
+    async with watching.agent.client() as client:
+        await start_job(client, ["sleep 60"], task_id=task_id, task_fields={"owner": owner_of(task_id)})
+    watch = watching.start()
+    await asyncio.sleep(1.0)  # the watch has listed the task, and knows its owner
+    stop_agent(watching.agent)
+    (watching.agent.data_dir / "tasks" / task_id / "task.json").write_bytes(b'{"id": "' + b"\0" * 8)
+    port = ("--port", str(watching.agent.port))  # where the watch looks for it: the last --port counts
+    again = start_agent(tmp_path / "again", data_dir=watching.agent.data_dir, extra_args=port, wait=False)
+    again.port, again.url = watching.agent.port, watching.agent.url
+    try:
+        wait_healthy(again)
+        ended = await watching.signals.until(owner_of(task_id))
+        await stopped(watch, watching.env)
+        async with again.client() as client:
+            [task] = await client.list_tasks()
+    finally:
+        stop_agent(again)
+    assert (ended.termination_reason, ended.task_id) == (JobTerminationReason.EXECUTOR_ERROR, task_id)
+    assert ended.termination_message is not None
+    assert ended.termination_message.startswith("the agent cannot read this task's record on its host: ")
+    assert (task.id, task.status, task.termination_message) == (
+        task_id,
+        "terminated",
+        ended.termination_message,
+    )
