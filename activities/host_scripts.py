@@ -42,7 +42,11 @@ bundles = os.path.join(base, "bundles")
 bundle = os.path.join(bundles, args["bundle"])
 state_path, token_path = os.path.join(base, "agent.json"), os.path.join(base, "token")
 supervised_path, log_path = os.path.join(base, "supervisor.json"), os.path.join(base, "agent.log")
+# Private whatever the host's umask, as the local agent's are (docs/fleets.md#what-a-host-needs): the
+# agent's directory, log, state and token, its data, the volumes it makes; its jobs inherit the umask too.
+os.umask(0o077)
 os.makedirs(bundles, mode=0o700, exist_ok=True)
+os.chmod(base, 0o700)  # made by an earlier release under the host's umask, say
 
 def runs_from(pid, marker):
     try:

@@ -150,6 +150,8 @@ def _home_key_file(home: Path) -> tuple[str, str]:
     try:
         with os.fdopen(descriptor, "w") as out:
             out.write(f"{new_key_line()}\n")
+            out.flush()
+            os.fsync(out.fileno())  # on the disk before it is the key: a power loss leaves it whole or absent
         with contextlib.suppress(FileExistsError):  # another process made it first: its key is the key
             os.link(made, path)
     finally:

@@ -82,6 +82,11 @@ async def test_the_agents_token_is_fresh_and_private(
 ) -> None:
     token_file = workdir / "hosts" / network.host(2).address / "token"
     assert token_file.stat().st_mode & 0o777 == 0o600
+    # Everything of the agent's is private, whatever the umask its sshd gave it (022 here).
+    base = token_file.parent
+    modes = {path.name: path.stat().st_mode & 0o777 for path in [base, *base.iterdir()]}
+    assert modes[base.name] == modes["data"] == modes["bundles"] == 0o700
+    assert modes["agent.log"] == modes["agent.json"] == 0o600
     tokens = {(workdir / "hosts" / host.address / "token").read_text() for host in network.hosts}
     assert len(tokens) == 3
     wrong = AgentClient(pool.client("fleet-2").base_url, "not-the-token", timeout=5)
