@@ -26,7 +26,13 @@ from core.wire.job_messages import PlacementRequest
 from core.wire.workflow_ids import LOCAL_FLEET
 
 DEPLOY_WAIT_S = 60.0
-OFFER_COLUMNS = (Column("INSTANCE"), Column("STATUS"), Column("FITS"), Column("NODES", optional=1))
+OFFER_COLUMNS = (
+    Column("INSTANCE"),
+    Column("STATUS"),
+    Column("FITS"),
+    Column("NODES", optional=1),
+    Column("INSTANCE IS", wide=True),
+)
 
 
 def offer(file: str, *, as_json: bool, wide: bool) -> int:
@@ -90,6 +96,7 @@ def offer_table(answer: FleetOffer, configuration: RunConfiguration, *, wide: bo
                 one.status,
                 str(one.fit),
                 "all" if len(one.nodes) == nodes else ", ".join(str(n) for n in one.nodes) or "-",
+                one.described or "-",
             ),
             [("why not now: " if one.fit == Fit.WHEN_FREE else "why never: ") + "; ".join(one.reasons)]
             if one.reasons

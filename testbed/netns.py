@@ -60,8 +60,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _kill_namespace(namespace: str) -> None:
-    """SIGKILL every process in the namespace, wait until they are gone, delete the namespace."""
+def _kill_processes(namespace: str) -> None:
+    """SIGKILL every process in the namespace, and wait until they are gone."""
     for _ in range(100):
         pids = [int(pid) for pid in _ip("netns", "pids", namespace, check=False).split()]
         if not pids:
@@ -70,6 +70,11 @@ def _kill_namespace(namespace: str) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.02)
+
+
+def _kill_namespace(namespace: str) -> None:
+    """SIGKILL every process in the namespace, wait until they are gone, delete the namespace."""
+    _kill_processes(namespace)
     _ip("netns", "del", namespace, check=False)
 
 
@@ -272,6 +277,17 @@ class HostNetwork:
         proc = self._sshd.pop(k, None)
         if proc is not None:
             proc.wait(10)
+
+    def power_cycle(self, k: int) -> None:
+        """Host k loses power and comes back: every process in its namespace killed (its agent, its jobs,
+        its sshd), then its sshd started again; its files stay, as a disk does."""
+        host = self.host(k)
+        _kill_processes(host.namespace)
+        proc = self._sshd.pop(k, None)
+        if proc is not None:
+            proc.wait(10)
+        self._start_sshd(host)
+        self._wait_listening(host)
 
     def cut_host(self, k: int) -> None:
         """Host k off the network (its processes keep running)."""

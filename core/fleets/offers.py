@@ -28,6 +28,7 @@ class InstanceOffer(Frozen):
     fit: Fit
     nodes: list[int] = Field(description="the replica's nodes (job numbers) that fit it as `fit` says")
     reasons: list[str] = Field(default_factory=list, description="why not now, or why never")
+    described: str = Field(default="", description="what it is, as its agent last described it")
 
 
 class FleetOffer(Frozen):
@@ -54,6 +55,10 @@ def offer(fleet: str, state: SchedulerState, request: PlacementRequest) -> Fleet
 
 
 def _instance_offer(slot: InstanceSlot, request: PlacementRequest) -> InstanceOffer:
+    return _fit(slot, request).model_copy(update={"described": slot.described()})
+
+
+def _fit(slot: InstanceSlot, request: PlacementRequest) -> InstanceOffer:
     fits_empty: list[int] = []
     fits_now: list[int] = []
     never: list[str] = []

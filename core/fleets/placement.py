@@ -93,6 +93,14 @@ class InstanceSlot(Frozen):
         slot = self.model_copy(update={"allocations": left})
         return slot._know(blocks - gone.blocks, _plus(used, gone.resources, -1) if left else Resources())
 
+    def described(self) -> str:
+        """What the instance is, in one line: `cpu=8 mem=32GB disk=100GB gpu=2xT4:16GB, podman 4.3.1, agent
+        0.25.0` (what is not known left out)."""
+        words = [self.hardware.pretty()] if self.hardware is not None else []
+        words += [self.container_engine] if self.container_engine else []
+        words += [f"agent {self.agent_release}"] if self.agent_release else []
+        return ", ".join(words)
+
     def description_key(self) -> str:
         """What the instance is, as its agent last described it (not its status, not its jobs), in a few
         characters: the health watch is told it and reports when the agent describes something else."""

@@ -3,6 +3,8 @@ whole replica by the scheduler's own rules."""
 
 from __future__ import annotations
 
+from core.configuration.gpus import GPU
+from core.fleets.matching import InstanceResources
 from core.fleets.offers import Fit, offer
 from core.fleets.placement import InstanceStatus
 from core.wire.agent_api import Resources
@@ -57,3 +59,13 @@ def test_an_unreachable_instance_is_never_now() -> None:
     assert [(one.instance, one.fit) for one in answer.instances] == [("h1", Fit.NOW), ("h2", Fit.WHEN_FREE)]
     assert answer.instances[1].status == InstanceStatus.UNREACHABLE
     assert answer.instances[1].reasons == ["instance is unreachable"]
+
+
+def test_each_instance_says_what_it_is_as_its_agent_described_it() -> None:
+    hardware = InstanceResources(cpus=8, memory_gb=32, disk_gb=100, gpus=[GPU(name="T4", memory_gb=16)] * 2)
+    described = slot("h1", gpu=2, hardware=hardware, container_engine="podman 4.3.1", agent_release="0.25.0")
+    answer = offer("lab", fleet(described, slot("h2")), request("offer", GPU1))
+    assert [one.described for one in answer.instances] == [
+        "cpu=8 mem=32GB disk=100GB gpu=2xT4:16GB, podman 4.3.1, agent 0.25.0",
+        "",  # never described (a slot from before descriptions)
+    ]

@@ -115,6 +115,8 @@ def test_offer_now_when_free_and_never(ferry: Ferry, configs: Path) -> None:
     assert never.returncode == 2
     answer = json.loads(never.stdout)
     assert answer["instances"][0]["fit"] == "never"
+    described = answer["instances"][0]["described"]  # as this machine's agent describes it
+    assert described.startswith("cpu=") and ", agent " in described
     assert answer["instances"][0]["reasons"][0].startswith("needs 4096 CPUs, instance has ")
     assert answer["never"].startswith("no instance of fleet local can run it: local: needs 4096 CPUs")
 
