@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from pathlib import Path
 
 import pytest
+from temporalio.testing import ActivityEnvironment
 
 from activities.agent_client import AgentClient
+from activities.fleet import FleetActivities
+from activities.instances import InstanceDirectory
 from activities.ssh import DeployOptions, HostPool, SSHLogin
 from activities.ssh_host import SSHAgentHost, SSHDeployError
+from core.fleets.messages import DeployInstance, HealthReport, WatchFleet
+from core.fleets.placement import InstanceStatus
 from core.wire.agent_api import AGENT_SERVICE_NAME
+from store import open_store
+from testbed.fleets import fleet_configuration
 from testbed.helpers import deploy_options, eventually, host_python, run_job, target
 from testbed.netns import HostNetwork
 
@@ -199,3 +207,40 @@ async def test_host_keys_are_checked_against_known_hosts(network: HostNetwork, w
         with pytest.raises(SSHDeployError, match=error):
             await refused.connection()
         await refused.aclose()
+
+
+async def test_the_health_watch_reports_a_host_its_agent_describes_otherwise(
+    network: HostNetwork, workdir: Path, bundle_cache: Path, tmp_path: Path
+) -> None:
+    """docs/fleets.md#what-an-instance-is: at each check of a ready host, what its agent says the instance
+    is (hardware, engine, release) is compared with what the fleet knows; a difference is reported READY,
+    with the instance as it is now."""
+    conf = fleet_configuration(network, "lab")
+    pool = HostPool(deploy_options(workdir, bundle_cache))
+    fleets = FleetActivities(InstanceDirectory(pool), open_store(f"sqlite:///{tmp_path / 'ferry.db'}"))
+    env = ActivityEnvironment()
+    try:
+        deploy = DeployInstance(project="p", fleet="lab", index=0, configuration=conf)
+        slot = await env.run(fleets.deploy_instance, deploy)
+        assert slot.agent_release and slot.hardware is not None and slot.hardware.cpus >= 1
+
+        def watch(known: str) -> asyncio.Task[HealthReport]:
+            request = WatchFleet(
+                project="p", fleet="lab", configuration=conf, ready=[slot.name], unreachable=[],
+                described={slot.name: known},
+            )  # fmt: skip
+            return asyncio.create_task(env.run(fleets.watch_fleet_health, request))
+
+        same = watch(slot.description_key())
+        await asyncio.sleep(4)  # a few checks: it is what the fleet knows
+        assert not same.done()
+        env.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(same, 10)
+
+        env = ActivityEnvironment()
+        report = await asyncio.wait_for(watch("what an older agent said"), 30)
+        [change] = report.changes
+        assert (change.name, change.status, change.slot) == (slot.name, InstanceStatus.READY, slot)
+    finally:
+        await pool.aclose()
