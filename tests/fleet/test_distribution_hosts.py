@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 import pytest_asyncio
 from rich.console import Console
@@ -20,10 +21,11 @@ from rich.console import Console
 from cli.api import FerryAPI
 from cli.attach import attach
 from cli.user_keys import public_key_line
-from core.configuration import DevEnvironmentConfiguration, parse_configuration
+from core.configuration import DevEnvironmentConfiguration, ServiceConfiguration, parse_configuration
 from core.status import RunStatus
+from store import ServiceReplicaRecord
 from testbed.debian_roots import PYTHONS, debian_root, root_python
-from testbed.fleets import SMALL, Cluster, cluster_on, task, user_ssh
+from testbed.fleets import SMALL, Cluster, cluster_on, task, until, user_ssh
 from testbed.helpers import leftover_processes
 from testbed.netns import HostNetwork
 
@@ -137,5 +139,32 @@ async def test_ssh_into_a_job_through_a_python_3_9_hosts_sshd_and_agent(
         assert ran.stdout.split() == [host.hostname, "3.9"]
     finally:
         await api.stop("old-dev", abort=True)
+        await fleet.finished(record)
+    await fleet.check_idle()
+
+
+async def test_a_service_replica_on_python_3_9_is_probed_ready_and_serves(fleet: Cluster) -> None:
+    """A service's replica on the bullseye host: its own python3 serves, the worker's probe finds it ready
+    and the URL the proxies forward to answers."""
+    serve = f"cd $(mktemp -d) && {SAY_PYTHON} > index.html && exec python3 -m http.server 8000"
+    conf = parse_configuration(
+        {"type": "service", "port": 8000, "auth": False, "commands": [serve], "resources": SMALL}
+    )
+    assert isinstance(conf, ServiceConfiguration)
+    record = await fleet.api.submit(conf, repo_dir=fleet.repo, run_name="web")
+    try:
+
+        async def ready() -> ServiceReplicaRecord | None:
+            replicas = fleet.api.store.list_service_replicas([record.id])
+            return next((r for r in replicas if r.state == "ready"), None)
+
+        replica = await until("the replica to be probed ready", ready)
+        [job] = fleet.jobs(record)
+        assert fleet.host_index(job.instance_name) == 1, job.instance_name  # the first free, by name
+        async with httpx.AsyncClient() as http:
+            answer = await http.get(replica.url, timeout=10)
+        assert (answer.status_code, answer.text.split()) == (200, ["3.9"])
+    finally:
+        await fleet.api.stop("web", abort=True)
         await fleet.finished(record)
     await fleet.check_idle()
