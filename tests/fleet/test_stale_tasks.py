@@ -80,7 +80,7 @@ async def test_a_host_that_lost_power_under_other_deployments_jobs_runs_the_next
         client = pool.client(host.name)
         instances.add(host.name, client)
 
-        async def stale_ended() -> list[str] | None:
+        async def stale_ended() -> list[str | None] | None:
             tasks = {task.id: task for task in await client.list_tasks()}
             ended = [tasks[t].termination_message for t in stale if tasks[t].status == TaskStatus.TERMINATED]
             return ended if len(ended) == len(stale) else None
