@@ -19,11 +19,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from typing import Literal
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.agent_client import AgentUnreachable
+from activities.agent_client import AgentClient, AgentUnreachable
 from activities.handover import hands_over
 from activities.instances import LOCAL_INSTANCE, InstanceDirectory, UnknownInstance
 from activities.jobs import heartbeating, remove_task
@@ -65,13 +66,17 @@ def _not_ssh() -> ApplicationError:
     return ApplicationError("this worker has no SSH host pool", type="NoHostPool", non_retryable=True)
 
 
-async def local_slot(instances: InstanceDirectory, fleet: str) -> InstanceSlot:
-    """This machine's instance as its agent describes it now, shared by exact needs (no blocks)."""
-    client = instances.client(LOCAL_INSTANCE)
+async def described_slot(
+    client: AgentClient, name: str, address: str, blocks: int | Literal["auto"] | None, fleet: str
+) -> InstanceSlot:
+    """The instance as its agent describes it now: what it has (instance info), its release (healthcheck)."""
     info, health = await asyncio.gather(client.instance_info(), client.healthcheck())
-    return slot_from_info(
-        LOCAL_INSTANCE, LOCAL_ADDRESS, info, blocks=None, fleet=fleet, agent_release=health.version
-    )
+    return slot_from_info(name, address, info, blocks=blocks, fleet=fleet, agent_release=health.version)
+
+
+async def local_slot(instances: InstanceDirectory, fleet: str) -> InstanceSlot:
+    """This machine's instance, shared by exact needs (no blocks)."""
+    return await described_slot(instances.client(LOCAL_INSTANCE), LOCAL_INSTANCE, LOCAL_ADDRESS, None, fleet)
 
 
 class FleetActivities:
@@ -123,10 +128,8 @@ class FleetActivities:
 
     async def _host_slot(self, target: SSHTarget, address: str, fleet: str) -> InstanceSlot:
         """The host's instance as its agent describes it now."""
-        client = self._pool.client(target.name)
-        info, health = await asyncio.gather(client.instance_info(), client.healthcheck())
-        return slot_from_info(
-            target.name, address, info, blocks=target.blocks, fleet=fleet, agent_release=health.version
+        return await described_slot(
+            self._pool.client(target.name), target.name, address, target.blocks, fleet
         )
 
     @activity.defn(name=names.CLEAN_INSTANCE)
