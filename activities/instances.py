@@ -32,6 +32,11 @@ class InstanceDirectory:
         self.pool = pool
         self._resolver: Callable[[str], Awaitable[None]] | None = None
         self._resolving: dict[str, asyncio.Lock] = {}
+        self._closers: list[Callable[[], Awaitable[None]]] = []
+
+    def closing(self, close: Callable[[], Awaitable[None]]) -> None:
+        """`close()` is awaited when the directory is (the backends' login connections, say)."""
+        self._closers.append(close)
 
     def add(self, name: str, client: AgentClient) -> None:
         self._clients[name] = client
@@ -78,6 +83,8 @@ class InstanceDirectory:
         return sorted(self._clients)
 
     async def aclose(self) -> None:
+        for close in self._closers:
+            await close()
         if self.pool is not None:
             await self.pool.aclose()
         for client in self._clients.values():

@@ -29,7 +29,6 @@ take the agent's token and run commands as the fleet's user.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 import shlex
@@ -52,9 +51,8 @@ from activities.host_scripts import (
     WRONG_PYTHON,
 )
 from activities.ssh_config import DeployedAgent, DeployOptions, SSHLogin, SSHTarget
+from activities.ssh_tunnel import LocalTunnel
 from core.wire.volumes import HostDirs
-
-_PIPE_CHUNK = 256 * 1024
 
 # The agent bundle for a host's interpreter (HostPool.bundle); BundleError when it cannot be built.
 BundleSource = Callable[[HostPython], Awaitable[AgentBundle]]
@@ -99,12 +97,11 @@ class SSHAgentHost:
         self._jump: asyncssh.SSHClientConnection | None = None
         self._connect_lock = asyncio.Lock()
         self._deploy_lock = asyncio.Lock()
-        self._server: asyncio.Server | None = None
+        self._tunnel = LocalTunnel(self.connection, self._destination, options.connect_timeout)
         self._remote_port: int | None = None
         self._client: AgentClient | None = None
         self._old_clients: list[AgentClient] = []
         self._token: str | None = None
-        self._open_writers: set[asyncio.StreamWriter] = set()
         self.address = target.internal_ip or target.hostname
         self.dirs: HostDirs | None = None  # the agent's data directory and its user's home, once deployed
 
@@ -299,14 +296,14 @@ class SSHAgentHost:
             assert bundle is not None
         if reply["status"] != "running":
             raise SSHDeployError(f"{self.target.name}: the agent did not start: {reply}")
-        await self._serve()
+        await self._tunnel.start()
         self._remote_port = int(reply["port"])
         self.dirs = HostDirs(home=reply["home"], data_dir=f"{reply['dir']}/data")
         changed = reply["token"] != self._token
         if changed:
             if self._client is not None:
                 self._old_clients.append(self._client)
-            url = f"http://127.0.0.1:{self._local_port()}"
+            url = f"http://127.0.0.1:{self._tunnel.port}"
             self._client = AgentClient(url, reply["token"], self.options.request_timeout)
             self._token = reply["token"]
         try:
@@ -336,56 +333,14 @@ class SSHAgentHost:
 
     # --- the tunnel ----------------------------------------------------------------------------------------
 
-    def _local_port(self) -> int:
-        assert self._server is not None
-        return int(self._server.sockets[0].getsockname()[1])
-
-    async def _serve(self) -> None:
-        if self._server is None:
-            self._server = await asyncio.start_server(self._forward, "127.0.0.1", 0)
-
-    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One local connection, carried to the agent over a channel of the (re-established) connection.
-
-        A server's handler: cancellation (the worker stopping) closes both ends and ends it quietly."""
-        remote_writer: Any = None
-        self._open_writers.add(writer)
-        try:
-            conn = await self.connection()
-            assert self._remote_port is not None
-            remote_reader, remote_writer = await asyncio.wait_for(
-                conn.open_connection("127.0.0.1", self._remote_port), self.options.connect_timeout
-            )
-            upstream = asyncio.ensure_future(_pipe(reader, remote_writer))
-            try:  # the agent's side ending (or the channel dying) ends the local connection too
-                await _pipe(remote_reader, writer)
-            finally:
-                upstream.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await upstream
-        except (OSError, asyncssh.Error, TimeoutError, SSHDeployError, asyncio.CancelledError):
-            pass
-        finally:
-            self._open_writers.discard(writer)
-            if remote_writer is not None:
-                remote_writer.close()
-            writer.close()
+    def _destination(self) -> tuple[str, int]:
+        if self._remote_port is None:
+            raise SSHDeployError(f"{self.target.name}: the agent is not deployed")
+        return "127.0.0.1", self._remote_port
 
     async def aclose(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for writer in list(self._open_writers):
-            writer.close()
+        self._tunnel.close()
         for client in [*self._old_clients, *([self._client] if self._client else [])]:
             await client.aclose()
         self._client, self._old_clients = None, []
         await self._close_connections()
-
-
-async def _pipe(reader: Any, writer: Any) -> None:
-    with contextlib.suppress(OSError, asyncssh.Error, ConnectionError, RuntimeError):
-        while data := await reader.read(_PIPE_CHUNK):
-            writer.write(data)
-            await writer.drain()
-        writer.write_eof()

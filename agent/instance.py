@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,19 @@ def memory_bytes() -> int:
 
 
 def host_capacity() -> HostCapacity:
-    return HostCapacity(cpus=cpu_count(), memory_bytes=memory_bytes())
+    """The host's, or what a Slurm allocation gives this node (the agent runs as its task there:
+    docs/backends.md#a-slurm-backend): the CPUs and memory Slurm says in the task's environment."""
+    cpus, memory = slurm_limits(os.environ)
+    return HostCapacity(cpus=cpus or cpu_count(), memory_bytes=memory * 2**20 if memory else memory_bytes())
+
+
+def slurm_limits(environ: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """(CPUs, memory in MB) a Slurm allocation gives this node; None where it says nothing."""
+    if not environ.get("SLURM_JOB_ID"):
+        return None, None
+    cpus = environ.get("SLURM_CPUS_ON_NODE", "")
+    memory = environ.get("SLURM_MEM_PER_NODE", "")
+    return (int(cpus) if cpus.isdigit() else None, int(memory) if memory.isdigit() else None)
 
 
 def disk_usage(path: Path) -> tuple[int, int]:

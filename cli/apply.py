@@ -20,8 +20,10 @@ from cli.errors import ABORTS, USAGE_EXIT, CommandError
 from core.configuration import (
     DevEnvironmentConfiguration,
     FleetConfiguration,
+    NotARun,
     RunConfiguration,
     ServiceConfiguration,
+    SlurmBackendConfiguration,
     TaskConfiguration,
     VolumeConfiguration,
 )
@@ -75,6 +77,10 @@ def apply(
         from cli.volume import apply_volume
 
         return apply_volume(loaded, yes=yes, name=name)
+    if isinstance(configuration, SlurmBackendConfiguration):
+        from cli.backend import apply_backend
+
+        return apply_backend(loaded, yes=yes, name=name)
     configuration = with_overrides(configuration, name=name, env=env, after=after or [])
     configuration = configuration.with_run_args(run_args or [])  # shown resolved in the plan too
     console = render.console(stderr=True)
@@ -143,7 +149,7 @@ async def _deploy_in_place(
 
     name = active.run_name
     old = parse_configuration(active.configuration_data())
-    if isinstance(old, FleetConfiguration | VolumeConfiguration):
+    if isinstance(old, NotARun):
         return None
     scheduled = is_rescheduling(old, configuration)
     if not scheduled and not (

@@ -37,7 +37,7 @@ from cli.ssh_hosts import (
     write_entries,
 )
 from cli.user_keys import user_key
-from core.configuration import FleetConfiguration, VolumeConfiguration, parse_configuration
+from core.configuration import FleetConfiguration, NotARun, parse_configuration
 from core.configuration.fields import PortMapping
 from core.run_types import configurator_for
 from core.status import JobStatus, RunStatus
@@ -145,7 +145,7 @@ async def attach(
     attached = Attached(alias=alias, config=config, forwards={}, working_dir=working_dir)
     conf = parse_configuration(record.configuration_data())
     ports: list[PortMapping] = []
-    if not isinstance(conf, FleetConfiguration | VolumeConfiguration):
+    if not isinstance(conf, NotARun):
         # The job's own: a node group's ports are those of its nodes (docs/runs.md#node-groups).
         ports = getattr(configurator_for(conf).for_node(job).configuration, "ports", [])
     if ports:

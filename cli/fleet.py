@@ -105,6 +105,10 @@ def apply_fleet(loaded: LoadedConfiguration, *, yes: bool, detach: bool, name: s
     assert isinstance(configuration, FleetConfiguration)
     fleet_name = name or configuration.name
     ctx = Context.from_env()
+    if not configuration.is_ssh:  # refused before the plan when no backend can create its instances
+        from cli.fleet_api import backend_for
+
+        backend_for(ctx.store(), ctx.project, configuration, fleet_name or "-")
     console = render.console(stderr=True)
     console.print(plan_table(ctx, loaded.file, configuration, fleet_name))
     if not confirm("Create the fleet?", yes=yes):

@@ -61,8 +61,25 @@ def pick_fleet(fleets: list[FleetRecord], project: str, wanted: list[str] | None
         if len(wanted) == 1:
             raise FleetNotFound(f"no fleet named {names} in project {project!r} (see ferry fleet list)")
         raise FleetNotFound(f"none of the fleets {names} exists in project {project!r}")
-    ssh = [f for f in fleets if f.status == FleetStatus.ACTIVE and f.backend == "ssh"]
-    return ssh[0].name if ssh else LOCAL_FLEET
+    # The newest SSH fleet or fleet with `nodes` (docs/fleets.md)
+    own = [f for f in fleets if f.status == FleetStatus.ACTIVE and f.backend != "local"]
+    return own[0].name if own else LOCAL_FLEET
+
+
+def backend_for(store: Store, project: str, configuration: FleetConfiguration, name: str) -> str:
+    """The backend that creates a fleet's instances: the first of its `backends` (a name or a type) the
+    project has, else the project's first (docs/backends.md#elastic-fleets); FerryError when none."""
+    backends = store.list_backends(project)
+    wanted = configuration.backends
+    for record in backends:
+        if not wanted or record.name in wanted or record.type in wanted:
+            return record.name
+    have = f"it has {', '.join(r.name for r in backends)}" if backends else "it has none"
+    asked = f" among {', '.join(wanted)}" if wanted else ""
+    raise FerryError(
+        f"fleet {name} has `nodes`, and project {project} has no backend{asked} that can create "
+        f"instances ({have}): apply one first (docs/backends.md)"
+    )
 
 
 def list_fleets(store: Store, project: str) -> list[tuple[FleetRecord, list[InstanceRecord]]]:
@@ -113,10 +130,9 @@ class FleetAPI:
             raise FerryError("a fleet needs a name: set `name` in the file or pass -n NAME")
         if name == LOCAL_FLEET:
             raise FerryError(f"{LOCAL_FLEET} is the name of this machine's fleet: choose another name")
-        if configuration.ssh_config is None:
-            raise FerryError(
-                "only SSH fleets (ssh_config with hosts) can be created: `nodes` needs a cloud backend"
-            )
+        backend = None
+        if not configuration.is_ssh:
+            backend = await asyncio.to_thread(backend_for, self.store, self.project, configuration, name)
         configuration = configuration.model_copy(update={"name": name})
         existing = await asyncio.to_thread(self.store.get_fleet, self.project, name)
         if existing is not None and existing.status != FleetStatus.DELETED:
@@ -127,14 +143,14 @@ class FleetAPI:
                     f"fleet {name} exists with another configuration: "
                     f"delete it first (ferry fleet delete {name})"
                 )
-            await self._start(configuration, name, conflict=WorkflowIDConflictPolicy.USE_EXISTING)
+            await self._start(configuration, name, WorkflowIDConflictPolicy.USE_EXISTING, backend)
             return existing, False
         await self._check_names(configuration, name)
         try:
-            await self._start(configuration, name, conflict=WorkflowIDConflictPolicy.FAIL)
+            await self._start(configuration, name, WorkflowIDConflictPolicy.FAIL, backend)
         except WorkflowAlreadyStartedError:
             raise FerryError(f"an earlier fleet {name} is still being deleted: try again shortly") from None
-        record = self._record(name, configuration)
+        record = self._record(name, configuration, backend)
         await asyncio.to_thread(self.store.put_fleet, record)
         return record, True
 
@@ -150,24 +166,30 @@ class FleetAPI:
                 )
 
     async def _start(
-        self, configuration: FleetConfiguration, name: str, conflict: WorkflowIDConflictPolicy
+        self,
+        configuration: FleetConfiguration,
+        name: str,
+        conflict: WorkflowIDConflictPolicy,
+        backend: str | None = None,
     ) -> None:
         await self.client.start_workflow(
             FleetWorkflow.run,
-            FleetInput(project=self.project, name=name, configuration=configuration),
+            FleetInput(project=self.project, name=name, configuration=configuration, backend=backend),
             id=fleet_workflow_id(self.project, name),
             task_queue=fleet_task_queue(self.task_queue),
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             id_conflict_policy=conflict,
         )
 
-    def _record(self, name: str, configuration: FleetConfiguration | None) -> FleetRecord:
+    def _record(
+        self, name: str, configuration: FleetConfiguration | None, backend: str | None = None
+    ) -> FleetRecord:
         now = time.time()
         return FleetRecord(
             id=fleet_id(self.project, name),
             project=self.project,
             name=name,
-            backend="local" if configuration is None else "ssh",
+            backend="local" if configuration is None else "ssh" if backend is None else f"slurm:{backend}",
             configuration="{}" if configuration is None else configuration.model_dump_json(),
             status=FleetStatus.ACTIVE,
             workflow_id=fleet_workflow_id(self.project, name),

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 import typer
 
 from cli import exit_codes
+from cli.backend import backend_app
 from cli.errors import FerryGroup, one_line_errors
 from cli.fleet import fleet_app
 from cli.schedules import schedule_app
@@ -90,6 +91,7 @@ app.add_typer(fleet_app, name="fleet")
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(volume_app, name="volume")
 app.add_typer(secret_app, name="secret")
+app.add_typer(backend_app, name="backend")
 
 RUN = typer.Argument(..., metavar="RUN", help="The run's name (or id).", show_default=False)
 REPLICA = typer.Option(None, "--replica", help="Only this replica.", show_default=False)

@@ -3,6 +3,7 @@
 from store.engine import for_writes, make_engine, migrate
 from store.models import (
     RUN_EVENTLOG,
+    BackendRecord,
     CodeArchiveRecord,
     EventRecord,
     FleetRecord,
@@ -24,6 +25,7 @@ from store.repository import LogGapError, RecordNotFoundError, Store
 
 __all__ = [
     "RUN_EVENTLOG",
+    "BackendRecord",
     "CodeArchiveRecord",
     "EventRecord",
     "FleetRecord",

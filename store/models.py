@@ -320,3 +320,25 @@ class SecretRecord(SQLModel, table=True):
     sealed: bytes = Field(sa_type=LargeBinary)  # nonce, ciphertext and tag
     created_at: float = Field(default_factory=time.time)
     updated_at: float = Field(default_factory=time.time)
+
+
+class BackendRecord(SQLModel, table=True):
+    """A project's backend (`ferry apply -f slurm.yml`, docs/backends.md): its configuration, and the login
+    key it names sealed with Ferry's key (store/keys.py) as secrets are, bound to its id."""
+
+    __tablename__ = "backends"
+    __table_args__ = (Index("ix_backends_project", "project"),)
+
+    id: str = Field(primary_key=True)  # <project>/<name>
+    project: str
+    name: str
+    type: str  # `slurm`
+    configuration: str = Field(sa_type=Text)  # the configuration's JSON
+    key_id: str  # the key that sealed the login key
+    sealed: bytes = Field(sa_type=LargeBinary)  # the login's private key: nonce, ciphertext and tag
+    created_at: float = Field(default_factory=time.time)
+    updated_at: float = Field(default_factory=time.time)
+
+    def configuration_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.configuration)
+        return data

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine, Table, func, update
 from sqlmodel import Session, col, select
 
 from core.status import WAITING_FOR_CAPACITY, JobStatus, RunStatus
+from store.backend_repository import BackendRecords
 from store.engine import for_writes
 from store.fleet_repository import FleetRecords
 from store.models import (
@@ -63,10 +64,10 @@ class RecordNotFoundError(LookupError):
     """An update named a record that is not stored."""
 
 
-class Store(FleetRecords, ServiceRecords, VolumeRecords, SecretRecords, RunDeletion):
+class Store(FleetRecords, ServiceRecords, VolumeRecords, SecretRecords, BackendRecords, RunDeletion):
     """The store's API over one engine (see store.opening.open_store); fleets and instances: FleetRecords;
     services, proxies and users: ServiceRecords; named volumes: VolumeRecords; secrets: SecretRecords;
-    forgetting a finished run: RunDeletion."""
+    backends: BackendRecords; forgetting a finished run: RunDeletion."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

@@ -17,8 +17,8 @@ from cli.api import FerryAPI
 from cli.fleet_api import FleetAPI
 from core.configuration import (
     FleetConfiguration,
+    NotARun,
     RunConfiguration,
-    VolumeConfiguration,
     parse_configuration,
 )
 from core.fleets.messages import FleetDescription
@@ -39,7 +39,7 @@ POLL = 0.05
 
 def task(commands: list[str], **fields: Any) -> RunConfiguration:
     conf = parse_configuration({"type": "task", "commands": commands, "resources": SMALL, **fields})
-    assert not isinstance(conf, FleetConfiguration | VolumeConfiguration)
+    assert not isinstance(conf, NotARun)
     return conf
 
 

@@ -21,6 +21,7 @@ from activities.instances import LOCAL_INSTANCE, InstanceDirectory
 from activities.jobs import JobActivities
 from activities.metrics import MetricsActivities
 from activities.notifications import NotificationActivities
+from activities.provisioning import ProvisioningActivities, SlurmBackends
 from activities.records import RecordActivities
 from activities.run_watch import RunWatchActivities
 from activities.schedules import ScheduleActivities
@@ -68,6 +69,9 @@ def activities_for(
     instance_watches = InstanceWatchActivities(instances, store, client)
     records = RecordActivities(store)
     fleets = FleetActivities(instances, store)
+    backends = SlurmBackends(store, instances)
+    instances.closing(backends.aclose)
+    provisioning = ProvisioningActivities(instances, backends)
     services = ServiceActivities(instances, store)
     volumes = VolumeActivities(store)
     metrics = MetricsActivities(instances)
@@ -97,6 +101,10 @@ def activities_for(
         fleets.clean_instance,
         fleets.record_fleet,
         fleets.stop_fleet,
+        provisioning.create_group,
+        provisioning.watch_groups,
+        provisioning.start_group,
+        provisioning.release_group,
         services.probe_replica,
         services.drain_replica,
         services.unregister_replica,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from core.fleets.growth import CreateGroup, GroupCall, GroupNews, StartGroup, WatchGroups
 from core.fleets.messages import (
     CleanInstance,
     DeployInstance,
@@ -179,6 +180,29 @@ async def watch_fleet_health(request: WatchFleet) -> HealthReport:
 
 @activity.defn(name=names.WATCH_LOCAL_INSTANCE)
 async def watch_local_instance(request: WatchLocal) -> HealthReport:
+    raise _declared()
+
+
+# --- an elastic fleet's backend (activities/provisioning.py) ----------------------------------------------
+
+
+@activity.defn(name=names.CREATE_GROUP)
+async def create_group(request: CreateGroup) -> GroupNews:
+    raise _declared()
+
+
+@activity.defn(name=names.WATCH_GROUPS)
+async def watch_groups(request: WatchGroups) -> list[GroupNews]:
+    raise _declared()
+
+
+@activity.defn(name=names.START_GROUP)
+async def start_group(request: StartGroup) -> GroupNews:
+    raise _declared()
+
+
+@activity.defn(name=names.RELEASE_GROUP)
+async def release_group(request: GroupCall) -> GroupNews:
     raise _declared()
 
 

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         schedule,
         undelivered,
     )
+    from core.fleets.growth import GroupNews, apply_news, plan_step
     from core.fleets.messages import (
         FLEET_CANCEL,
         FLEET_ENQUEUE,
@@ -63,12 +64,14 @@ with workflow.unsafe.imports_passed_through():
     )
     from core.fleets.offers import FleetOffer, offer
     from core.fleets.placement import InstanceSlot, InstanceStatus
+    from core.fleets.provisioning import Provisioning, elastic_spec, next_release_at
     from core.fleets.scheduling import QueueIndex
     from core.fleets.status import FleetStatus
     from core.settings import fleet_task_queue
     from core.wire.job_messages import Enqueue, PlacementRequest
     from core.wire.workflow_ids import project_workflows
     from workflows import activity_stubs, retry_policies, signals
+    from workflows.fleet_growth import Growth
     from workflows.fleet_notices import NoticeSender
     from workflows.fleet_records import FleetRecordWriter, View
     from workflows.handles import abandon
@@ -101,7 +104,11 @@ class FleetWorkflow:
         self._input = inp
         # A continued-as-new fleet takes its book over; a new one deploys its hosts first (`run`).
         self._book = inp.carry if inp.carry is not None else FleetBook(name=inp.name, local=inp.local)
-        self._inbox: list[FleetCommand] = []
+        spec = elastic_spec(inp.configuration) if inp.configuration is not None else None
+        if spec is not None and self._book.provisioning is None:  # a fleet with `nodes`: docs/backends.md
+            self._book = self._book.copy_with(provisioning=Provisioning(spec=spec))
+        self._growth = Growth(inp)
+        self._inbox: list[FleetCommand | GroupNews] = []
         self._health: workflow.ActivityHandle[HealthReport] | None = None
         self._health_view: HealthView | None = None
         self._viewed: tuple[FleetBook, View] | None = None
@@ -162,7 +169,9 @@ class FleetWorkflow:
         self._watching = workflow.patched("instance-watch")
         self._queue_recorded = workflow.patched(_QUEUE_RECORDED)
         self._describing = workflow.patched(_DESCRIBED)
-        if inp.carry is None:
+        if inp.carry is None and self._book.provisioning is not None:
+            self._book, notices = deployed(self._book, [], {})  # its instances come from its backend
+        elif inp.carry is None:
             slots, failed = await self._deploy(inp)
             self._book, notices = deployed(self._book, slots, failed)
             await self._send(notices)
@@ -178,14 +187,17 @@ class FleetWorkflow:
             if self._watching:  # the instances that hold jobs: an idle one costs nothing
                 instances = self._book.scheduler.instances.values()
                 self._watches.keep(sorted(i.name for i in instances if i.allocations))
-            await workflow.wait_condition(
-                lambda: (
-                    bool(self._inbox)
-                    or self._health_reported()
-                    or self._records.due()
-                    or self._watches.any_ended()
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: (
+                        bool(self._inbox)
+                        or self._health_reported()
+                        or self._records.due()
+                        or self._watches.any_ended()
+                        or self._growth.reported()
+                    ),
+                    timeout=self._next_release(),
                 )
-            )
 
     async def _process(self) -> None:
         """Apply what was heard, in order; grant what fits; tell the jobs."""
@@ -193,6 +205,7 @@ class FleetWorkflow:
             handle, self._health, self._health_view = self._health, None, None
             with contextlib.suppress(ActivityError, CancelledError):
                 self._inbox.extend(handle.result().changes)
+        self._inbox.extend(self._growth.news())
         notices: list[Notice] = []
         index = QueueIndex()  # kept across the step's enqueues (a burst's step hears thousands)
         limit = book.STEP_COMMANDS if workflow.patched(_STEP_BOUNDED) else None
@@ -202,9 +215,15 @@ class FleetWorkflow:
             taken += 1
             if isinstance(command, InstanceChange) and command.status == InstanceStatus.READY:
                 await self._clean(command.name)
-            self._book, more = apply(self._book, command, index)
+            if isinstance(command, GroupNews):
+                self._book, more = apply_news(self._book, command, workflow.now().timestamp())
+            else:
+                self._book, more = apply(self._book, command, index)
             notices += more
         self._book, more = schedule(self._book, tell_queued=not self._queue_recorded)
+        if self._book.provisioning is not None:
+            self._book, _ = plan_step(self._book, workflow.now().timestamp())
+            self._growth.reconcile(self._book)
         await self._send(notices + more)
         if self._notices.in_flight and (self._book.finished() or _history_long()):
             # Before the workflow ends or continues as new: every signal delivered, or back in the inbox.
@@ -330,6 +349,8 @@ class FleetWorkflow:
         current = self._book
         if current.deleting or (self._input.configuration is None and not self._describing):
             return None
+        if current.provisioning is not None:  # its backend's watch follows its instances
+            return None
         instances = current.scheduler.instances.values()
         ready_slots = sorted((i for i in instances if i.status == InstanceStatus.READY), key=lambda i: i.name)
         ready = [i.name for i in ready_slots]
@@ -354,9 +375,18 @@ class FleetWorkflow:
             self._viewed = (current, (status, current.views(), waiting))
         return self._viewed[1]
 
+    def _next_release(self) -> timedelta | None:
+        """How long until an idle group of an elastic fleet is due for release; None: no timer."""
+        provisioning = self._book.provisioning
+        due = None if provisioning is None else next_release_at(provisioning, self._book.scheduler)
+        if due is None:
+            return None
+        return timedelta(seconds=max(1.0, due - workflow.now().timestamp()))
+
     async def _settle(self) -> None:
         """The health watch stopped and the last record written, before the workflow ends or goes on anew."""
         self._watches.stop()
+        self._growth.stop()
         if self._health is not None:
             self._health.cancel()
             with contextlib.suppress(ActivityError, CancelledError):

@@ -8,18 +8,19 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable
+from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from core.fleets.messages import FleetCommand, Notice, NoticeKind, Undelivered
+    from core.fleets.messages import Notice, NoticeKind, Undelivered
     from core.wire.base import Message
     from core.wire.job_messages import PlacementRefused, Queued, TerminateJobRequest
     from workflows import signals
 
 
 class NoticeSender:
-    def __init__(self, inbox: list[FleetCommand], watching: Callable[[], bool]) -> None:
+    def __init__(self, inbox: list[Any], watching: Callable[[], bool]) -> None:
         self._inbox = inbox
         self._watching = watching  # whether the fleet watches its instances (the jobs placed hear of it)
         self._sent = 0  # by the local activity: each one's request id

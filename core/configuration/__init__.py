@@ -1,4 +1,5 @@
-"""Configurations as files write them (dstack's field names): task, service, dev-environment, fleet, volume.
+"""Configurations as files write them (dstack's field names): task, service, dev-environment, fleet, volume,
+and a backend (`type: slurm`, docs/backends.md).
 
 `parse_configuration(data)` validates a parsed YAML mapping into one of the four models;
 core.configuration.loading adds files, line numbers and readable errors on top.
@@ -10,6 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, TypeAdapter
 
+from core.configuration.backend import BackendConfiguration, SlurmBackendConfiguration
 from core.configuration.base import DEFAULT_STOP_DURATION, BaseRunConfiguration, ConfigSummary, format_retry
 from core.configuration.dev_environment import DevEnvironmentConfiguration
 from core.configuration.fields import (
@@ -27,13 +29,16 @@ from core.configuration.task import TaskConfiguration
 from core.configuration.volume import VolumeConfiguration
 
 RunConfiguration = TaskConfiguration | ServiceConfiguration | DevEnvironmentConfiguration
+# The configurations that are not runs: what a run is placed on, and how it is created.
+NotARun = FleetConfiguration | VolumeConfiguration | SlurmBackendConfiguration
 
 AnyConfiguration = Annotated[
     TaskConfiguration
     | ServiceConfiguration
     | DevEnvironmentConfiguration
     | FleetConfiguration
-    | VolumeConfiguration,
+    | VolumeConfiguration
+    | SlurmBackendConfiguration,
     Field(discriminator="type"),
 ]
 
@@ -44,6 +49,7 @@ CONFIGURATION_MODELS: dict[str, type[ConfigModel]] = {
     "dev-environment": DevEnvironmentConfiguration,
     "fleet": FleetConfiguration,
     "volume": VolumeConfiguration,
+    "slurm": SlurmBackendConfiguration,
 }
 CONFIGURATION_TYPES: tuple[str, ...] = tuple(CONFIGURATION_MODELS)
 
@@ -88,6 +94,7 @@ __all__ = [
     "CONFIGURATION_TYPES",
     "DEFAULT_STOP_DURATION",
     "AnyConfiguration",
+    "BackendConfiguration",
     "BaseRunConfiguration",
     "ConfigFieldError",
     "ConfigModel",
@@ -97,6 +104,7 @@ __all__ = [
     "FleetNodes",
     "InstanceVolume",
     "NetworkVolume",
+    "NotARun",
     "PortMapping",
     "ProbeSpec",
     "ProxyJump",
@@ -104,6 +112,7 @@ __all__ = [
     "RunConfiguration",
     "SSHConfig",
     "SSHHost",
+    "SlurmBackendConfiguration",
     "ScalingSpec",
     "Schedule",
     "ServiceConfiguration",

@@ -126,11 +126,15 @@ def _nodes(value: Any) -> Any:
     return {"min": low or 0, "target": low or 0, "max": high}
 
 
+# What a fleet with `nodes` acts on, of the fields an SSH fleet does not (docs/backends.md#elastic-fleets).
+ELASTIC_FIELDS = frozenset({"backends", "spot_policy", "idle_duration", "placement"})
+
+
 class FleetConfiguration(ConfigModel):
-    # `env`, `retry` and the termination fields are about the instances a backend would create; Ferry
-    # creates none (see core.configuration.runnable). `placement: cluster` is not checked: the hosts are
-    # used as they are (see asks_for); `ssh_config.network`: the nodes reach each other at `internal_ip`
-    # or the address dialled.
+    # `env`, `retry` and the termination fields are about the instances a cloud backend would create.
+    # An SSH fleet's `placement: cluster` is not checked: the hosts are used as they are (see asks_for);
+    # `ssh_config.network`: the nodes reach each other at `internal_ip` or the address dialled. A fleet
+    # with `nodes` acts on ELASTIC_FIELDS (core.fleets.provisioning).
     NOT_ACTED_ON: ClassVar[frozenset[str]] = CLOUD_FIELDS_NOT_ACTED_ON | {
         "env",
         "ssh_config.network",
@@ -184,6 +188,8 @@ class FleetConfiguration(ConfigModel):
 
     def unsupported_fields(self) -> list[str]:
         fields = super().unsupported_fields()
+        if not self.is_ssh:
+            fields = [field for field in fields if field not in ELASTIC_FIELDS]
         # An SSH fleet's resources are what its hosts have: a request there asks for nothing.
         if self.is_ssh and "resources" in self.model_fields_set:
             fields.append("resources")

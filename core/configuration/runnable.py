@@ -17,6 +17,7 @@ from core.configuration import (
     FleetConfiguration,
     RunConfiguration,
     ServiceConfiguration,
+    SlurmBackendConfiguration,
     TaskConfiguration,
     VolumeConfiguration,
 )
@@ -35,6 +36,8 @@ def refusals(configuration: AnyConfiguration) -> list[Refusal]:
     """Every reason Ferry cannot run `configuration`; [] when it can."""
     if isinstance(configuration, VolumeConfiguration):
         return _volume_refusals(configuration)
+    if isinstance(configuration, SlurmBackendConfiguration):
+        return []
     if isinstance(configuration, FleetConfiguration):
         found = []
     else:
@@ -60,14 +63,6 @@ def refusals(configuration: AnyConfiguration) -> list[Refusal]:
         ]
     if isinstance(configuration, TaskConfiguration):
         return found + _commands_refusals(configuration, configuration.commands, ("commands",))
-    if isinstance(configuration, FleetConfiguration) and configuration.ssh_config is None:
-        return [
-            Refusal(
-                ("nodes",),
-                "Ferry cannot create instances yet (it has no cloud backend): "
-                "a fleet needs `ssh_config` with the hosts to use",
-            )
-        ]
     # A dev environment always runs: its `init`, then a command that keeps it up (core.run_types).
     return found
 

@@ -38,6 +38,7 @@ from core.fleets.messages import (
     Undelivered,
 )
 from core.fleets.placement import InstanceSlot, InstanceStatus
+from core.fleets.provisioning import GroupPhase, Provisioning, never_fits
 from core.fleets.scheduling import QueueIndex, SchedulerState
 from core.status import JobTerminationReason
 from core.wire.agent_api import ClusterInfo, Resources
@@ -71,6 +72,9 @@ class FleetBook(Frozen):
     )
     deployed: bool = False
     deleting: bool = False
+    provisioning: Provisioning | None = Field(
+        default=None, description="a fleet with `nodes`: its backend's groups (core.fleets.provisioning)"
+    )
 
     def copy_with(self, **update: Any) -> FleetBook:
         return self.model_copy(update=update)
@@ -100,7 +104,14 @@ class FleetBook(Frozen):
 
     def finished(self) -> bool:
         """A deleted fleet whose last job has released its capacity: the workflow may end."""
-        return self.deleting and not self.scheduler.instances and not self.scheduler.queue
+        groups = self.provisioning.groups if self.provisioning is not None else {}
+        return self.deleting and not self.scheduler.instances and not self.scheduler.queue and not groups
+
+    def never_fits(self, request: PlacementRequest) -> str | None:
+        """Why no instance of the fleet could ever hold the replica, nor any it could create."""
+        if self.provisioning is not None:
+            return never_fits(self.scheduler, self.provisioning.spec, request, self.name)
+        return self.scheduler.never_fits(request, self.name)
 
     def views(self) -> list[InstanceView]:
         """Each instance's view in the store: its load counted, its jobs not listed (a fleet's step asks)."""
@@ -135,7 +146,29 @@ class FleetBook(Frozen):
             )
             for name, why in sorted(self.pending.items())
         ]
+        groups = self.provisioning.groups.values() if self.provisioning is not None else ()
+        rows += [
+            InstanceView(
+                name=name,
+                status=f"{group.phase.value}",
+                address="",
+                total=Resources(),
+                blocks=None,
+                busy_blocks=0,
+                jobs=0,
+                message=_group_words(group.backend_id, group.reason),
+            )
+            for group in groups
+            if group.phase != GroupPhase.READY
+            for name in group.instances
+            if name not in self.scheduler.instances
+        ]
         return sorted(rows, key=lambda row: row.name)
+
+
+def _group_words(backend_id: str | None, reason: str | None) -> str:
+    words = f"Slurm job {backend_id}" if backend_id else "being asked for"
+    return f"{words}: {reason}" if reason else words
 
 
 # The most commands one step applies; the rest wait for the next step, after this one's signals (a local
@@ -153,6 +186,7 @@ class FleetInput(Frozen):
     name: str
     configuration: FleetConfiguration | None = None  # None: the local fleet
     carry: FleetBook | None = None  # a continued-as-new execution's book
+    backend: str | None = None  # a fleet with `nodes`: the project's backend that creates its instances
 
     @property
     def local(self) -> bool:
@@ -182,7 +216,11 @@ def deployed(book: FleetBook, slots: list[InstanceSlot], failed: dict[str, str])
 
 def _refuse_unplaceable(book: FleetBook) -> Step:
     notices: list[Notice] = []
-    for request_id, why in book.scheduler.unplaceable(book.name).items():
+    unplaceable = book.scheduler.unplaceable(book.name)
+    if book.provisioning is not None:  # what new instances could hold waits for them
+        waiting = {r.request_id: r for r in book.scheduler.queue}
+        unplaceable = {k: v for k, v in unplaceable.items() if book.never_fits(waiting[k]) is not None}
+    for request_id, why in unplaceable.items():
         [request] = [r for r in book.scheduler.queue if r.request_id == request_id]
         notices += _refusals(book.notify, request, why)
         book = _forget(book.copy_with(scheduler=book.scheduler.cancel(request_id)), request)
@@ -252,7 +290,7 @@ def _enqueue(book: FleetBook, command: Enqueue, index: QueueIndex | None) -> Ste
         return book.copy_with(gone=gone), _refusals(notify, request, stopped)
     if book.deleting:
         return book, _refusals(command.notify, request, f"fleet {book.name} is being deleted")
-    why = book.scheduler.never_fits(request, book.name) if book.deployed else None
+    why = book.never_fits(request) if book.deployed else None
     if why is not None:
         return book, _refusals(command.notify, request, why)
     try:

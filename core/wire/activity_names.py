@@ -49,3 +49,9 @@ END_RUN_WORKFLOWS = "end_run_workflows"
 REMOVE_RUN_TASKS = "remove_run_tasks"
 RECORD_STUCK_STOP = "record_stuck_stop"
 SEND_SIGNALS = "send_signals"
+
+# An elastic fleet's backend (activities/provisioning.py, docs/backends.md).
+CREATE_GROUP = "create_group"
+WATCH_GROUPS = "watch_groups"
+START_GROUP = "start_group"
+RELEASE_GROUP = "release_group"

@@ -51,7 +51,6 @@ DSTACK_REFUSES = {
 
 # What Ferry cannot do yet, refused with the reason, and how many files of the corpus ask for it.
 FERRY_CANNOT = {
-    "nodes: Ferry cannot create instances yet": 25,  # a cloud fleet: Ferry has no cloud backend
     "router: not supported: Ferry's proxy balances across every group": 8,  # a prefill/decode router
     "Ferry cannot register a Kubernetes volume claim": 2,
     "Ferry cannot register a cloud disk": 1,
@@ -94,6 +93,7 @@ def test_the_warning_line_names_only_what_ferry_does_not_do() -> None:
         "repos", "files", "resources.shm_size", "docker", "nvcc", "utilization_policy", "dstack",
         "placement", "size", "backend", "region", "rate_limits", "privileged", "spot_policy",
         "gateway", "https", "env", "backends", "instances", "storage_class_name", "access_modes",
+        "instance_types", "availability_zones",  # a cloud's, on a fleet with `nodes` (docs/backends.md)
     }  # fmt: skip
 
 

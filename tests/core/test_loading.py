@@ -412,7 +412,7 @@ def test_fleet_nodes_range_order() -> None:
 def test_unknown_type() -> None:
     line = only_issue("type: job\ncommands: [x]\n")
     assert line == (
-        "bad.yml:1: type: unknown type 'job': expected one of task, service, dev-environment, fleet, volume"
+        "bad.yml:1: type: unknown type 'job': expected one of task, service, dev-environment, fleet, volume, slurm"
     )
 
 
@@ -420,7 +420,7 @@ def test_missing_type() -> None:
     line = only_issue("name: x1\ncommands: [x]\n")
     assert line == (
         "bad.yml:1: type: required field is missing: "
-        "expected one of task, service, dev-environment, fleet, volume"
+        "expected one of task, service, dev-environment, fleet, volume, slurm"
     )
 
 

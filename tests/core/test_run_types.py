@@ -7,9 +7,8 @@ from typing import Any
 import pytest
 
 from core.configuration import (
-    FleetConfiguration,
+    NotARun,
     RunConfiguration,
-    VolumeConfiguration,
     parse_configuration,
 )
 from core.run_types import (
@@ -24,7 +23,7 @@ from core.wire.agent_api import JobSpec, Resources
 
 def conf(**fields: Any) -> RunConfiguration:
     configuration = parse_configuration(fields)
-    assert not isinstance(configuration, FleetConfiguration | VolumeConfiguration)
+    assert not isinstance(configuration, NotARun)
     return configuration
 
 

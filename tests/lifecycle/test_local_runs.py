@@ -7,9 +7,8 @@ from pathlib import Path
 
 from cli.api import FerryAPI
 from core.configuration import (
-    FleetConfiguration,
+    NotARun,
     RunConfiguration,
-    VolumeConfiguration,
     parse_configuration,
 )
 from core.jobs.state_machine import replay_job
@@ -22,7 +21,7 @@ SMALL = {"cpu": "0..", "memory": "0GB..", "disk": "0GB.."}
 
 def task(commands: list[str], **fields: object) -> RunConfiguration:
     conf = parse_configuration({"type": "task", "commands": commands, "resources": SMALL, **fields})
-    assert not isinstance(conf, FleetConfiguration | VolumeConfiguration)
+    assert not isinstance(conf, NotARun)
     return conf
 
 
@@ -80,7 +79,7 @@ async def test_node_groups_run_their_own_commands_the_workers_first(ferry: Ferry
             ],
         }
     )
-    assert not isinstance(conf, FleetConfiguration | VolumeConfiguration)
+    assert not isinstance(conf, NotARun)
     final = await ferry.wait((await ferry.submit(conf, repo_dir=tmp_path)).run_name)
     assert final.status == RunStatus.DONE
     assert ferry.logs(final, job=0)[0] == b"head {rank=0, worker=127.0.0.1}\nworker-1\nworker-2\n"

@@ -17,6 +17,7 @@ from store.opening import open_store
 from store.repository import Store
 
 TABLES = {
+    "backends",
     "runs",
     "job_submissions",
     "events",
@@ -96,7 +97,7 @@ def test_migrate_twice_is_a_no_op(store: Store, db_url: str) -> None:
     revision = _revision(db_url)
     migrate(db_url)
     migrate(store.engine)
-    assert _revision(db_url) == revision == ("0009",)
+    assert _revision(db_url) == revision == ("0010",)
     assert store.get_code(code_hash) == b"kept"
 
 

@@ -1,0 +1,233 @@
+"""An elastic fleet's effects on its backend (docs/backends.md): create a group of instances, watch what
+the backend says of them, reach their agents, release them. FleetWorkflow decides (core.fleets.growth);
+these act, each idempotent: a group is known to its backend by the name the fleet gave it before the call.
+
+The backend's configuration and login key are read from the store at each call (a backend applied again
+is used from then on); the key is opened here and nowhere else (store.backend_repository).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.fleet import described_slot
+from activities.instances import InstanceDirectory
+from activities.jobs import heartbeating
+from activities.slurm_backend import SlurmBackend, SlurmBackendError, SlurmRefused
+from core.backends.slurm import (
+    INTERRUPTIONS,
+    NEVER_REASONS,
+    Ending,
+    JobState,
+    SlurmJob,
+    allocation_request,
+    partitions_for,
+    pending_words,
+)
+from core.configuration.backend import SlurmBackendConfiguration
+from core.fleets.growth import CreateGroup, GroupCall, GroupNews, StartGroup, WatchGroups
+from core.wire import activity_names as names
+from store import Store
+from store.backend_repository import open_backend_key
+from store.keys import process_keys
+
+WATCH_EVERY = 1.0  # seconds between two looks at the fleet's allocations in `squeue`
+STARTUP_LIMIT = 120.0  # seconds an allocation's agents may take to announce themselves
+
+
+class SlurmBackends:
+    """This worker's backends, by project and name, each with its login node's connection."""
+
+    def __init__(self, store: Store, instances: InstanceDirectory) -> None:
+        self._store = store
+        self._instances = instances
+        self._backends: dict[tuple[str, str], tuple[float, SlurmBackend]] = {}
+
+    def get(self, project: str, name: str) -> SlurmBackend:
+        record = self._store.get_backend(project, name)
+        if record is None:
+            raise ApplicationError(
+                f"project {project} has no backend {name}: apply one (docs/backends.md)",
+                type="NoBackend",
+                non_retryable=True,
+            )
+        known = self._backends.get((project, name))
+        if known is not None and known[0] == record.updated_at:
+            return known[1]
+        configuration = SlurmBackendConfiguration.model_validate(record.configuration_data())
+        pool = self._instances.pool
+        if pool is None:
+            raise ApplicationError("this worker has no SSH host pool", type="NoHostPool", non_retryable=True)
+        backend = SlurmBackend(
+            name, configuration, open_backend_key(process_keys(), record), pool.options, pool.bundle
+        )
+        self._backends[(project, name)] = (record.updated_at, backend)
+        return backend
+
+    async def aclose(self) -> None:
+        for _, backend in self._backends.values():
+            await backend.aclose()
+
+
+class ProvisioningActivities:
+    def __init__(self, instances: InstanceDirectory, backends: SlurmBackends) -> None:
+        self._instances = instances
+        self._backends = backends
+
+    @activity.defn(name=names.CREATE_GROUP)
+    async def create_group(self, call: CreateGroup) -> GroupNews:
+        """The group asked of the backend (`sbatch`, or the job of its name Slurm already has)."""
+        backend = self._backends.get(call.project, call.backend)
+        partitions = partitions_for(backend.configuration, call.spot_policy)
+        if not partitions:
+            kind = "preemptible" if call.spot_policy == "spot" else "non-preemptible"
+            policy = call.spot_policy or "on-demand"
+            why = f"backend {call.backend} has no {kind} partition for spot_policy {policy}"
+            return GroupNews(group=call.group, state="refused", reason=why)
+        request = allocation_request(
+            backend.configuration, partitions[0], call.resources, name=call.job_name, nodes=call.nodes
+        )
+        try:
+            async with heartbeating():
+                job_id = await backend.submit(request, STARTUP_LIMIT)
+        except SlurmRefused as err:
+            why = f"backend {call.backend} cannot create {call.nodes} instance(s): {err}"
+            return GroupNews(group=call.group, state="refused", reason=why)
+        except SlurmBackendError as err:
+            raise ApplicationError(str(err), type="BackendUnreachable") from None
+        return GroupNews(group=call.group, state="submitted", backend_id=job_id)
+
+    @activity.defn(name=names.WATCH_GROUPS)
+    async def watch_groups(self, call: WatchGroups) -> list[GroupNews]:
+        """Until Slurm says something of the fleet's groups that the fleet does not know yet."""
+        backend = self._backends.get(call.project, call.backend)
+        by_name = {job_name: group for group, (job_name, _) in call.groups.items()}
+        async with heartbeating():
+            while True:
+                try:
+                    jobs = await backend.jobs(sorted(by_name))
+                except SlurmBackendError as err:
+                    activity.logger.debug("backend %s: %s", call.backend, err)
+                else:
+                    news = _changes(call, by_name, jobs)
+                    if news:
+                        return news
+                await asyncio.sleep(WATCH_EVERY)
+
+    @activity.defn(name=names.START_GROUP)
+    async def start_group(self, call: StartGroup) -> GroupNews:
+        """The group's agents reached (each announces its port once it listens); its instances as their
+        agents describe them. A node whose agent could not start ends the group with its reason."""
+        backend = self._backends.get(call.project, call.backend)
+        async with heartbeating():
+            return await self._start_group(call, backend)
+
+    async def _start_group(self, call: StartGroup, backend: SlurmBackend) -> GroupNews:
+        try:
+            fields = await backend.job_fields(call.backend_id)
+            nodes = await backend.node_addresses(fields.get("NodeList", ""))
+            deadline = time.monotonic() + STARTUP_LIMIT
+            if True:
+                while True:
+                    said, token = await backend.announcements(call.job_name)
+                    errors = [
+                        f"{node}: {said[node]['error']}" for node, _ in nodes if "error" in said.get(node, {})
+                    ]
+                    if errors:
+                        return _start_failed(call, backend, "; ".join(errors))
+                    if all("port" in said.get(node, {}) for node, _ in nodes):
+                        break
+                    if time.monotonic() > deadline:
+                        missing = [node for node, _ in nodes if node not in said]
+                        return _start_failed(call, backend, f"no agent answered on {', '.join(missing)}")
+                    await asyncio.sleep(0.5)
+            slots = []
+            for instance, (node, address) in zip(call.instances, nodes, strict=False):
+                client = await backend.client(instance, address, int(said[node]["port"]), token)
+                self._instances.add(instance, client)
+                slots.append(await described_slot(client, instance, address, call.blocks, call.fleet))
+        except SlurmBackendError as err:
+            raise ApplicationError(str(err), type="BackendUnreachable") from None
+        return GroupNews(group=call.group, state="ready", backend_id=call.backend_id, slots=slots)
+
+    @activity.defn(name=names.RELEASE_GROUP)
+    async def release_group(self, call: GroupCall) -> GroupNews:
+        """The group given back (`scancel` of its name) and its directory removed, once Slurm has ended it."""
+        backend = self._backends.get(call.project, call.backend)
+        try:
+            await backend.cancel(call.job_name)
+            async with heartbeating():
+                while any(job.meaning[0] != JobState.ENDED for job in await backend.jobs([call.job_name])):
+                    await asyncio.sleep(0.5)
+            await backend.remove_group(call.job_name)
+        except SlurmBackendError as err:
+            raise ApplicationError(str(err), type="BackendUnreachable") from None
+        for name in [n for n in self._instances.names() if n.startswith(f"{call.fleet}-{call.group}-")]:
+            self._instances.forget(name)
+            backend.forget(name)
+        return GroupNews(group=call.group, state="released")
+
+
+def _start_failed(call: StartGroup, backend: SlurmBackend, why: str) -> GroupNews:
+    return GroupNews(
+        group=call.group, state="refused", reason=f"backend {backend.name}: the agent did not start: {why}"
+    )
+
+
+def state_key(job: SlurmJob | None) -> str:
+    """What the fleet knows of a group, as the watch compares it: `waiting:Resources`, `running`..."""
+    if job is None:
+        return "gone"
+    meaning, ending = job.meaning
+    if meaning == JobState.WAITING:
+        return f"waiting:{job.reason}"
+    if meaning == JobState.ENDED:
+        return f"ended:{ending}"
+    return "running"
+
+
+def _changes(call: WatchGroups, by_name: dict[str, str], jobs: list[SlurmJob]) -> list[GroupNews]:
+    found = {job.name: job for job in jobs}
+    news = []
+    for job_name, group in sorted(by_name.items()):
+        known = call.groups[group][1]
+        job = found.get(job_name)
+        key = state_key(job)
+        if key == known or (job is None and known.startswith("ended")):
+            continue
+        if job is None:
+            news.append(GroupNews(group=group, state="ended", reason="Slurm no longer has its allocation"))
+            continue
+        meaning, ending = job.meaning
+        if meaning == JobState.WAITING:
+            state = "refused" if job.reason in NEVER_REASONS else "waiting"
+            news.append(
+                GroupNews(group=group, state=state, backend_id=job.job_id, reason=pending_words(job.reason))
+            )
+        elif meaning == JobState.ENDED:
+            news.append(_ended(call, group, job, ending))
+        elif known != "running":
+            news.append(GroupNews(group=group, state="running", backend_id=job.job_id))
+    return news
+
+
+def _ended(call: WatchGroups, group: str, job: SlurmJob, ending: Ending | None) -> GroupNews:
+    words = {
+        Ending.PREEMPTED: "was preempted",
+        Ending.TIME_LIMIT: "reached its time limit",
+        Ending.NODE_FAILURE: "lost a node",
+        Ending.CANCELLED: "was cancelled",
+        Ending.EXITED: f"ended ({job.state})",
+    }
+    said = words.get(ending or Ending.EXITED, job.state)
+    return GroupNews(
+        group=group,
+        state="ended",
+        backend_id=job.job_id,
+        reason=f"its Slurm allocation {job.job_id} on backend {call.backend} {said}",
+        interrupted=ending in INTERRUPTIONS,
+    )

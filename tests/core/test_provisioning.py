@@ -1,0 +1,148 @@
+"""An elastic fleet's pure decisions (core/fleets/provisioning.py, core/fleets/growth.py) and the Slurm
+backend's (core/backends/slurm.py), without Temporal or Slurm: docs/backends.md."""
+
+from __future__ import annotations
+
+from core.backends.slurm import (
+    AllocationRequest,
+    Ending,
+    JobState,
+    job_state,
+    parse_squeue,
+    pending_words,
+    sbatch_arguments,
+)
+from core.fleets.book import FleetBook, apply, deployed, schedule
+from core.fleets.growth import GroupNews, apply_news, plan_step
+from core.fleets.messages import NoticeKind, ReleaseJob
+from core.fleets.placement import InstanceSlot
+from core.fleets.provisioning import Create, ElasticSpec, GroupPhase, Provisioning, Release
+from core.status import JobTerminationReason
+from core.wire.agent_api import Resources
+from core.wire.job_messages import Enqueue, NodeRequest, PlacementRequest
+
+SHAPE = Resources(cpu=2, memory=4, gpu=0)
+
+
+def book(min_: int = 0, max_: int = 3, idle: float = 60) -> FleetBook:
+    spec = ElasticSpec(min=min_, max=max_, shape=SHAPE, idle_duration=idle)
+    made = FleetBook(name="hpc", local=False, provisioning=Provisioning(spec=spec))
+    return deployed(made, [], {})[0]
+
+
+def enqueue(current: FleetBook, request_id: str, nodes: int = 1, cpu: float = 1) -> FleetBook:
+    request = PlacementRequest(
+        request_id=request_id,
+        nodes=[NodeRequest(job_id=f"{request_id}/{k}", resources=Resources(cpu=cpu)) for k in range(nodes)],
+    )
+    notify = {n.job_id: f"wf/{n.job_id}" for n in request.nodes}
+    current, notices = apply(current, Enqueue(request=request, notify=notify))
+    assert notices == []
+    return current
+
+
+def ready(current: FleetBook, group: str, now: float) -> FleetBook:
+    provisioning = current.provisioning
+    assert provisioning is not None
+    names = provisioning.groups[group].instances
+    slots = [
+        InstanceSlot(name=n, address=f"10.0.0.{k}", total=SHAPE, fleet="hpc") for k, n in enumerate(names)
+    ]
+    current, _ = apply_news(current, GroupNews(group=group, state="running", backend_id="7"), now)
+    current, _ = apply_news(current, GroupNews(group=group, state="ready", backend_id="7", slots=slots), now)
+    return current
+
+
+def test_a_waiting_replica_gets_one_group_of_its_nodes_and_max_holds() -> None:
+    current = enqueue(enqueue(book(max_=3), "a", nodes=2), "b", nodes=2)
+    current, effects = plan_step(current, 0.0)
+    assert [(type(e), e.group.nodes, e.group.for_request) for e in effects] == [(Create, 2, "a")]
+    current, again = plan_step(current, 1.0)
+    assert again == []  # `a` has its group; `b` would pass MAX (2 + 2 > 3) and waits its turn
+
+
+def test_a_replica_larger_than_the_instances_it_could_create_is_refused_at_once() -> None:
+    current = book()
+    request = PlacementRequest(
+        request_id="big", nodes=[NodeRequest(job_id="big/0", resources=Resources(cpu=8))]
+    )
+    why = current.never_fits(request)
+    assert why is not None and "the instances fleet hpc creates have cpu=2 mem=4GB gpu=0" in why
+    assert (
+        current.never_fits(request.model_copy(update={"nodes": [NodeRequest(job_id="x", resources=SHAPE)]}))
+        is None
+    )
+
+
+def test_min_is_kept_and_an_idle_group_is_released_after_idle_duration() -> None:
+    current, effects = plan_step(book(min_=1, idle=60), 0.0)
+    assert [type(e) for e in effects] == [Create]
+    current = ready(current, "g1", 1.0)
+    assert plan_step(current, 1000.0)[1] == []  # MIN: the one instance stays however long it idles
+    current, _ = schedule(enqueue(enqueue(current, "a", cpu=2), "b", cpu=2))  # `a` takes g1, `b` waits
+    current, effects = plan_step(current, 1001.0)
+    assert [(type(e), e.group.for_request) for e in effects] == [(Create, "b")]
+    current, _ = schedule(ready(current, "g2", 1002.0))
+    current, _ = apply(current, ReleaseJob(job_id="b/0"))  # `b` ended: g2 idle from now
+    current, effects = plan_step(current, 1003.0)
+    assert effects == []
+    current, effects = plan_step(current, 1062.0)
+    assert effects == []  # idle since 1003.0: not yet
+    current, effects = plan_step(current, 1064.0)
+    assert [(type(e), e.group.name) for e in effects] == [(Release, "g2")]
+    assert "hpc-g2-0" not in current.scheduler.instances  # it takes no more jobs
+
+
+def test_a_preempted_allocation_ends_its_jobs_as_an_interruption_and_is_cleaned_up() -> None:
+    current = enqueue(book(), "a")
+    current, _ = plan_step(current, 0.0)
+    current = ready(current, "g1", 1.0)
+    current, notices = schedule(current)
+    assert [n.kind for n in notices] == [NoticeKind.PLACED]
+    why = "its Slurm allocation 7 on backend hpc was preempted"
+    current, notices = apply_news(
+        current, GroupNews(group="g1", state="ended", reason=why, interrupted=True), 5.0
+    )
+    assert [(n.kind, n.reason, n.message) for n in notices] == [
+        (NoticeKind.TERMINATE, JobTerminationReason.INTERRUPTED_BY_NO_CAPACITY, f"instance hpc-g1-0: {why}")
+    ]
+    assert current.provisioning is not None
+    assert current.provisioning.groups["g1"].phase == GroupPhase.RELEASING  # its directory is removed
+    current, _ = apply_news(current, GroupNews(group="g1", state="released"), 6.0)
+    assert current.provisioning is not None and current.provisioning.groups == {}
+
+
+def test_a_refused_allocation_fails_its_replica_with_slurms_reason() -> None:
+    current = enqueue(book(), "a")
+    current, _ = plan_step(current, 0.0)
+    why = "backend hpc cannot create 1 instance(s): sbatch: error: invalid partition specified: gpu"
+    current, notices = apply_news(current, GroupNews(group="g1", state="refused", reason=why), 1.0)
+    assert [(n.kind, n.job_id, n.message) for n in notices] == [(NoticeKind.REFUSED, "a/0", why)]
+    assert current.scheduler.queue == [] and current.provisioning is not None
+    assert current.provisioning.groups == {}  # Slurm never had it: nothing to cancel
+
+
+def test_slurm_states_and_reasons() -> None:
+    assert job_state("PENDING") == (JobState.WAITING, None)
+    assert job_state("RUNNING") == (JobState.RUNNING, None)
+    assert job_state("PREEMPTED") == (JobState.ENDED, Ending.PREEMPTED)
+    assert job_state("TIMEOUT") == (JobState.ENDED, Ending.TIME_LIMIT)
+    assert job_state("NODE_FAIL") == (JobState.ENDED, Ending.NODE_FAILURE)
+    assert job_state("CANCELLED by 0") == (JobState.ENDED, Ending.CANCELLED)
+    assert job_state("COMPLETED") == (JobState.ENDED, Ending.EXITED)
+    [job] = parse_squeue("42|ferry-abc-g1|PENDING|Resources|(null)|low\nnoise\n")
+    assert (job.job_id, job.name, job.reason, job.partition) == ("42", "ferry-abc-g1", "Resources", "low")
+    assert pending_words("Resources") == "Resources: the nodes it needs are busy"
+    assert pending_words("SomethingNew") == "SomethingNew"
+
+
+def test_sbatch_asks_the_fleets_shape_without_requeue() -> None:
+    request = AllocationRequest(
+        job_name="ferry-x-g1", nodes=2, partition="low", cpus=2, memory_mb=4096, gpus=1, gpu_name="a100",
+        time_limit_minutes=60, account="lab",
+    )  # fmt: skip
+    assert sbatch_arguments(request, "/d/slurm-%j.out") == [
+        "--parsable", "--job-name=ferry-x-g1", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=2",
+        "--partition=low", "--output=/d/slurm-%j.out", "--no-requeue", "--mem=4096M", "--gres=gpu:a100:1",
+        "--account=lab", "--time=60",
+    ]  # fmt: skip
