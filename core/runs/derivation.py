@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.configuration.retry import RetryPolicy
-from core.runs.retry import RetryVerdict, decide_retry, pending_backoff
+from core.runs.retry import RetryClock, RetryVerdict, Run, decide_retry, pending_backoff
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
 StopCriteria = Literal["all-done", "master-done"]
@@ -25,10 +25,11 @@ MASTER_JOB = 0
 class JobView(BaseModel):
     """The latest submission of one job, as the run sees it.
 
-    `first_submitted_at` is the first submission of this (replica, job) ever: the no-capacity retry clock
-    starts there. `last_provisioned_at` is the last moment any submission of this job held an instance
-    (for a submission that has finished, the time it finished; None if no submission ever got one):
-    the clock for the other retry events starts there, so it restarts each time the job gets capacity.
+    `first_submitted_at` is the first submission of this (replica, job) in the run's current cycle: the
+    no-capacity retry clock starts there. `last_provisioned_at` is the last moment any submission of this
+    job held an instance (for a submission that has finished, the time it finished; None if no submission
+    ever got one): the window of a first failure after the job held one starts there. `running_at`,
+    `first_window` and `runs` say which later failure starts a new window (`core.runs.retry.RetryClock`).
     A job that is TERMINATING or finished has a termination reason; a finished status must be the one
     that reason leads to.
     """
@@ -43,6 +44,9 @@ class JobView(BaseModel):
     exit_status: int | None = None
     first_submitted_at: float
     last_provisioned_at: float | None = None
+    running_at: float | None = None  # when this submission was first RUNNING
+    first_window: float | None = None  # the window the job's first failure opened (an earlier submission)
+    runs: tuple[Run, ...] = ()  # earlier submissions that ran
 
     @model_validator(mode="after")
     def _reason_agrees_with_status(self) -> JobView:
@@ -60,6 +64,15 @@ class JobView(BaseModel):
     @property
     def is_master(self) -> bool:
         return self.replica_num == MASTER_REPLICA and self.job_num == MASTER_JOB
+
+    def retry_clock(self) -> RetryClock:
+        return RetryClock(
+            first_submitted_at=self.first_submitted_at,
+            last_provisioned_at=self.last_provisioned_at,
+            running_at=self.running_at,
+            first_window=self.first_window,
+            runs=self.runs,
+        )
 
 
 class RunDecision(BaseModel):
@@ -170,11 +183,7 @@ def derive_run_status(
                 continue
             assert job.termination_reason is not None  # JobView guarantees it for failed jobs
             verdict = decide_retry(
-                retry,
-                job.termination_reason,
-                now=now,
-                first_submitted_at=max(job.first_submitted_at, run_submitted_at),
-                last_provisioned_at=job.last_provisioned_at,
+                retry, job.termination_reason, now=now, clock=job.retry_clock(), not_before=run_submitted_at
             )
             if verdict == RetryVerdict.RETRY:
                 needs_retry = True

@@ -1,12 +1,30 @@
 """When a failed job may be retried, by its run's retry policy (`retry` in a configuration, parsed in
-core.configuration.retry), and the pending backoff: docs/runs.md, "When a job may be retried"."""
+core.configuration.retry), and the pending backoff: docs/runs.md, "When a job may be retried".
+
+The retry window follows dstack's documentation of `retry.duration` ("The maximum period of retrying the
+run ... calculated as a run age for `no-capacity` event and as a time passed since the last `interruption`
+and `error` for `interruption` and `error` events": `ProfileRetry.duration` in dstack's
+src/dstack/_internal/core/models/profiles.py, and mkdocs/docs/concepts/tasks.md, "Retry duration") and
+its code (`_should_retry_job` in src/dstack/_internal/server/background/pipeline_tasks/runs/active.py:
+the run's age while the job never got an instance, else the time since the last submission that had one
+was last processed). Both restart the clock at every failure of a submission that got an instance, so a
+job that fails at once after each placement is retried for ever. Ferry departs from that, on purpose:
+a failure restarts the window only if the job had recovered from the retrying before it, i.e. a
+submission ran (RUNNING) for longer than `retry.duration`; the failures of retries that did not get that
+far count in the window the first of them opened. See `RetryClock.window_start`.
+"""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
+from pydantic import BaseModel, ConfigDict
+
 from core.configuration.retry import RetryPolicy
 from core.status import JobTerminationReason
+
+# One earlier submission of a job that ran: (seconds it was RUNNING, when it stopped holding its instance).
+Run = tuple[float, float]
 
 
 class RetryVerdict(StrEnum):
@@ -30,15 +48,62 @@ def retry_event_allowed(policy: RetryPolicy | None, reason: JobTerminationReason
 
 
 def retry_window_start(*, first_submitted_at: float, last_provisioned_at: float | None) -> float:
-    """When a failed job's retry clock started.
+    """Where the window of a job's first failure starts, as dstack's `_should_retry_job` counts it.
 
     `first_submitted_at` is the job's first submission; `last_provisioned_at` the last moment any of its
     submissions held an instance (None if none ever did). A job that never got an instance (the usual
-    no-capacity case) counts from its first submission. Once it has held one, every event, no-capacity
-    included, counts from losing it, as dstack does: a long run preempted late, whose resubmission then
-    finds no capacity for a while, is not failed by the hours it spent running.
+    no-capacity case) counts from its first submission: dstack's "run age". Once it has held one, every
+    event counts from losing it: dstack's "time passed since the last interruption or error", no-capacity
+    included (dstack's docs say "run age" for no-capacity, but its code, and the example of its pull
+    request 1282, count a job that lost its instance from the loss; Ferry does the same, or a long run
+    preempted late, whose resubmission then waits for capacity, would fail by the hours it ran).
     """
     return first_submitted_at if last_provisioned_at is None else last_provisioned_at
+
+
+def remember_run(runs: tuple[Run, ...], ran: float, ended: float) -> tuple[Run, ...]:
+    """`runs` with one more (`ran`, `ended`), later than all of them. An earlier run that ran no longer
+    than this one can no longer start a window (`RetryClock.window_start` takes the latest run longer
+    than the duration): it is dropped, so the runs kept ran ever shorter, and there are few of them."""
+    return (*(r for r in runs if r[0] > ran), (ran, ended))
+
+
+class RetryClock(BaseModel):
+    """What a job's submissions (of the run's current cycle) tell of its retry window, the policy aside.
+
+    `first_submitted_at` and `last_provisioned_at` as in `retry_window_start`; `running_at` when the
+    latest submission was first RUNNING (None: it never was); `first_window` the start of the window the
+    job's first failure opened, if an earlier submission failed (None: the latest is its first failure);
+    `runs` the earlier submissions that ran (`remember_run`).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    first_submitted_at: float
+    last_provisioned_at: float | None = None
+    running_at: float | None = None
+    first_window: float | None = None
+    runs: tuple[Run, ...] = ()
+
+    def window_start(self, duration: float) -> float:
+        """When the retry window of the latest submission's failure started.
+
+        The first failure opens a window (`retry_window_start`); a later failure counts in it, so a job
+        that fails at once after each placement is retried only for `duration`. A submission that ran
+        for longer than `duration` shows the job had recovered: the window starts again where that run
+        ended, so a job preempted after each long run is retried each time (the latest submission's own
+        run included: a long run that fails is retried from its failure).
+        """
+        start = self.first_window
+        if start is None:
+            start = retry_window_start(
+                first_submitted_at=self.first_submitted_at, last_provisioned_at=self.last_provisioned_at
+            )
+        runs = self.runs
+        if self.running_at is not None and self.last_provisioned_at is not None:
+            # The latest submission, stopping or stopped: it held its instance until last_provisioned_at.
+            runs = (*runs, (self.last_provisioned_at - self.running_at, self.last_provisioned_at))
+        return max([start, *(ended for ran, ended in runs if ran > duration)])
 
 
 def within_retry_window(
@@ -46,16 +111,19 @@ def within_retry_window(
     reason: JobTerminationReason,
     *,
     now: float,
-    first_submitted_at: float,
-    last_provisioned_at: float | None,
+    clock: RetryClock,
+    not_before: float | None = None,
 ) -> bool:
-    """Whether `now` is still within `policy.duration` of the retry clock's start (inclusive).
+    """Whether `now` is still within `policy.duration` of the retry window's start (inclusive).
 
-    False without a policy or for a reason that is never retried: there is no window to be within.
+    No window starts before `not_before` (the run's current cycle). False without a policy or for a
+    reason that is never retried: there is no window to be within.
     """
     if policy is None or reason.to_retry_event() is None:
         return False
-    start = retry_window_start(first_submitted_at=first_submitted_at, last_provisioned_at=last_provisioned_at)
+    start = clock.window_start(policy.duration)
+    if not_before is not None:
+        start = max(start, not_before)
     return now - start <= policy.duration
 
 
@@ -64,19 +132,13 @@ def decide_retry(
     reason: JobTerminationReason,
     *,
     now: float,
-    first_submitted_at: float,
-    last_provisioned_at: float | None,
+    clock: RetryClock,
+    not_before: float | None = None,
 ) -> RetryVerdict:
     """The three rules of 'when can the job be retried' (docs/runs.md), in order."""
     if not retry_event_allowed(policy, reason):
         return RetryVerdict.NOT_RETRYABLE
-    if not within_retry_window(
-        policy,
-        reason,
-        now=now,
-        first_submitted_at=first_submitted_at,
-        last_provisioned_at=last_provisioned_at,
-    ):
+    if not within_retry_window(policy, reason, now=now, clock=clock, not_before=not_before):
         return RetryVerdict.LIMIT_EXCEEDED
     return RetryVerdict.RETRY
 

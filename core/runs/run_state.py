@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.eventlog import ExceptionRecord
 from core.runs.derivation import JobView
+from core.runs.retry import Run, remember_run, retry_window_start
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
 
@@ -27,11 +28,12 @@ class RunJob(BaseModel):
     submitted_at: float  # of this submission
     provisioned: bool = False  # this submission has held an instance
     last_provisioned_at: float | None = None  # last event while any submission held one; see JobView
+    running_at: float | None = None  # when this submission was first RUNNING
     deployment: int = 0  # the run's deployment this submission runs (a service re-applied in place)
     serving: str | None = None  # a service replica's state in the proxies (ready, unready, ...)
     group: str | None = None  # a service's replica group (None: a service without groups, any other run)
 
-    def view(self) -> JobView:
+    def view(self, history: RetryHistory | None = None) -> JobView:
         return JobView(
             replica_num=self.replica_num,
             job_num=self.job_num,
@@ -41,7 +43,23 @@ class RunJob(BaseModel):
             exit_status=self.exit_status,
             first_submitted_at=self.first_submitted_at,
             last_provisioned_at=self.last_provisioned_at,
+            running_at=self.running_at,
+            first_window=None if history is None else history.first_window,
+            runs=() if history is None else history.runs,
         )
+
+
+class RetryHistory(BaseModel):
+    """What the earlier submissions of one (replica, job), in the run's current cycle, tell its retry
+    window (core.runs.retry.RetryClock): the window its first failure opened, and the submissions that
+    ran. Kept beside the jobs, not in RunJob, which is the latest submission only."""
+
+    model_config = ConfigDict(frozen=True)
+
+    replica_num: int
+    job_num: int
+    first_window: float | None = None
+    runs: tuple[Run, ...] = ()
 
 
 class RunState(BaseModel):
@@ -58,6 +76,7 @@ class RunState(BaseModel):
     times: dict[RunStatus, float] = Field(default_factory=dict)  # first time each status was entered
     status_since: float  # when the current status was entered this time
     jobs: tuple[RunJob, ...] = ()  # sorted by (replica, job)
+    retry_history: tuple[RetryHistory, ...] = ()  # of jobs resubmitted in this cycle, sorted likewise
     submissions: int = 0  # job-submit events, first submissions included
     retries: int = 0  # retry events
     retry_attempt: int | None = None  # `attempt` of the latest retry
@@ -87,6 +106,10 @@ class RunState(BaseModel):
     def job(self, replica_num: int, job_num: int) -> RunJob | None:
         return next((j for j in self.jobs if (j.replica_num, j.job_num) == (replica_num, job_num)), None)
 
+    def history(self, replica_num: int, job_num: int) -> RetryHistory | None:
+        key = (replica_num, job_num)
+        return next((h for h in self.retry_history if (h.replica_num, h.job_num) == key), None)
+
     def scaled_count(self, group: str | None) -> int | None:
         """The autoscaler's latest count for a replica group (None: the single form); None: never scaled."""
         return self.replicas if group is None else self.group_replicas.get(group)
@@ -94,6 +117,29 @@ class RunState(BaseModel):
     def last_scaled_at(self, group: str | None) -> float | None:
         return self.scaled_at if group is None else self.group_scaled_at.get(group)
 
+    def after_submission(self, previous: RunJob, now: float, *, new_cycle: bool) -> RunState:
+        """The retry history once `previous` has a new submission, at `now`: the window its failure
+        opened, if it is the job's first failure, and its run, if it ran (core.runs.retry.RetryClock),
+        which ended when it last held its instance, or now if it still does (a node whose replica is
+        resubmitted before its stop is heard). A new cycle of a scheduled run starts without any."""
+        key = (previous.replica_num, previous.job_num)
+        others = [h for h in self.retry_history if (h.replica_num, h.job_num) != key]
+        if new_cycle:
+            return self.model_copy(update={"retry_history": tuple(others)})
+        history = self.history(*key) or RetryHistory(replica_num=key[0], job_num=key[1])
+        first_window, runs = history.first_window, history.runs
+        reason = previous.termination_reason
+        if first_window is None and reason is not None and reason.to_retry_event() is not None:
+            first, last = previous.first_submitted_at, previous.last_provisioned_at
+            first_window = retry_window_start(first_submitted_at=first, last_provisioned_at=last)
+        if previous.running_at is not None:
+            ended = previous.last_provisioned_at if previous.status.is_finished() else now
+            ended = now if ended is None else ended
+            runs = remember_run(runs, ended - previous.running_at, ended)
+        new = history.model_copy(update={"first_window": first_window, "runs": runs})
+        histories = sorted([*others, new], key=lambda h: (h.replica_num, h.job_num))
+        return self.model_copy(update={"retry_history": tuple(histories)})
+
     def job_views(self) -> list[JobView]:
         """The input `derive_run_status` needs: the latest submission of every job."""
-        return [j.view() for j in self.jobs]
+        return [j.view(self.history(j.replica_num, j.job_num)) for j in self.jobs]

@@ -158,6 +158,8 @@ def _job_submit(state: RunState, event: Event) -> RunState:
     )
     first = event.timestamp if current is None or new_cycle else current.first_submitted_at
     last = None if current is None else current.last_provisioned_at
+    if current is not None:
+        state = state.after_submission(current, event.timestamp, new_cycle=new_cycle)
     deployment = maybe(event, "deployment", int) or 0
     if not 0 <= deployment <= state.deployment:
         raise EventlogError(f"deployment {deployment} is not one of the run's (0..{state.deployment})")
@@ -215,6 +217,8 @@ def _job_status(state: RunState, event: Event) -> RunState:
     update: dict[str, Any] = {"status": status, "termination_reason": reason, "provisioned": provisioned}
     if provisioned:
         update["last_provisioned_at"] = event.timestamp
+    if status == JobStatus.RUNNING and job.running_at is None:
+        update["running_at"] = event.timestamp
     return _with_job(state, job.model_copy(update=update))
 
 

@@ -8,6 +8,7 @@ the machine (status, retry_at/wake_at, told, unheard, done).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -319,6 +320,70 @@ def test_step2_the_retry_window_restarts_when_the_job_last_held_an_instance() ->
         RS.FAILED,
         RR.RETRY_LIMIT_EXCEEDED,
     )
+
+
+def retried_until_it_ends(
+    inp: RunInput, life: Callable[[Key, float], list[JobUpdate]], *, most: int = 12
+) -> tuple[RunMachine, list[float]]:
+    """Each submission of job (0, 0) sends `life(key, when it was submitted)`, one news a step, the last
+    its failure; the run resubmits it once its backoff is over, until it retries no more (or `most`
+    submissions failed). The machine then, and when each submission failed."""
+    m, submitted_at, failures = submit_run(inp, T0).machine, T0, []
+    for submission in range(most):
+        for update in life((0, 0, submission), submitted_at):
+            m = step(m, update, at=update.timestamp).machine
+        failures.append(m.state.status_since)
+        if m.state.status != RS.PENDING or submission == most - 1:
+            break
+        submitted_at = m.retry_at or 0.0
+        assert submitted_at > 0
+        m = step(m, at=submitted_at).machine
+        assert m.state.job(0, 0).submission_num == submission + 1  # type: ignore[union-attr]
+    return m, failures
+
+
+def test_step2_a_job_failing_at_once_after_each_placement_is_retried_only_within_the_window() -> None:
+    """docs/runs.md "When a job may be retried", a retry's failure: a job that exits 1 a second after
+    each placement is retried while within `retry.duration` of its first failure, then the run fails
+    RETRY_LIMIT_EXCEEDED (dstack's clock, restarting at each failure, would retry it for ever)."""
+    inp = run_input("task", retry={"on_events": ["error"], "duration": 60})
+
+    def life(key: Key, at: float) -> list[JobUpdate]:
+        return [news(key, S.RUNNING, at=at + 1), finished(key, R.CONTAINER_EXITED_WITH_ERROR, at=at + 2)]
+
+    m, failures = retried_until_it_ends(inp, life)
+    assert (m.state.status, m.state.termination_reason) == (RS.FAILED, RR.RETRY_LIMIT_EXCEEDED)
+    # Backoffs of 15, 30 and 60 s: failures 17, 49 and 111 s after the first; the last is past 60 s.
+    assert [f - failures[0] for f in failures] == [0, 17, 49, 111]
+
+
+def test_step2_a_job_preempted_after_each_long_run_is_retried_each_time() -> None:
+    """docs/runs.md "When a job may be retried": each run longer than `retry.duration` restarts the window
+    where it ended, so a job preempted after three hours, again and again, is never failed by them."""
+    inp = run_input("task", retry={"on_events": ["interruption"], "duration": "10m"})
+
+    def life(key: Key, at: float) -> list[JobUpdate]:
+        return [
+            news(key, S.RUNNING, at=at + 1),
+            finished(key, R.INTERRUPTED_BY_NO_CAPACITY, at=at + 3 * 3600),
+        ]
+
+    m, failures = retried_until_it_ends(inp, life, most=5)
+    assert len(failures) == 5 and m.state.status == RS.PENDING and m.state.termination_reason is None
+    assert m.state.retries == 4
+
+
+def test_step2_a_job_waiting_for_capacity_fails_once_past_the_window_of_its_first_submission() -> None:
+    """docs/runs.md "When a job may be retried": no-capacity failures, one after each backoff, count from
+    the job's first submission (dstack's run age); the first past `retry.duration` ends the run."""
+    inp = run_input("task", retry={"on_events": ["no-capacity"], "duration": 100})
+
+    def life(key: Key, at: float) -> list[JobUpdate]:
+        return [finished(key, R.FAILED_TO_START_DUE_TO_NO_CAPACITY, instance=None, at=at + 1)]
+
+    m, failures = retried_until_it_ends(inp, life)
+    assert (m.state.status, m.state.termination_reason) == (RS.FAILED, RR.RETRY_LIMIT_EXCEEDED)
+    assert [f - T0 for f in failures] == [1, 17, 48, 109]
 
 
 def test_step2_master_done_terminates_the_other_nodes_with_done_by_runner() -> None:

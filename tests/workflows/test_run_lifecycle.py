@@ -154,6 +154,31 @@ async def test_retry_window_exceeded(harness: Harness) -> None:
     await check_logs(harness, handle)
 
 
+async def test_a_job_failing_at_once_is_retried_only_within_the_window(harness: Harness) -> None:
+    """docs/runs.md 'when a job may be retried': a task whose command fails as soon as it starts, with
+    `retry: {on_events: [error]}`, is retried while within `retry.duration` of its first failure, and the
+    failure past it ends the run RETRY_LIMIT_EXCEEDED: its retries' failures do not restart the window
+    (they would, with dstack's clock, and retry it for ever)."""
+    harness.backend.watch_script = {(0, 0, n): exited(1) for n in range(8)}
+    conf = configuration(retry={"on_events": ["error"], "duration": "30s"})
+    with without_patch(fleet_workflow._DESCRIBED):  # so that the backoffs are skipped (see above)
+        handle = await harness.start(conf)
+        result = await harness.result(handle)
+    assert (result.status, result.termination_reason) == (
+        RunStatus.FAILED,
+        RunTerminationReason.RETRY_LIMIT_EXCEEDED,
+    )
+    events = harness.run_events()
+    # Failures at 0 s and about 15 s after the first are within its 30 s window; the one 45 s after is not.
+    assert [e.context["backoff"] for e in named(events, "retry")] == [15, 30]
+    finishes = named(events, "job-finish")
+    assert [e.context["submission"] for e in finishes] == [0, 1, 2]
+    assert {e.context["reason"] for e in finishes} == {"container_exited_with_error"}
+    assert [len(harness.backend.called(names.START_JOB, (0, 0, n))) for n in range(3)] == [1, 1, 1]
+    assert finishes[-1].timestamp - finishes[0].timestamp > 30
+    await check_logs(harness, handle)
+
+
 async def test_master_done_ends_the_run(harness: Harness) -> None:
     """docs/runs.md STEP 2, `stop_criteria: master-done`: node 0 exits 0 while node 1 still runs; the run
     ends DONE and node 1 is stopped (as dstack does, for ALL_JOBS_DONE, i.e. DONE_BY_RUNNER)."""
