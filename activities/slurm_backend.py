@@ -1,5 +1,5 @@
-"""A Slurm cluster as this worker reaches it (docs/backends.md#a-slurm-backend): one SSH connection to its login
-node, Slurm's own commands run there, and tunnels through that connection to the agents on its nodes.
+"""A Slurm cluster as this worker reaches it (docs/backends.md#a-slurm-backend): one SSH connection to its
+login node, Slurm's own commands run there, and tunnels through that connection to the agents on its nodes.
 
 `SlurmBackend.submit` records nothing itself: its job name is chosen by the fleet before the call
 (core.backends.slurm.job_name), and a job of that name already known to Slurm is returned instead of

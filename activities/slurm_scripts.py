@@ -1,5 +1,5 @@
-"""What a Slurm allocation runs on each of its nodes (docs/backends.md#a-slurm-backend): one task per node, started by
-the batch script's `srun`, with the node's own interpreter (`python3 -I -S -c NODE_SCRIPT ARGS`).
+"""What a Slurm allocation runs on each of its nodes (docs/backends.md#a-slurm-backend): one task per node,
+started by the batch script's `srun`, with the node's own interpreter (`python3 -I -S -c NODE_SCRIPT ARGS`).
 
 The script checks the interpreter is the one the bundle was built for, unpacks the bundle (once, under a
 lock: the directory is shared by the nodes), starts the agent's supervisor (agent/supervisor.py) with the
@@ -57,7 +57,9 @@ with socket.socket() as probe:
     probe.bind(("0.0.0.0", 0))
     port = probe.getsockname()[1]
 python = [sys.executable, "-I", "-S"]
-agent = [*python, os.path.join(bundle, "ferry_agent.py"), "--host", "0.0.0.0", "--allow-remote", "--port", str(port),
+# On all the node's addresses, token-protected: the login node reaches it there (docs/backends.md).
+agent = [*python, os.path.join(bundle, "ferry_agent.py"), "--host", "0.0.0.0", "--allow-remote",
+         "--port", str(port),
          "--token-file", os.path.join(group_dir, "token"), "--data-dir", os.path.join(node_dir, "data"),
          "--log-level", "warning"]
 command = [*python, os.path.join(bundle, "ferry_supervisor.py"), "--port", str(port), "--state-file",
@@ -84,20 +86,29 @@ def tree(root):
         pid = todo.pop()
         found.append(pid)
         todo.extend(children.get(pid, []))
-    return found
+    return found, children.get(root, [])
 
 def end(*_):
-    pids = tree(proc.pid)
+    # The supervisor and the agent first, at once: an agent that saw its jobs die of this SIGTERM would
+    # report them as failed, where the allocation's end (a preemption, say) is why they end.
+    pids, agent = tree(proc.pid)
+    agents = [proc.pid, *agent]
+    for pid in agents:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    rest = [pid for pid in pids if pid not in agents]
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
+        for pid in rest:
             try:
                 os.kill(pid, sig)
             except OSError:
                 pass
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and any(os.path.exists("/proc/%d" % p) for p in pids[1:]):
+        while time.monotonic() < deadline and any(os.path.exists("/proc/%d" % p) for p in rest):
             time.sleep(0.05)
-            proc.poll()
+        proc.poll()
     sys.exit(0)
 
 signal.signal(signal.SIGTERM, end)

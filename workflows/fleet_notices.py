@@ -77,4 +77,6 @@ class NoticeSender:
             return notice.kind.value, PlacementRefused(reason=notice.message or "no capacity")
         if notice.kind == NoticeKind.QUEUED:
             return notice.kind.value, Queued(position=notice.position or 0)
-        return notice.kind.value, TerminateJobRequest(reason=notice.reason, message=notice.message)
+        return notice.kind.value, TerminateJobRequest(
+            reason=notice.reason, message=notice.message, instance_gone=notice.instance_gone
+        )

@@ -1,5 +1,5 @@
-"""The Slurm backend's decisions (docs/backends.md#a-slurm-backend): what an allocation asks `sbatch` for, what
-`squeue` says of it, and which of its ends is an interruption.
+"""The Slurm backend's decisions (docs/backends.md#a-slurm-backend): what an allocation asks `sbatch` for,
+what `squeue` says of it, and which of its ends is an interruption.
 
 An instance is one node of a Slurm allocation (a job of `sbatch --nodes=N`) whose one task per node runs
 Ferry's agent. Every allocation has a job name Ferry chooses and records before it submits (`job_name`),

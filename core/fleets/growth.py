@@ -107,6 +107,7 @@ def apply_news(book: FleetBook, news: GroupNews, now: float) -> Step:
                 workflow_id=book.notify[job],
                 message=f"instance {name}: {news.reason}" if news.reason else f"instance {name} is gone",
                 reason=reason,
+                instance_gone=True,
             )
             for job in sorted(held.allocations)
             if job in book.notify

@@ -79,6 +79,7 @@ class Notice(Frozen):
     message: str | None = None  # why it is refused or terminated
     position: int | None = None  # in the queue, for QUEUED
     reason: JobTerminationReason = JobTerminationReason.INSTANCE_UNREACHABLE  # what TERMINATE ends it with
+    instance_gone: bool = False  # TERMINATE: its instance will not come back (docs/backends.md)
 
 
 class Undelivered(Frozen):

@@ -56,7 +56,7 @@ class JobControl(BaseModel):
     def on_terminate(self, request: TerminateJobRequest) -> JobControl:
         """The first reason wins; a later abort still shortens the grace period, and a lost instance
         ends the job at once whatever it was terminating for."""
-        lost = self.lost or request.reason == LOST
+        lost = self.lost or request.reason == LOST or request.instance_gone
         current = self.terminate
         if current is None or (request.abort and not current.abort):
             reason = request.reason if current is None else current.reason

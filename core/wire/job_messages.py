@@ -91,6 +91,9 @@ class TerminateJobRequest(Message):
     reason: JobTerminationReason
     abort: bool = False
     message: str | None = None
+    # The instance is gone for good (its Slurm allocation ended: docs/backends.md): no stop to send, no task
+    # to remove, whatever the reason.
+    instance_gone: bool = False
 
 
 class JobUpdate(Message):

@@ -412,7 +412,8 @@ def test_fleet_nodes_range_order() -> None:
 def test_unknown_type() -> None:
     line = only_issue("type: job\ncommands: [x]\n")
     assert line == (
-        "bad.yml:1: type: unknown type 'job': expected one of task, service, dev-environment, fleet, volume, slurm"
+        "bad.yml:1: type: unknown type 'job': "
+        "expected one of task, service, dev-environment, fleet, volume, slurm"
     )
 
 

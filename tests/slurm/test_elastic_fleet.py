@@ -1,0 +1,177 @@
+"""Fleets with `nodes` on a real Slurm cluster (docs/backends.md): instances created as Slurm allocations
+running Ferry's agent on the compute nodes, reached through the login node, and released when idle."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest_asyncio
+
+from cli.api import FerryAPI
+from cli.backend import record_backend
+from core.backends.slurm import fleet_prefix
+from core.configuration import FleetConfiguration, SlurmBackendConfiguration, parse_configuration
+from core.fleets.status import FleetStatus
+from core.settings import Settings
+from store import open_store
+from testbed.fleets import task, until
+from testbed.helpers import deploy_options
+from testbed.slurm_cluster import SlurmCluster
+from tests.slurm.conftest import wait_no_jobs
+from worker.main import build_worker, local_instances
+from worker.temporal import connect
+
+ALLOCATION_WAIT = 180.0  # an allocation, then its agent's first start (bundle unpacked) on a loaded machine
+NODE = {"cpu": 1, "memory": "1GB", "disk": "0GB.."}
+
+
+@dataclass
+class SlurmStack:
+    api: FerryAPI
+    slurm: SlurmCluster
+    repo: Path
+    fleet: str
+
+    def fleet_configuration(self, **fields: object) -> FleetConfiguration:
+        conf = parse_configuration({"type": "fleet", "name": self.fleet, "resources": NODE, **fields})
+        assert isinstance(conf, FleetConfiguration)
+        return conf
+
+    def our_jobs(self) -> list[dict[str, str]]:
+        prefix = fleet_prefix(self.api.project, self.fleet)
+        return [job for job in self.slurm.jobs(finished=False) if job["name"].startswith(prefix)]
+
+
+@pytest_asyncio.fixture
+async def stack(
+    slurm: SlurmCluster,
+    temporal_address: str,  # noqa: F811
+    ferry_home: Path,  # noqa: F811
+    tmp_path: Path,
+) -> AsyncIterator[SlurmStack]:
+    settings = Settings.from_env({"FERRY_HOME": str(ferry_home)})
+    store = open_store(settings.database_url)
+    client = await connect(temporal_address)
+    bundles = tmp_path / "bundles"
+    instances = local_instances(settings, deploy_options(tmp_path, bundles))
+    queue = f"slurm-{uuid.uuid4().hex[:8]}"
+    api = FerryAPI(client, store, project=queue, task_queue=queue)
+    login = slurm.login
+    backend = SlurmBackendConfiguration.model_validate(
+        {
+            "type": "slurm",
+            "login": {
+                "hostname": login.address,
+                "user": login.user,
+                "identity_file": str(login.identity_file),
+            },
+            "partitions": [{"name": "low", "preemptible": True}, "high"],
+            "directory": str(tmp_path / "shared"),
+            "python": "/usr/bin/python3",
+        }
+    )
+    record_backend(store, queue, backend, login.identity_file.read_text())
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    made = SlurmStack(api, slurm, repo, f"hpc-{uuid.uuid4().hex[:4]}")
+    try:
+        async with build_worker(client, instances, store, task_queue=queue):
+            try:
+                yield made
+            finally:
+                record = store.get_fleet(queue, made.fleet)
+                if record is not None and record.status != FleetStatus.DELETED:
+                    await api.fleets().delete(made.fleet, wait=ALLOCATION_WAIT)
+                await until("the fleet's Slurm jobs to end", lambda: not made.our_jobs(), ALLOCATION_WAIT)
+    finally:
+        await instances.aclose()
+        await asyncio.to_thread(wait_no_jobs, slurm)
+
+
+async def test_a_task_on_an_empty_elastic_fleet_gets_an_allocation_that_is_released_when_idle(
+    stack: SlurmStack,
+) -> None:
+    await stack.api.fleets().apply(stack.fleet_configuration(nodes="0..2", idle_duration="20s"))
+    assert stack.our_jobs() == []  # `nodes: 0..`: nothing is created before a run needs it
+    run = await stack.api.submit(
+        task(["echo ran"], resources=NODE, fleets=[stack.fleet]),
+        repo_dir=stack.repo,
+        run_name=f"t-{uuid.uuid4().hex[:6]}",
+    )
+    done = await asyncio.wait_for(stack.api.wait(run.run_name), ALLOCATION_WAIT)
+    assert done.status == "done", [str(e) for e in stack.api.all_events(done) if e.name == "exception"]
+    # On the node of the fleet's first allocation, which is what the allocation gives (1 CPU, 1 GB: the
+    # agent is the allocation's task, and says what Slurm gives it), not the node's 2 CPUs and 2000 MB.
+    [job] = stack.api.store.list_job_submissions(done.id)
+    assert job.instance_name == f"{stack.fleet}-g1-0"
+    assert stack.api.logs(done)[0] == b"ran\n"
+    [instance] = [i for i in stack.api.store.list_instances(stack.api.project, stack.fleet)]
+    assert json.loads(instance.resources) == {"cpu": 1.0, "memory": 1.0, "gpu": 0}
+    # The one allocation it ran on is given back once idle for idle_duration: squeue has none of the fleet's.
+    await until("the idle allocation to be released", lambda: not stack.our_jobs(), ALLOCATION_WAIT)
+    described = await stack.api.fleets().describe(stack.fleet)
+    assert described.instances == []
+
+
+from tests.lifecycle.conftest import ferry_home, temporal_address  # noqa: E402, F401
+
+
+async def test_a_preempted_allocation_is_an_interruption_and_the_run_recovers_on_a_new_one(
+    stack: SlurmStack,
+) -> None:
+    await stack.api.fleets().apply(
+        stack.fleet_configuration(nodes="0..1", spot_policy="spot", idle_duration="5s")
+    )
+    # Counts its attempts in the shared directory, and runs long enough the first time to be preempted.
+    marks = stack.repo / "attempts"
+    command = (
+        f"echo attempt >> {marks}; echo started $(wc -l < {marks}); [ $(wc -l < {marks}) -gt 1 ] || sleep 120"
+    )
+    run = await stack.api.submit(
+        task(
+            [command],
+            resources=NODE,
+            fleets=[stack.fleet],
+            retry={"on_events": ["interruption"], "duration": "10m"},
+        ),
+        repo_dir=stack.repo,
+        run_name=f"p-{uuid.uuid4().hex[:6]}",
+    )
+    await until("the first attempt to run", lambda: marks.exists(), ALLOCATION_WAIT)
+    [first] = stack.our_jobs()
+    # A job of the higher partition takes every node: Slurm preempts the fleet's allocation.
+    preemptor = stack.slurm.slurm(
+        "sbatch",
+        "--parsable",
+        "-o",
+        "/dev/null",
+        "-p",
+        "high",
+        "-N",
+        str(len(stack.slurm.node_names)),
+        "--wrap",
+        "sleep 15",
+    ).strip()
+    try:
+        done = await asyncio.wait_for(stack.api.wait(run.run_name), ALLOCATION_WAIT)
+    finally:
+        stack.slurm.slurm("scancel", preemptor)
+    assert done.status == "done", [str(e) for e in stack.api.all_events(done)][-8:]
+    jobs = stack.api.store.list_job_submissions(done.id)
+    assert [(j.submission_num, j.status, j.termination_reason) for j in jobs] == [
+        (0, "failed", "interrupted_by_no_capacity"),
+        (1, "done", "done_by_runner"),
+    ]
+    # Its own allocation each time, one after the other; the eventlog names the preemption.
+    assert jobs[0].instance_name == f"{stack.fleet}-g1-0" and jobs[1].instance_name == f"{stack.fleet}-g2-0"
+    notes = [str(e.context.get("note", "")) for e in stack.api.all_events(done)]
+    assert any(f"its Slurm allocation {first['id']} on backend slurm was preempted" in n for n in notes), (
+        notes
+    )
+    assert marks.read_text().splitlines() == ["attempt", "attempt"]  # never two at once: two runs in turn
+    assert stack.api.logs(done)[0] == b"started 2\n"
