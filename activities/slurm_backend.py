@@ -148,7 +148,8 @@ class SlurmBackend:
         out, err = _text(done.stdout), _text(done.stderr)
         if done.exit_status != 0:
             said = _one_line(err or out) or f"exit status {done.exit_status}"
-            raise (SlurmRefused if refusal else SlurmBackendError)(f"{args[0]}: {said}")
+            said = said if said.startswith(f"{args[0]}:") else f"{args[0]}: {said}"
+            raise (SlurmRefused if refusal else SlurmBackendError)(said)
         return out
 
     # --- the shared directory ---------------------------------------------------------------------------

@@ -38,7 +38,7 @@ class SlurmStack:
     fleet: str
 
     def fleet_configuration(self, **fields: object) -> FleetConfiguration:
-        conf = parse_configuration({"type": "fleet", "name": self.fleet, "resources": NODE, **fields})
+        conf = parse_configuration({"type": "fleet", "name": self.fleet, "resources": NODE} | fields)
         assert isinstance(conf, FleetConfiguration)
         return conf
 
@@ -98,6 +98,7 @@ async def test_a_task_on_an_empty_elastic_fleet_gets_an_allocation_that_is_relea
 ) -> None:
     await stack.api.fleets().apply(stack.fleet_configuration(nodes="0..2", idle_duration="20s"))
     assert stack.our_jobs() == []  # `nodes: 0..`: nothing is created before a run needs it
+
     run = await stack.api.submit(
         task(["echo ran"], resources=NODE, fleets=[stack.fleet]),
         repo_dir=stack.repo,
@@ -175,3 +176,77 @@ async def test_a_preempted_allocation_is_an_interruption_and_the_run_recovers_on
     )
     assert marks.read_text().splitlines() == ["attempt", "attempt"]  # never two at once: two runs in turn
     assert stack.api.logs(done)[0] == b"started 2\n"
+
+
+async def test_a_two_node_task_gets_both_nodes_of_one_allocation(stack: SlurmStack) -> None:
+    await stack.api.fleets().apply(
+        stack.fleet_configuration(nodes="0..2", placement="cluster", idle_duration="1s")
+    )
+    command = "echo rank=$DSTACK_NODE_RANK nodes=$DSTACK_NODES_NUM master=$DSTACK_MASTER_NODE_IP"
+    run = await stack.api.submit(
+        task([command], resources=NODE, nodes=2, fleets=[stack.fleet]),
+        repo_dir=stack.repo,
+        run_name=f"g-{uuid.uuid4().hex[:6]}",
+    )
+    done = await asyncio.wait_for(stack.api.wait(run.run_name), ALLOCATION_WAIT)
+    assert done.status == "done", [str(e) for e in stack.api.all_events(done) if e.name == "exception"]
+    jobs = stack.api.store.list_job_submissions(done.id)
+    # One allocation of two nodes (g1), a node each; the master is node 0's address, as Slurm knows it.
+    assert sorted(j.instance_name or "" for j in jobs) == [f"{stack.fleet}-g1-0", f"{stack.fleet}-g1-1"]
+    said = [dict(w.split("=") for w in stack.api.logs(done, job=j.job_num)[0].decode().split()) for j in jobs]
+    addresses = dict(stack.slurm.nodes)
+    assert sorted(s["rank"] for s in said) == ["0", "1"]
+    assert {s["nodes"] for s in said} == {"2"}
+    assert len({s["master"] for s in said}) == 1 and said[0]["master"] in addresses.values()
+
+
+async def test_a_fleet_grows_to_max_under_queued_tasks_and_shrinks_back_to_min(stack: SlurmStack) -> None:
+    await stack.api.fleets().apply(stack.fleet_configuration(nodes="1..3", idle_duration="2s"))
+    await until(
+        "MIN's allocation to run",
+        lambda: [j for j in stack.our_jobs() if j["state"] == "RUNNING"],
+        ALLOCATION_WAIT,
+    )
+    gate = stack.repo / "gate"
+    runs = [
+        await stack.api.submit(
+            task([f"while [ ! -e {gate} ]; do sleep 0.2; done"], resources=NODE, fleets=[stack.fleet]),
+            repo_dir=stack.repo,
+            run_name=f"q{k}-{uuid.uuid4().hex[:6]}",
+        )
+        for k in range(3)
+    ]
+    # Three tasks of a whole node each: the fleet grows to its MAX of three allocations, one node each.
+    await until(
+        "three allocations to run",
+        lambda: len([j for j in stack.our_jobs() if j["state"] == "RUNNING"]) == 3,
+        ALLOCATION_WAIT,
+    )
+    gate.touch()
+    for run in runs:
+        done = await asyncio.wait_for(stack.api.wait(run.run_name), ALLOCATION_WAIT)
+        assert done.status == "done"
+    # Idle again: back to MIN, one allocation, which stays.
+    await until("the fleet to shrink to MIN", lambda: len(stack.our_jobs()) == 1, ALLOCATION_WAIT)
+    described = await stack.api.fleets().describe(stack.fleet)
+    assert [i.status for i in described.instances] == ["ready"]
+
+
+async def test_an_allocation_slurm_refuses_fails_the_run_with_slurms_reason(stack: SlurmStack) -> None:
+    big = {"cpu": 1, "memory": "5GB", "disk": "0GB.."}  # the nodes have 2000 MB
+    await stack.api.fleets().apply(stack.fleet_configuration(nodes="0..1", resources=big))
+    run = await stack.api.submit(
+        task(["true"], resources=big, fleets=[stack.fleet]),
+        repo_dir=stack.repo,
+        run_name=f"r-{uuid.uuid4().hex[:6]}",
+    )
+    done = await asyncio.wait_for(stack.api.wait(run.run_name), ALLOCATION_WAIT)
+    assert done.status == "failed"
+    [job] = stack.api.store.list_job_submissions(done.id)
+    assert job.termination_reason == "failed_to_start_due_to_no_capacity"
+    notes = [str(e.context.get("note", "")) for e in stack.api.all_events(done) if e.name == "exception"]
+    assert notes == [
+        "backend slurm cannot create 1 instance(s): sbatch: error: Memory specification can not be "
+        "satisfied sbatch: error: Batch job submission failed: Requested node configuration is not available"
+    ]
+    assert stack.our_jobs() == []
