@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, Protocol
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -288,13 +288,20 @@ class FleetActivities:
             activity.logger.warning("the agent of %s was not stopped: %s", target.name, err)
 
 
+class SlurmNodes(Protocol):
+    async def reach(self, project: str, backend: str, fleet: str, instance: str) -> None: ...
+
+
 class InstanceResolver:
     """Finds an SSH instance this worker has not deployed: its record, its fleet's configuration, then
     a deployment through the pool (which keeps the running agent and hands its client to the directory)."""
 
-    def __init__(self, instances: InstanceDirectory, store: Store) -> None:
+    def __init__(
+        self, instances: InstanceDirectory, store: Store, backends: SlurmNodes | None = None
+    ) -> None:
         self._instances = instances
         self._store = store
+        self._backends = backends
 
     async def __call__(self, name: str) -> None:
         record = await asyncio.to_thread(self._store.find_instance, name)
@@ -303,6 +310,10 @@ class InstanceResolver:
             if record is None
             else await asyncio.to_thread(self._store.get_fleet, record.project, record.fleet)
         )
+        if fleet is not None and fleet.backend.startswith("slurm:") and self._backends is not None:
+            # A node of an allocation another worker reached (docs/backends.md#how-an-instance-is-made).
+            await self._backends.reach(fleet.project, fleet.backend.removeprefix("slurm:"), fleet.name, name)
+            return
         if record is None or fleet is None or fleet.backend != "ssh" or self._instances.pool is None:
             raise UnknownInstance(f"instance {name!r} is not known to this worker, nor to the store")
         configuration = FleetConfiguration.model_validate_json(fleet.configuration)

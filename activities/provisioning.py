@@ -15,7 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.fleet import described_slot
-from activities.instances import InstanceDirectory
+from activities.instances import InstanceDirectory, UnknownInstance
 from activities.jobs import heartbeating
 from activities.slurm_backend import SlurmBackend, SlurmBackendError, SlurmRefused
 from core.backends.slurm import (
@@ -25,6 +25,7 @@ from core.backends.slurm import (
     JobState,
     SlurmJob,
     allocation_request,
+    job_name,
     partitions_for,
     pending_words,
 )
@@ -67,6 +68,26 @@ class SlurmBackends:
         )
         self._backends[(project, name)] = (record.updated_at, backend)
         return backend
+
+    async def reach(self, project: str, backend: str, fleet: str, instance: str) -> None:
+        """The client of a node's agent this worker has not reached yet (another worker started its group):
+        its allocation found by its job name, its node by its rank, its port in its announcement."""
+        group, _, rank = instance.removeprefix(f"{fleet}-").rpartition("-")
+        slurm = self.get(project, backend)
+        try:
+            jobs = await slurm.jobs([job_name(project, fleet, group)])
+            running = [job for job in jobs if job.meaning[0] == JobState.RUNNING]
+            if not running or not rank.isdigit():
+                raise UnknownInstance(f"instance {instance!r}: its Slurm allocation is not running")
+            nodes = await slurm.node_addresses(running[0].nodes)
+            node, address = nodes[int(rank)]
+            said, token = await slurm.announcements(job_name(project, fleet, group))
+            port = said.get(node, {}).get("port")
+            if port is None:
+                raise UnknownInstance(f"instance {instance!r}: its agent on {node} has not announced itself")
+            self._instances.add(instance, await slurm.client(instance, address, int(port), token))
+        except SlurmBackendError as err:
+            raise UnknownInstance(f"instance {instance!r}: {err}") from None
 
     async def aclose(self) -> None:
         for _, backend in self._backends.values():
@@ -193,9 +214,9 @@ def state_key(job: SlurmJob | None) -> str:
 def _changes(call: WatchGroups, by_name: dict[str, str], jobs: list[SlurmJob]) -> list[GroupNews]:
     found = {job.name: job for job in jobs}
     news = []
-    for job_name, group in sorted(by_name.items()):
+    for name, group in sorted(by_name.items()):
         known = call.groups[group][1]
-        job = found.get(job_name)
+        job = found.get(name)
         key = state_key(job)
         if key == known or (job is None and known.startswith("ended")):
             continue

@@ -79,7 +79,7 @@ def activities_for(
     stuck_stops = StuckStopActivities(client, instances, store)
     signals = SignalActivities(client)
     # A host this worker has not deployed (a fleet older than the worker) is found through the store.
-    instances.set_resolver(InstanceResolver(instances, store))
+    instances.set_resolver(InstanceResolver(instances, store, backends))
     return [
         records.record_run,
         records.record_pipeline_task,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,14 @@ class SlurmStack:
     slurm: SlurmCluster
     repo: Path
     fleet: str
+    workers: AsyncExitStack
+    start_worker: Callable[[], Awaitable[None]]
+
+    async def restart_worker(self) -> None:
+        """The worker stopped (its activities cancelled, its tunnels and clients gone), and a new one with
+        an empty instance directory started in its place."""
+        await self.workers.aclose()
+        await self.start_worker()
 
     def fleet_configuration(self, **fields: object) -> FleetConfiguration:
         conf = parse_configuration({"type": "fleet", "name": self.fleet, "resources": NODE} | fields)
@@ -58,7 +67,6 @@ async def stack(
     store = open_store(settings.database_url)
     client = await connect(temporal_address)
     bundles = tmp_path / "bundles"
-    instances = local_instances(settings, deploy_options(tmp_path, bundles))
     queue = f"slurm-{uuid.uuid4().hex[:8]}"
     api = FerryAPI(client, store, project=queue, task_queue=queue)
     login = slurm.login
@@ -78,18 +86,23 @@ async def stack(
     record_backend(store, queue, backend, login.identity_file.read_text())
     repo = tmp_path / "repo"
     repo.mkdir()
-    made = SlurmStack(api, slurm, repo, f"hpc-{uuid.uuid4().hex[:4]}")
+
+    async def start_worker() -> None:
+        made.workers = AsyncExitStack()
+        instances = local_instances(settings, deploy_options(tmp_path, bundles))
+        made.workers.push_async_callback(instances.aclose)
+        await made.workers.enter_async_context(build_worker(client, instances, store, task_queue=queue))
+
+    made = SlurmStack(api, slurm, repo, f"hpc-{uuid.uuid4().hex[:4]}", AsyncExitStack(), start_worker)
+    await start_worker()
     try:
-        async with build_worker(client, instances, store, task_queue=queue):
-            try:
-                yield made
-            finally:
-                record = store.get_fleet(queue, made.fleet)
-                if record is not None and record.status != FleetStatus.DELETED:
-                    await api.fleets().delete(made.fleet, wait=ALLOCATION_WAIT)
-                await until("the fleet's Slurm jobs to end", lambda: not made.our_jobs(), ALLOCATION_WAIT)
+        yield made
+        record = store.get_fleet(queue, made.fleet)
+        if record is not None and record.status != FleetStatus.DELETED:
+            await api.fleets().delete(made.fleet, wait=ALLOCATION_WAIT)
+        await until("the fleet's Slurm jobs to end", lambda: not made.our_jobs(), ALLOCATION_WAIT)
     finally:
-        await instances.aclose()
+        await made.workers.aclose()
         await asyncio.to_thread(wait_no_jobs, slurm)
 
 
@@ -250,3 +263,34 @@ async def test_an_allocation_slurm_refuses_fails_the_run_with_slurms_reason(stac
         "satisfied sbatch: error: Batch job submission failed: Requested node configuration is not available"
     ]
     assert stack.our_jobs() == []
+
+
+async def test_a_worker_restarted_while_the_allocation_is_made_creates_it_once_and_reaches_its_agent(
+    stack: SlurmStack,
+) -> None:
+    await stack.api.fleets().apply(stack.fleet_configuration(nodes="0..1", idle_duration="1s"))
+    gate = stack.repo / "gate"
+    run = await stack.api.submit(
+        task(
+            [f"while [ ! -e {gate} ]; do sleep 0.2; done; echo through"], resources=NODE, fleets=[stack.fleet]
+        ),
+        repo_dir=stack.repo,
+        run_name=f"w-{uuid.uuid4().hex[:6]}",
+    )
+    # The worker stops as soon as Slurm has the allocation: the fleet asked, the answer may be lost.
+    await until("the allocation to be submitted", lambda: stack.our_jobs(), ALLOCATION_WAIT)
+    await stack.restart_worker()
+    await until("the run to be running", lambda: _running(stack, run.run_name), ALLOCATION_WAIT)
+    # The new worker reached the agent it never started (the job's watch through it), and made no
+    # second allocation: one Slurm job of the fleet's, ever.
+    await stack.restart_worker()
+    gate.touch()
+    done = await asyncio.wait_for(stack.api.wait(run.run_name), ALLOCATION_WAIT)
+    assert done.status == "done", [str(e) for e in stack.api.all_events(done) if e.name == "exception"]
+    assert stack.api.logs(done)[0] == b"through\n"
+    prefix = fleet_prefix(stack.api.project, stack.fleet)
+    assert len([j for j in stack.slurm.jobs() if j["name"].startswith(prefix)]) == 1
+
+
+async def _running(stack: SlurmStack, run_name: str) -> bool:
+    return (await stack.api.get_run(run_name)).status == "running"
