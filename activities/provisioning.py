@@ -37,6 +37,8 @@ from store.backend_repository import open_backend_key
 from store.keys import process_keys
 
 WATCH_EVERY = 1.0  # seconds between two looks at the fleet's allocations in `squeue`
+FAILURES_TO_LOSE = 3  # looks in a row that fail (the login node silent) make its instances unreachable
+WATCH_LIMIT = 10.0  # seconds one look may take before it counts as failed
 STARTUP_LIMIT = 120.0  # seconds an allocation's agents may take to announce themselves
 
 
@@ -126,14 +128,18 @@ class ProvisioningActivities:
     async def watch_groups(self, call: WatchGroups) -> list[GroupNews]:
         """Until Slurm says something of the fleet's groups that the fleet does not know yet."""
         backend = self._backends.get(call.project, call.backend)
-        by_name = {job_name: group for group, (job_name, _) in call.groups.items()}
+        by_name = {name: group for group, (name, _) in call.groups.items()}
+        failures = 0
         async with heartbeating():
             while True:
                 try:
-                    jobs = await backend.jobs(sorted(by_name))
-                except SlurmBackendError as err:
-                    activity.logger.debug("backend %s: %s", call.backend, err)
+                    jobs = await asyncio.wait_for(backend.jobs(sorted(by_name)), WATCH_LIMIT)
+                except (SlurmBackendError, TimeoutError) as err:
+                    failures += 1
+                    if failures >= FAILURES_TO_LOSE and (lost := _unreachable(call, str(err))):
+                        return lost
                 else:
+                    failures = 0
                     news = _changes(call, by_name, jobs)
                     if news:
                         return news
@@ -193,6 +199,16 @@ class ProvisioningActivities:
         return GroupNews(group=call.group, state="released")
 
 
+def _unreachable(call: WatchGroups, why: str) -> list[GroupNews]:
+    """The groups the fleet holds as running, reported unreachable (once: the fleet then knows)."""
+    words = f"the login node of backend {call.backend} does not answer: {why}"
+    return [
+        GroupNews(group=group, state="unreachable", reason=words)
+        for group, (_, known) in sorted(call.groups.items())
+        if known == "running"
+    ]
+
+
 def _start_failed(call: StartGroup, backend: SlurmBackend, why: str) -> GroupNews:
     return GroupNews(
         group=call.group, state="refused", reason=f"backend {backend.name}: the agent did not start: {why}"
@@ -218,6 +234,9 @@ def _changes(call: WatchGroups, by_name: dict[str, str], jobs: list[SlurmJob]) -
         known = call.groups[group][1]
         job = found.get(name)
         key = state_key(job)
+        if known == "unreachable":  # the login node answers again: back, then whatever else Slurm says
+            news.append(GroupNews(group=group, state="reachable"))
+            known = "running"
         if key == known or (job is None and known.startswith("ended")):
             continue
         if job is None:

@@ -95,6 +95,9 @@ _QUEUE_RECORDED = "fleet-queue-recorded"
 # agent that describes it otherwise; the local fleet has a watch of its own
 # (docs/fleets.md#what-an-instance-is).
 _DESCRIBED = "instance-descriptions"
+# How long an elastic fleet's instance watch waits on a silent agent before its jobs count as lost: the
+# backend's own watch tells when an allocation has ended (docs/backends.md#elastic-fleets).
+_BACKEND_SILENCE = 24 * 3600.0
 
 
 @workflow.defn
@@ -113,7 +116,8 @@ class FleetWorkflow:
         self._health_view: HealthView | None = None
         self._viewed: tuple[FleetBook, View] | None = None
         self._records = FleetRecordWriter(inp.project, inp.name, self._views)
-        self._watches = InstanceWatches(project_workflows(inp.project))
+        elastic = inp.configuration is not None and inp.configuration.nodes is not None
+        self._watches = InstanceWatches(project_workflows(inp.project), _BACKEND_SILENCE if elastic else None)
         self._watching = False  # whether this run watches its instances (the jobs placed hear of it)
         self._queue_recorded = False  # whether this run records its queue rather than tell the jobs
         self._describing = False  # whether this run's health watch is told what each instance is

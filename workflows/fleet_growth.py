@@ -165,6 +165,8 @@ class Growth:
 
 def _known(group: InstanceGroup) -> str:
     """What the fleet knows of a group, as the watch compares it (activities.provisioning.state_key)."""
+    if group.unreachable:
+        return "unreachable"
     if group.phase == GroupPhase.WAITING:
         return f"waiting:{(group.reason or '').split(':')[0]}"
     return "running"

@@ -22,8 +22,11 @@ _WATCH_HEARTBEAT = timedelta(seconds=10)
 
 
 class InstanceWatches:
-    def __init__(self, owners: str) -> None:
+    def __init__(self, owners: str, unreachable_after: float | None = None) -> None:
         self._owners = owners  # the workflow id prefix of the fleet's project: its jobs
+        # None: the watch's own default. A fleet with `nodes` gives a long one: its backend says when an
+        # instance is gone, and a silent login node is no reason to fail a job (docs/backends.md).
+        self._unreachable_after = unreachable_after
         self._handles: dict[str, workflow.ActivityHandle[None]] = {}
 
     def keep(self, instances: list[str]) -> None:
@@ -37,7 +40,11 @@ class InstanceWatches:
             if handle is None or handle.done():
                 self._handles[name] = workflow.start_activity(
                     activity_stubs.watch_instance,
-                    WatchInstance(instance_name=name, owners=self._owners),
+                    WatchInstance(instance_name=name, owners=self._owners)
+                    if self._unreachable_after is None
+                    else WatchInstance(
+                        instance_name=name, owners=self._owners, unreachable_after=self._unreachable_after
+                    ),
                     start_to_close_timeout=timedelta(days=365),
                     heartbeat_timeout=_WATCH_HEARTBEAT,
                     retry_policy=retry_policies.QUICK,

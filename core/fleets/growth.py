@@ -18,7 +18,7 @@ from core.configuration.resources import ResourcesSpec
 from core.fleets.book import FleetBook, Step, _cancel, _refusals
 from core.fleets.messages import Notice, NoticeKind
 from core.fleets.placement import InstanceSlot, InstanceStatus
-from core.fleets.provisioning import GroupPhase, ProvisioningEffect, Release, plan
+from core.fleets.provisioning import GroupPhase, InstanceGroup, ProvisioningEffect, Release, plan
 from core.status import JobTerminationReason
 from core.wire.base import Frozen
 
@@ -27,7 +27,9 @@ class GroupNews(Frozen):
     """What a backend's activity reports of one group."""
 
     group: str
-    state: Literal["submitted", "waiting", "running", "ready", "refused", "ended", "released"]
+    state: Literal[
+        "submitted", "waiting", "running", "ready", "refused", "ended", "released", "unreachable", "reachable"
+    ]
     backend_id: str | None = None
     reason: str | None = None  # waiting: why (Slurm's pending reason); refused, ended: what happened
     slots: list[InstanceSlot] = Field(default_factory=list)  # ready: its instances
@@ -51,6 +53,8 @@ def apply_news(book: FleetBook, news: GroupNews, now: float) -> Step:
     group = None if provisioning is None else provisioning.groups.get(news.group)
     if provisioning is None or group is None:
         return book, []
+    if news.state in ("unreachable", "reachable"):
+        return _reachability(book, group, news), []
     if news.state in ("submitted", "waiting", "running"):
         phase = {
             "submitted": GroupPhase.WAITING,
@@ -114,6 +118,22 @@ def apply_news(book: FleetBook, news: GroupNews, now: float) -> Step:
         ]
         scheduler = scheduler.remove_instance(name)
     return book.copy_with(scheduler=scheduler), notices
+
+
+def _reachability(book: FleetBook, group: InstanceGroup, news: GroupNews) -> FleetBook:
+    """The backend's login node lost or back: its instances take no new jobs meanwhile. Their jobs run on
+    (Slurm still runs the allocation), and are told nothing: the allocation's end, if it comes, is heard
+    once the login node answers again (docs/backends.md#elastic-fleets)."""
+    if group.phase != GroupPhase.READY:
+        return book
+    assert book.provisioning is not None
+    lost = news.state == "unreachable"
+    scheduler = book.scheduler
+    for name in group.instances:
+        scheduler = scheduler.mark_unreachable(name)[0] if lost else scheduler.mark_ready(name)
+    update = {"unreachable": lost, "reason": news.reason if lost else None}
+    provisioning = book.provisioning.with_group(group.model_copy(update=update))
+    return book.copy_with(scheduler=scheduler, provisioning=provisioning)
 
 
 # --- what the workflow asks the backend's activities (activities/provisioning.py) --------------------------

@@ -44,6 +44,7 @@ class InstanceGroup(Frozen):
     reason: str | None = Field(default=None, description="why the backend holds it, in its words")
     instances: list[str] = Field(default_factory=list)
     since: float = 0.0  # when it entered its phase
+    unreachable: bool = Field(default=False, description="its backend's login node does not answer")
 
 
 class ElasticSpec(Frozen):

@@ -20,7 +20,7 @@ from core.configuration import FleetConfiguration, SlurmBackendConfiguration, pa
 from core.fleets.status import FleetStatus
 from core.settings import Settings
 from store import open_store
-from testbed.fleets import task, until
+from testbed.fleets import WAIT, task, until
 from testbed.helpers import deploy_options
 from testbed.slurm_cluster import SlurmCluster
 from tests.slurm.conftest import wait_no_jobs
@@ -294,3 +294,34 @@ async def test_a_worker_restarted_while_the_allocation_is_made_creates_it_once_a
 
 async def _running(stack: SlurmStack, run_name: str) -> bool:
     return (await stack.api.get_run(run_name)).status == "running"
+
+
+async def test_the_login_node_unreachable_makes_the_instances_unreachable_not_failed(
+    stack: SlurmStack,
+) -> None:
+    await stack.api.fleets().apply(stack.fleet_configuration(nodes="0..1", idle_duration="1s"))
+    gate = stack.repo / "gate"
+    run = await stack.api.submit(
+        task(
+            [f"while [ ! -e {gate} ]; do sleep 0.2; done; echo through"], resources=NODE, fleets=[stack.fleet]
+        ),
+        repo_dir=stack.repo,
+        run_name=f"u-{uuid.uuid4().hex[:6]}",
+    )
+    await until("the run to be running", lambda: _running(stack, run.run_name), ALLOCATION_WAIT)
+    stack.slurm.cut_login()
+    try:
+        await until("the instance to be unreachable", lambda: _instance_status(stack, "unreachable"), WAIT)
+        assert await _running(stack, run.run_name)  # its job runs on: Slurm still has the allocation
+    finally:
+        stack.slurm.heal_login()
+    await until("the instance to be ready again", lambda: _instance_status(stack, "ready"), WAIT)
+    gate.touch()
+    done = await asyncio.wait_for(stack.api.wait(run.run_name), ALLOCATION_WAIT)
+    assert done.status == "done", [str(e) for e in stack.api.all_events(done) if e.name == "exception"]
+    assert stack.api.logs(done)[0] == b"through\n"
+
+
+async def _instance_status(stack: SlurmStack, status: str) -> bool:
+    described = await stack.api.fleets().describe(stack.fleet)
+    return [i.status for i in described.instances] == [status]
