@@ -264,7 +264,7 @@ class FleetActivities:
         ]
         self._store.put_instances(request.project, request.fleet, records)
         if request.waiting is not None:
-            self._store.put_queue(request.project, request.fleet, request.waiting)
+            self._store.put_queue(request.project, request.fleet, request.waiting, request.why)
         with contextlib.suppress(RecordNotFoundError):
             self._store.update_fleet(request.project, request.fleet, status=request.status, updated_at=now)
 

@@ -105,7 +105,8 @@ def run_message(run: RunRecord, jobs: Sequence[JobSubmissionRecord], now: float 
     if run.termination_reason:
         return RunTerminationReason(run.termination_reason).value.replace("_", " ")
     messages = [job_record_message(job, run, now) for job in latest_jobs(jobs)]
-    return "waiting for capacity" if "waiting for capacity" in messages else ""
+    waiting = [m for m in messages if m.startswith("waiting for capacity")]
+    return waiting[0] if waiting else ""
 
 
 def final_line(run: RunRecord, jobs: Sequence[JobSubmissionRecord]) -> str:

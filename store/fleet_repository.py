@@ -107,9 +107,11 @@ class FleetRecords(ABC):
 
     # Queues
 
-    def put_queue(self, project: str, fleet: str, job_ids: list[str]) -> None:
+    def put_queue(
+        self, project: str, fleet: str, job_ids: list[str], why: dict[str, str] | None = None
+    ) -> None:
         """The fleet's queue as it is now, in the order it is served: these jobs, no other of the fleet
-        (an id that does not name a job submission is left out)."""
+        (an id that does not name a job submission is left out); `why`: what some of them wait for."""
         rows = []
         for position, job in enumerate(job_ids, start=1):
             named = parse_job_submission_id(job)
@@ -125,6 +127,7 @@ class FleetRecords(ABC):
                         "job_num": job_num,
                         "submission_num": submission,
                         "position": position,
+                        "reason": (why or {}).get(job),
                     }
                 )
         with self._writer.begin() as connection:

@@ -214,6 +214,7 @@ class QueuedJobRecord(SQLModel, table=True):
     replica_num: int
     job_num: int
     submission_num: int
+    reason: str | None = Field(default=None, sa_type=Text)  # what it waits for, where the fleet knows more
     position: int  # 1: the job served next
 
 

@@ -29,6 +29,7 @@ from store.models import (
     EventRecord,
     JobSubmissionRecord,
     LogChunkRecord,
+    QueuedJobRecord,
     RunRecord,
 )
 from store.run_deletion import RunDeletion
@@ -170,7 +171,7 @@ class Store(FleetRecords, ServiceRecords, VolumeRecords, SecretRecords, BackendR
             return jobs
         for job in jobs:
             if job.id in queued and job.status == JobStatus.SUBMITTED and job.status_message is None:
-                job.status_message = WAITING_FOR_CAPACITY
+                job.status_message = _waiting(queued[job.id])
         recorded = {job.id for job in jobs}
         unrecorded = [row for job_id, row in queued.items() if job_id not in recorded]
         if not unrecorded:
@@ -186,7 +187,7 @@ class Store(FleetRecords, ServiceRecords, VolumeRecords, SecretRecords, BackendR
                 submission_num=row.submission_num,
                 status=JobStatus.SUBMITTED,
                 submitted_at=submitted_at,
-                status_message=WAITING_FOR_CAPACITY,
+                status_message=_waiting(row),
             )
             for row in unrecorded
         ]
@@ -415,3 +416,8 @@ def _stored_log_size(connection: Connection, job_submission_id: str) -> int:
         .limit(1)
     ).first()
     return 0 if last is None else int(last[0]) + int(last[1])
+
+
+def _waiting(row: QueuedJobRecord) -> str:
+    """`waiting for capacity`, with what for where the fleet knows (a Slurm allocation's pending reason)."""
+    return WAITING_FOR_CAPACITY if not row.reason else f"{WAITING_FOR_CAPACITY}: {row.reason}"

@@ -376,7 +376,7 @@ class FleetWorkflow:
         if self._viewed is None or self._viewed[0] is not current:
             status = FleetStatus.DELETING if current.deleting else FleetStatus.ACTIVE
             waiting = current.waiting_jobs() if self._queue_recorded else None
-            self._viewed = (current, (status, current.views(), waiting))
+            self._viewed = (current, (status, current.views(), waiting, current.waiting_why()))
         return self._viewed[1]
 
     def _next_release(self) -> timedelta | None:

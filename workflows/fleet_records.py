@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
 RECORD_EVERY = timedelta(seconds=2)
 
 # The fleet's status, its instances, the jobs in its queue (None: a fleet that tells them instead).
-View = tuple[str, list[InstanceView], list[str] | None]
+View = tuple[str, list[InstanceView], list[str] | None, dict[str, str]]
 
 
 class FleetRecordWriter:
@@ -45,9 +45,9 @@ class FleetRecordWriter:
         self._wake = None
         current = self._current()
         self._written, self._written_at = current, workflow.now().timestamp()
-        status, views, waiting = current
+        status, views, waiting, why = current
         record = RecordFleet(
-            project=self._project, fleet=self._fleet, status=status, instances=views, waiting=waiting
+            project=self._project, fleet=self._fleet, status=status, instances=views, waiting=waiting, why=why
         )
         self._writing = workflow.start_activity(
             activity_stubs.record_fleet,
@@ -75,5 +75,5 @@ class FleetRecordWriter:
         queue) changed."""
         if self._written is None:
             return False
-        (status, views, _), (was, before, _) = self._current(), self._written
+        (status, views, *_), (was, before, *_) = self._current(), self._written
         return (status, [(v.name, v.status) for v in views]) == (was, [(v.name, v.status) for v in before])

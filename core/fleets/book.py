@@ -102,6 +102,26 @@ class FleetBook(Frozen):
         """The jobs of the replicas that wait, in the order they are served."""
         return [node.job_id for request in self.scheduler.waiting() for node in request.nodes]
 
+    def waiting_why(self) -> dict[str, str]:
+        """What each waiting job of an elastic fleet waits for: the group being made for it, in its
+        backend's words (`ferry ps`: docs/backends.md#elastic-fleets)."""
+        if self.provisioning is None:
+            return {}
+        groups = {g.for_request: g for g in self.provisioning.groups.values() if g.for_request}
+        why: dict[str, str] = {}
+        for request in self.scheduler.queue:
+            group = groups.get(request.request_id)
+            if group is None:
+                words = f"fleet {self.name} has its most instances ({self.provisioning.spec.max})"
+            elif group.phase == GroupPhase.SUBMITTING:
+                words = "an instance is being asked for"
+            elif group.phase == GroupPhase.WAITING:
+                words = _group_words(group.backend_id, group.reason or "pending")
+            else:
+                words = _group_words(group.backend_id, "its agent is starting")
+            why |= {node.job_id: words for node in request.nodes}
+        return why
+
     def finished(self) -> bool:
         """A deleted fleet whose last job has released its capacity: the workflow may end."""
         groups = self.provisioning.groups if self.provisioning is not None else {}

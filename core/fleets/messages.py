@@ -194,6 +194,10 @@ class RecordFleet(Frozen):
         default=None,
         description="the jobs in its queue, served first first; None: its jobs are told themselves",
     )
+    why: dict[str, str] = Field(
+        default_factory=dict,
+        description="what a waiting job waits for, where more is known (a backend's words)",
+    )
 
 
 class StopFleet(Frozen):

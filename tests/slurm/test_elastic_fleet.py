@@ -325,3 +325,38 @@ async def test_the_login_node_unreachable_makes_the_instances_unreachable_not_fa
 async def _instance_status(stack: SlurmStack, status: str) -> bool:
     described = await stack.api.fleets().describe(stack.fleet)
     return [i.status for i in described.instances] == [status]
+
+
+async def test_ps_says_what_slurm_keeps_a_pending_allocation_for(stack: SlurmStack) -> None:
+    await stack.api.fleets().apply(stack.fleet_configuration(nodes="0..1", idle_duration="1s"))
+    nodes = str(len(stack.slurm.node_names))
+    blocker = stack.slurm.slurm(
+        "sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-N", nodes, "--wrap", "sleep 120"
+    )
+    try:
+        await until(
+            "the blocker to run", lambda: stack.slurm.job(blocker.strip())["JobState"] == "RUNNING", WAIT
+        )
+        run = await stack.api.submit(
+            task(["true"], resources=NODE, fleets=[stack.fleet]),
+            repo_dir=stack.repo,
+            run_name=f"s-{uuid.uuid4().hex[:6]}",
+        )
+        said = await until(
+            "ferry ps to say why it waits", lambda: _waiting_words(stack, run.id), ALLOCATION_WAIT
+        )
+        assert said.startswith("waiting for capacity: Slurm job "), said
+        assert said.endswith(
+            ("Resources: the nodes it needs are busy", "Priority: jobs of higher priority are ahead of it")
+        )
+    finally:
+        stack.slurm.slurm("scancel", blocker.strip())
+    done = await asyncio.wait_for(stack.api.wait(run.run_name), ALLOCATION_WAIT)
+    assert done.status == "done"
+
+
+def _waiting_words(stack: SlurmStack, run_id: str) -> str | None:
+    jobs = stack.api.store.list_job_submissions(run_id)
+    words = [j.status_message or "" for j in jobs]
+    # "Slurm job N: pending" until the fleet's watch has heard Slurm's reason
+    return next((w for w in words if "Slurm job" in w and not w.endswith(": pending")), None)

@@ -1,4 +1,5 @@
-"""Backends: how a project's fleets create instances (docs/backends.md), the login key sealed.
+"""Backends: how a project's fleets create instances (docs/backends.md), the login key sealed; and what a
+queued job waits for (a Slurm allocation's pending reason, for `ferry ps`).
 
 Revision ID: 0010
 Revises: 0009
@@ -34,8 +35,13 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index("ix_backends_project", "backends", ["project"])
+    # What a queued job waits for, where its fleet knows (a Slurm allocation's pending reason).
+    with op.batch_alter_table("queued_jobs") as batch:
+        batch.add_column(sa.Column("reason", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("queued_jobs") as batch:
+        batch.drop_column("reason")
     op.drop_index("ix_backends_project", table_name="backends")
     op.drop_table("backends")
