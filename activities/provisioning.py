@@ -28,8 +28,9 @@ from core.backends.slurm import (
     job_name,
     partitions_for,
     pending_words,
+    pick_partition,
 )
-from core.configuration.backend import SlurmBackendConfiguration
+from core.configuration.backend import SlurmBackendConfiguration, SlurmPartition
 from core.fleets.growth import CreateGroup, GroupCall, GroupNews, StartGroup, WatchGroups
 from core.wire import activity_names as names
 from store import Store
@@ -111,11 +112,14 @@ class ProvisioningActivities:
             policy = call.spot_policy or "on-demand"
             why = f"backend {call.backend} has no {kind} partition for spot_policy {policy}"
             return GroupNews(group=call.group, state="refused", reason=why)
-        request = allocation_request(
-            backend.configuration, partitions[0], call.resources, name=call.job_name, nodes=call.nodes
-        )
         try:
             async with heartbeating():
+                partition = partitions[0]
+                if len(partitions) > 1:  # the first that Slurm would start now (`auto`: preemptible first)
+                    partition = await self._partition(backend, call, partitions)
+                request = allocation_request(
+                    backend.configuration, partition, call.resources, name=call.job_name, nodes=call.nodes
+                )
                 job_id = await backend.submit(request, STARTUP_LIMIT)
         except SlurmRefused as err:
             why = f"backend {call.backend} cannot create {call.nodes} instance(s): {err}"
@@ -123,6 +127,20 @@ class ProvisioningActivities:
         except SlurmBackendError as err:
             raise ApplicationError(str(err), type="BackendUnreachable") from None
         return GroupNews(group=call.group, state="submitted", backend_id=job_id)
+
+    async def _partition(
+        self, backend: SlurmBackend, call: CreateGroup, partitions: list[SlurmPartition]
+    ) -> SlurmPartition:
+        estimates = []
+        for partition in partitions:
+            request = allocation_request(
+                backend.configuration, partition, call.resources, name=call.job_name, nodes=call.nodes
+            )
+            estimates.append((partition, *await backend.start_estimate(request)))
+        chosen, words = pick_partition(estimates)
+        if chosen is None:
+            raise SlurmRefused(words)
+        return chosen
 
     @activity.defn(name=names.WATCH_GROUPS)
     async def watch_groups(self, call: WatchGroups) -> list[GroupNews]:

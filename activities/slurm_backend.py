@@ -31,11 +31,13 @@ from activities.ssh_host import BundleSource
 from activities.ssh_tunnel import LocalTunnel
 from core.backends.slurm import (
     SQUEUE_FORMAT,
+    TEST_ONLY,
     AllocationRequest,
     SlurmJob,
     batch_script,
     parse_scontrol,
     parse_squeue,
+    parse_test_only,
     sbatch_arguments,
 )
 from core.configuration.backend import SlurmBackendConfiguration
@@ -228,6 +230,13 @@ class SlurmBackend:
             "sbatch", *sbatch_arguments(request, output), stdin=script.encode(), refusal=True
         )
         return said.strip().split(";")[0]
+
+    async def start_estimate(self, request: AllocationRequest) -> tuple[float | None, str]:
+        """When Slurm would start the allocation (seconds from now), or None when it refuses it, and its
+        words (`sbatch --test-only`: nothing is submitted)."""
+        options = [a for a in sbatch_arguments(request, "/dev/null") if a not in ("--parsable",)]
+        done = await self.run(shlex.join(["sh", "-c", TEST_ONLY, "sh", *options]))
+        return parse_test_only(_text(done.stdout))
 
     async def jobs(self, names: list[str]) -> list[SlurmJob]:
         """Slurm's jobs of these names, finished ones Slurm still remembers included."""

@@ -236,3 +236,36 @@ def pending_words(reason: str) -> str:
     """`Resources: the nodes it needs are busy`, or Slurm's reason as it is."""
     words = _REASONS.get(reason)
     return f"{reason}: {words}" if words else reason
+
+
+# An allocation Slurm would start within this many seconds starts "now" (`sbatch --test-only`).
+STARTS_NOW = 60.0
+# `sh -c TEST_ONLY sbatch-options...`: the login node's clock, when Slurm would start it, and what it said.
+TEST_ONLY = (
+    'now=$(date +%s); out=$(sbatch --test-only "$@" --wrap true 2>&1); '
+    "at=$(printf '%s' \"$out\" | sed -n 's/.* to start at \\([^ ]*\\) .*/\\1/p' | head -n 1); "
+    'echo "$now"; if [ -n "$at" ]; then date -d "$at" +%s; else echo -; fi; printf "%s\\n" "$out"'
+)
+
+
+def parse_test_only(output: str) -> tuple[float | None, str]:
+    """(seconds until Slurm would start it, or None when it refuses it; Slurm's words)."""
+    lines = output.splitlines()
+    words = " ".join(" ".join(lines[2:]).split())
+    if len(lines) < 2 or not lines[0].strip().isdigit() or not lines[1].strip().isdigit():
+        return None, words
+    return max(0.0, float(lines[1]) - float(lines[0])), words
+
+
+def pick_partition(
+    estimates: list[tuple[SlurmPartition, float | None, str]],
+) -> tuple[SlurmPartition | None, str]:
+    """The first partition, in the policy's order, where Slurm would start the allocation now; else the
+    first that would ever start it (it waits there); None and Slurm's words when every one refuses it."""
+    possible = [(partition, wait) for partition, wait, _ in estimates if wait is not None]
+    for partition, wait in possible:
+        if wait is not None and wait <= STARTS_NOW:
+            return partition, ""
+    if possible:
+        return possible[0][0], ""
+    return None, "; ".join(f"{p.name}: {words}" for p, _, words in estimates)

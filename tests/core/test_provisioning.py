@@ -9,9 +9,12 @@ from core.backends.slurm import (
     JobState,
     job_state,
     parse_squeue,
+    parse_test_only,
     pending_words,
+    pick_partition,
     sbatch_arguments,
 )
+from core.configuration.backend import SlurmPartition
 from core.fleets.book import FleetBook, apply, deployed, schedule
 from core.fleets.growth import GroupNews, apply_news, plan_step
 from core.fleets.messages import NoticeKind, ReleaseJob
@@ -146,3 +149,22 @@ def test_sbatch_asks_the_fleets_shape_without_requeue() -> None:
         "--partition=low", "--output=/d/slurm-%j.out", "--no-requeue", "--mem=4096M", "--gres=gpu:a100:1",
         "--account=lab", "--time=60",
     ]  # fmt: skip
+
+
+def test_auto_takes_the_first_partition_slurm_would_start_now_else_waits_in_the_first() -> None:
+    low, high = SlurmPartition(name="low", preemptible=True), SlurmPartition(name="high")
+    said = "sbatch: Job 3 to start at 2026-11-29T13:01:59 using 1 processors on nodes n1 in partition low"
+    assert parse_test_only(f"1000\n1002\n{said}\n") == (2.0, said)
+    assert parse_test_only(
+        "1000\n-\nallocation failure: Requested node configuration is not available\n"
+    ) == (
+        None,
+        "allocation failure: Requested node configuration is not available",
+    )
+    assert pick_partition([(low, 2.0, ""), (high, 0.0, "")]) == (low, "")
+    assert pick_partition([(low, 3600.0 * 24 * 365, ""), (high, 1.0, "")]) == (high, "")
+    assert pick_partition([(low, 9000.0, ""), (high, 8000.0, "")]) == (low, "")  # none now: the first
+    assert pick_partition([(low, None, "too big"), (high, None, "too big")]) == (
+        None,
+        "low: too big; high: too big",
+    )

@@ -360,3 +360,40 @@ def _waiting_words(stack: SlurmStack, run_id: str) -> str | None:
     words = [j.status_message or "" for j in jobs]
     # "Slurm job N: pending" until the fleet's watch has heard Slurm's reason
     return next((w for w in words if "Slurm job" in w and not w.endswith(": pending")), None)
+
+
+async def test_spot_policy_auto_takes_the_preemptible_partition_and_falls_back_when_it_is_full(
+    stack: SlurmStack,
+) -> None:
+    await stack.api.fleets().apply(
+        stack.fleet_configuration(nodes="0..2", spot_policy="auto", idle_duration="1s")
+    )
+    first = await stack.api.submit(
+        task(["true"], resources=NODE, fleets=[stack.fleet]),
+        repo_dir=stack.repo,
+        run_name=f"a-{uuid.uuid4().hex[:6]}",
+    )
+    assert (await asyncio.wait_for(stack.api.wait(first.run_name), ALLOCATION_WAIT)).status == "done"
+    # Free nodes: the preemptible partition, asked first.
+    prefix = fleet_prefix(stack.api.project, stack.fleet)
+    [g1] = [j for j in stack.slurm.jobs() if j["name"] == f"{prefix}g1"]
+    assert stack.slurm.job(g1["id"])["Partition"] == "low"
+    # Someone else's job fills the preemptible partition: the next allocation goes where it can start now.
+    nodes = str(len(stack.slurm.node_names))
+    blocker = stack.slurm.slurm(
+        "sbatch", "--parsable", "-o", "/dev/null", "-p", "low", "-N", nodes, "--wrap", "sleep 300"
+    )
+    try:
+        await until(
+            "the blocker to run", lambda: stack.slurm.job(blocker.strip())["JobState"] == "RUNNING", WAIT
+        )
+        second = await stack.api.submit(
+            task(["true"], resources=NODE, fleets=[stack.fleet]),
+            repo_dir=stack.repo,
+            run_name=f"b-{uuid.uuid4().hex[:6]}",
+        )
+        assert (await asyncio.wait_for(stack.api.wait(second.run_name), ALLOCATION_WAIT)).status == "done"
+    finally:
+        stack.slurm.slurm("scancel", blocker.strip())
+    [g2] = [j for j in stack.slurm.jobs() if j["name"] == f"{prefix}g2"]
+    assert stack.slurm.job(g2["id"])["Partition"] == "high"
