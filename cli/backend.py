@@ -140,7 +140,8 @@ async def _check(ctx: Context, configuration: SlurmBackendConfiguration, key: st
     try:
         said = await backend.slurm("sinfo", "-h", "-o", "%R")
     except SlurmBackendError as err:
-        raise FerryError(f"backend {configuration.backend_name}: {err}") from None
+        said, name = str(err), configuration.backend_name
+        raise FerryError(said if said.startswith(f"backend {name}:") else f"backend {name}: {said}") from None
     finally:
         await backend.aclose()
     known = sorted(set(said.split()))

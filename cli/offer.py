@@ -65,7 +65,15 @@ async def _ask(ctx: Context, configuration: RunConfiguration) -> FleetOffer:
         await api.fleets().ensure_local()
     # A fleet still deploying has not all its instances yet: the answer waits for them (as `apply` would).
     await api.fleets().wait_deployed(fleet, DEPLOY_WAIT_S)
-    return await api.fleets().offer(fleet, offer_request(configuration, ctx.project, volume_instances))
+    answer = await api.fleets().offer(fleet, offer_request(configuration, ctx.project, volume_instances))
+    if answer.never is None:  # a fleet with `nodes`: what its backend could give too (docs/backends.md)
+        from cli.backend_offers import backend_offers
+
+        nodes = configurator_for(configuration).nodes_per_replica()
+        answer = answer.model_copy(
+            update={"backend": await backend_offers(api.store, ctx.project, fleet, nodes)}
+        )
+    return answer
 
 
 def offer_request(
@@ -104,6 +112,21 @@ def offer_table(answer: FleetOffer, configuration: RunConfiguration, *, wide: bo
         )
         for one in answer.instances
     ]
+    rows += [
+        Row(
+            (
+                f"new ({one.backend}, partition {one.partition}{', preemptible' if one.preemptible else ''})",
+                "-",
+                str(one.fit),
+                "all",
+                "-",
+            ),
+            [("why not now: " if one.fit == Fit.WHEN_FREE else "why never: ") + "; ".join(one.reasons)]
+            if one.reasons
+            else [],
+        )
+        for one in answer.backend
+    ]
     return FittedTable(OFFER_COLUMNS, rows, wide=wide)
 
 
@@ -112,4 +135,12 @@ def verdict(answer: FleetOffer) -> str:
         return f"fleet {answer.fleet}: can never run it: {answer.never}"
     if answer.starts_now:
         return f"fleet {answer.fleet}: a run submitted now would be placed at once"
+    if any(one.fit == Fit.NOW for one in answer.backend):
+        return (
+            f"fleet {answer.fleet}: a run submitted now would get a new instance, which its backend gives now"
+        )
+    if answer.backend:
+        return (
+            f"fleet {answer.fleet}: a run submitted now would wait for a new instance (see the reasons above)"
+        )
     return f"fleet {answer.fleet}: a run submitted now would wait for capacity (see ferry fleet list)"

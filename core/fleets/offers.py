@@ -31,11 +31,25 @@ class InstanceOffer(Frozen):
     described: str = Field(default="", description="what it is, as its agent last described it")
 
 
+class BackendOffer(Frozen):
+    """What a fleet's backend could give for one more instance (a Slurm partition), asked of it now."""
+
+    backend: str
+    partition: str
+    preemptible: bool
+    fit: Fit
+    reasons: list[str] = Field(default_factory=list, description="when it would start, or why never")
+
+
 class FleetOffer(Frozen):
     fleet: str
     instances: list[InstanceOffer]
     starts_now: bool = Field(description="the scheduler would grant the whole replica at once")
     never: str | None = Field(default=None, description="why it can never run here; None if it can")
+    backend: list[BackendOffer] = Field(
+        default_factory=list,
+        description="a fleet with `nodes`: what its backend could give (docs/backends.md)",
+    )
 
 
 def offer(fleet: str, state: SchedulerState, request: PlacementRequest) -> FleetOffer:

@@ -11,10 +11,12 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import pytest_asyncio
 
 from cli.api import FerryAPI
 from cli.backend import record_backend
+from cli.backend_offers import backend_offers
 from core.backends.slurm import fleet_prefix
 from core.configuration import FleetConfiguration, SlurmBackendConfiguration, parse_configuration
 from core.fleets.status import FleetStatus
@@ -397,3 +399,33 @@ async def test_spot_policy_auto_takes_the_preemptible_partition_and_falls_back_w
         stack.slurm.slurm("scancel", blocker.strip())
     [g2] = [j for j in stack.slurm.jobs() if j["name"] == f"{prefix}g2"]
     assert stack.slurm.job(g2["id"])["Partition"] == "high"
+
+
+async def test_offers_say_what_the_backend_could_give_now_later_or_never(
+    stack: SlurmStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FERRY_SSH_KNOWN_HOSTS", "none")  # the CLI's side: the login host's key is the run's
+    await stack.api.fleets().apply(stack.fleet_configuration(nodes="0..2", spot_policy="auto"))
+    offers = await backend_offers(stack.api.store, stack.api.project, stack.fleet, 1)
+    assert [(o.partition, o.preemptible, o.fit) for o in offers] == [
+        ("low", True, "now"),
+        ("high", False, "now"),
+    ]
+    nodes = str(len(stack.slurm.node_names))
+    blocker = stack.slurm.slurm(
+        "sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-N", nodes, "--wrap", "sleep 300"
+    )
+    try:
+        await until(
+            "the blocker to run", lambda: stack.slurm.job(blocker.strip())["JobState"] == "RUNNING", WAIT
+        )
+        offers = await backend_offers(stack.api.store, stack.api.project, stack.fleet, 1)
+        assert [(o.partition, o.fit) for o in offers] == [("low", "when free"), ("high", "when free")]
+        assert all(o.reasons[0].startswith("Slurm would start it at about ") for o in offers)
+        # Three nodes of the fleet's shape fit the cluster; four never do: Slurm's words say why.
+        offers = await backend_offers(stack.api.store, stack.api.project, stack.fleet, 4)
+        assert [(o.partition, o.fit) for o in offers] == [("low", "never"), ("high", "never")]
+        assert all("Requested node configuration is not available" in o.reasons[0] for o in offers), offers
+    finally:
+        stack.slurm.slurm("scancel", blocker.strip())
+    assert stack.our_jobs() == []  # an offer submits nothing
