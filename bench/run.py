@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import containers_bench, logs_section, recovery, services_bench, skeleton_section
+from bench import (
+    containers_bench,
+    logs_section,
+    recovery,
+    services_bench,
+    skeleton_section,
+    slurm_backend_section,
+)
 from bench.common import Clock, Report
 from bench.ferry_side import REPO_ROOT, BurstResult, FerrySide
 from bench.profile import profiled
@@ -41,6 +48,7 @@ SECTIONS = (
     "recovery",
     "services",
     "slurm",
+    "slurm-backend",
 )
 DEFAULT_PEERS = REPO_ROOT.parent / "shared" / "peers"
 
@@ -56,6 +64,7 @@ class Plan:
     log_bytes: int
     skeleton_runs: int
     recovery_trials: int
+    slurm_backend_tasks: int
     services_requests: int
     services_trials: int
     profile_dir: Path | None
@@ -70,6 +79,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
         raise SystemExit(f"unknown section(s): {', '.join(sorted(unknown))}; known: {', '.join(SECTIONS)}")
     if args.no_slurm:
         sections.discard("slurm")
+        sections.discard("slurm-backend")
     quick = args.quick
     return Plan(
         sections=sections,
@@ -82,6 +92,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
         log_bytes=int((args.log_mb or (20 if quick else 200)) * 1e6) // 100_000 * 100_000,
         skeleton_runs=100 if quick else 500,
         recovery_trials=args.recovery_trials or (1 if quick else 3),
+        slurm_backend_tasks=args.slurm_backend_tasks or (30 if quick else 100),
         services_requests=args.services_requests or (10000 if quick else 50000),
         services_trials=1 if quick else 3,
         profile_dir=args.profile,
@@ -213,6 +224,13 @@ class Bench:
                 await self.section("recovery", recovery.measure(self.ferry, trials, self.work / "recovery"))
         if self.wants("services"):
             await self.section("services", self.services())
+        if self.wants("slurm-backend"):
+            why = slurm_backend_section.unavailable()
+            if why is not None:
+                r.put("slurm_backend", f"skipped ({why})")
+            else:
+                work, tasks = self.work / "slurm-backend", self.plan.slurm_backend_tasks
+                await self.section("slurm_backend", slurm_backend_section.measure(self.ferry, work, tasks))
         self.ratios()
 
     async def section(self, name: str, body: Coroutine[Any, Any, None]) -> None:
@@ -360,6 +378,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scale", type=int, help="concurrent long runs (1000; quick 100), e.g. 10000")
     parser.add_argument("--log-mb", type=float, help="MB the logs job prints (200; quick 20)")
     parser.add_argument("--recovery-trials", type=int, help="host losses (3; quick 1), one host each")
+    parser.add_argument(
+        "--slurm-backend-tasks", type=int, help="short tasks through a Slurm fleet and sbatch (100; quick 30)"
+    )
     parser.add_argument("--services-requests", type=int, help="GETs per services target (50000; quick 10000)")
     parser.add_argument("--profile", type=Path, help="py-spy the worker and agent into this directory")
     parser.add_argument("--peers", type=Path, default=DEFAULT_PEERS, help=f"default {DEFAULT_PEERS}")

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from core.configuration import SlurmBackendConfiguration
     from core.configuration.loading import LoadedConfiguration
     from store import Store
+    from store.keys import Keys
 
 backend_app = typer.Typer(
     cls=FerryGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -98,13 +99,16 @@ def apply_backend(loaded: LoadedConfiguration, *, yes: bool, name: str | None = 
     return 0
 
 
-def record_backend(store: Store, project: str, configuration: SlurmBackendConfiguration, key: str) -> None:
-    """The backend in the store, its login key sealed (store.backend_repository)."""
+def record_backend(
+    store: Store, project: str, configuration: SlurmBackendConfiguration, key: str, keys: Keys | None = None
+) -> None:
+    """The backend in the store, its login key sealed (store.backend_repository) with `keys` (this
+    process's by default)."""
     from store.backend_repository import seal_backend
     from store.keys import process_keys
 
     record = seal_backend(
-        process_keys(), project, configuration.backend_name, configuration.type,
+        keys or process_keys(), project, configuration.backend_name, configuration.type,
         configuration.model_dump_json(), key,
     )  # fmt: skip
     store.put_backend(record)

@@ -1,6 +1,6 @@
 """`ferry offer` of a run whose fleet has `nodes`: what its backend could give for a new instance now, once
-others' jobs end, or never, and why (docs/backends.md#offers). Each partition the fleet's `spot_policy`
-allows is asked with `sbatch --test-only` (nothing is submitted), for the fleet's instance shape.
+others' jobs end, or never, and why (docs/backends.md#ferry-ps-and-ferry-offer). Each partition the fleet's
+`spot_policy` allows is asked with `sbatch --test-only` (nothing is submitted), for the fleet's shape.
 """
 
 from __future__ import annotations

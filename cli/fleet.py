@@ -163,7 +163,7 @@ def runs_on(store: Store, project: str, configuration: RunConfiguration) -> str:
     wanted = configuration.fleets or []
     why = (
         f" (the first of {', '.join(wanted)} that exists)" if len(wanted) > 1
-        else "" if wanted else " (the project's newest SSH fleet)" if fleet != LOCAL_FLEET else ""
+        else "" if wanted else " (the project's newest fleet)" if fleet != LOCAL_FLEET else ""
     )  # fmt: skip
     return f"fleet {fleet}{why}" if fleet != LOCAL_FLEET else "this machine (fleet local)"
 

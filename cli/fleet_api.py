@@ -40,13 +40,13 @@ class FleetNotFound(NotFound):
 
 async def choose_fleet(store: Store, project: str, configuration: RunConfiguration) -> str:
     """Where a run goes, decided once at submission: the first of its `fleets` that exists, else the
-    project's newest SSH fleet, else this machine (`local`)."""
+    project's newest SSH fleet or fleet with `nodes`, else this machine (`local`)."""
     return await first_fleet(store, project, configuration.fleets)
 
 
 async def first_fleet(store: Store, project: str, wanted: list[str] | None) -> str:
     """The first of the `wanted` fleets that exists (FleetNotFound if none does); without any, the
-    project's newest SSH fleet, else this machine (`local`)."""
+    project's newest SSH fleet or fleet with `nodes`, else this machine (`local`)."""
     return pick_fleet(await asyncio.to_thread(store.list_fleets, project), project, wanted)
 
 

@@ -126,7 +126,7 @@ def test_the_plan_names_the_fleet_the_run_goes_to(store: Store) -> None:
     put_fleet(store, "lab")
     assert runs_on(store, "p", task(fleets=["lab"])) == "fleet lab"
     assert runs_on(store, "p", task(fleets=["gpu", "lab"])) == "fleet lab (the first of gpu, lab that exists)"
-    assert runs_on(store, "p", task()) == "fleet lab (the project's newest SSH fleet)"
+    assert runs_on(store, "p", task()) == "fleet lab (the project's newest fleet)"
     assert runs_on(store, "p", task(fleets=["local"])) == "this machine (fleet local)"
 
 
