@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         WatchRun,
     )
     from core.runs.lifecycle import Inbox, advance, plan_of, submit_run
-    from core.runs.machine import Step, StopKind, stronger_stop
+    from core.runs.machine import RunMachine, Step, StopKind, stronger_stop
     from core.runs.scaling import SCALES_IN
     from core.runs.status_words import status_message
     from core.runs.submissions import job_input
@@ -68,6 +68,10 @@ with workflow.unsafe.imports_passed_through():
 # A scheduled run takes a re-applied configuration in any active status but TERMINATING by the user (a
 # cycle in progress holds it until its end).
 _RESCHEDULES_IN = frozenset(s for s in RunStatus if s.is_active())
+# Since this patch a job's retries count in the retry window its first failure opened, where each failure
+# after the job held an instance opened a new one (docs/runs.md#when-a-job-may-be-retried). Read once, at
+# the run's start; the run's machine carries the answer across continue-as-new, for the run's whole life.
+RETRY_WINDOW = "retry-window"
 
 
 @workflow.defn
@@ -91,14 +95,15 @@ class RunWorkflow:
         self._recorded_configuration = inp.configuration
         if inp.carry is None:
             # STEP 1 in the constructor: a stop sent with the run's start finds the run already logged.
-            step = submit_run(inp, workflow.now().timestamp())
+            restarts = not workflow.patched(RETRY_WINDOW)
+            step = submit_run(inp, workflow.now().timestamp(), retry_window_restarts=restarts)
             self._machine = step.machine
             self._events = list(step.events)
             self._effects = list(step.effects)
             self._first_seq = self._flushed = 0
             self._published_status = RunStatus.SUBMITTED.value  # FerryStatus as `ferry apply` starts it
         else:
-            self._machine = inp.carry.machine
+            self._machine = _carried_machine(inp.carry)
             self._first_seq = self._flushed = inp.carry.next_seq
             self._published_status = self._machine.state.status.value  # continue-as-new keeps it
         self._stop = self._machine.stop  # the stop asked for so far; the machine hears it at its next step
@@ -405,3 +410,13 @@ class RunWorkflow:
     def _carry(self) -> RunInput:
         carry = RunCarry(machine=self._machine, next_seq=self._flushed, watchers=self._watchers.ids())
         return self._input.model_copy(update={"carry": carry})
+
+
+def _carried_machine(carry: RunCarry) -> RunMachine:
+    """The machine a continued-as-new run takes over. One continued as new by a release before the patch
+    `retry-window` does not say `retry_window_restarts`: that run began before the patch, and keeps the
+    window it counted then."""
+    machine = carry.machine
+    if "retry_window_restarts" in machine.model_fields_set:
+        return machine
+    return machine.model_copy(update={"retry_window_restarts": True})

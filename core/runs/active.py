@@ -27,6 +27,7 @@ def decide(b: StepBuilder) -> None:
         now=b.now,
         run_submitted_at=b.plan.submitted_at,
         attempt=state.retries,
+        retry_window_restarts=b.retry_window_restarts,
     )
     if decision.resubmit_in_place:
         # Another replica is still active, so the failed ones start again at once. A PENDING decision

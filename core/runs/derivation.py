@@ -153,6 +153,7 @@ def derive_run_status(
     now: float,
     run_submitted_at: float,
     attempt: int = 0,
+    retry_window_restarts: bool = False,
 ) -> RunDecision:
     """docs/runs.md STEP 2: an active run's next status from the latest submission of each of its jobs.
 
@@ -163,7 +164,8 @@ def derive_run_status(
     Retrying replicas are resubmitted in place while another replica is active, and do not contribute
     to the status; if nothing else is active, the run goes PENDING until `now + pending_backoff(attempt)`.
     `run_submitted_at` is when the run's current cycle began (its submission, or a scheduled run's
-    trigger): no retry clock starts before it.
+    trigger): no retry clock starts before it. `retry_window_restarts`: a run begun before the patch
+    `retry-window` counts each failure's window as it did then (`core.runs.retry.restarting_window_start`).
     """
     replicas: dict[int, list[JobView]] = defaultdict(list)
     for job in jobs:
@@ -183,7 +185,12 @@ def derive_run_status(
                 continue
             assert job.termination_reason is not None  # JobView guarantees it for failed jobs
             verdict = decide_retry(
-                retry, job.termination_reason, now=now, clock=job.retry_clock(), not_before=run_submitted_at
+                retry,
+                job.termination_reason,
+                now=now,
+                clock=job.retry_clock(),
+                not_before=run_submitted_at,
+                restarts=retry_window_restarts,
             )
             if verdict == RetryVerdict.RETRY:
                 needs_retry = True

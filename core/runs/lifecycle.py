@@ -88,15 +88,21 @@ def scaling_rule(group: ServiceGroup) -> ScalingRule | None:
     )
 
 
-def submit_run(inp: RunInput, now: float) -> Step:
-    """STEP 1: the run's first event, and the first submission of every job."""
+def submit_run(inp: RunInput, now: float, *, retry_window_restarts: bool = False) -> Step:
+    """STEP 1: the run's first event, and the first submission of every job. `retry_window_restarts`: a
+    run begun without the patch `retry-window` (`RunMachine.retry_window_restarts`)."""
     conf = inp.configuration
     submit = Event(
         timestamp=now,
         name="submit",
         context={"run_name": inp.run_name, "project": inp.project, "user": inp.user, "type": conf.type},
     )
-    b = StepBuilder(RunMachine(plan=plan_of(inp), state=apply_run_event(None, submit)), now)
+    machine = RunMachine(
+        plan=plan_of(inp),
+        state=apply_run_event(None, submit),
+        retry_window_restarts=retry_window_restarts,
+    )
+    b = StepBuilder(machine, now)
     if cycles.is_scheduled(b):
         cycles.wait(b)  # STEP 1 of a scheduled run: PENDING until its schedule fires
     elif dependencies.has_dependencies(b):

@@ -101,6 +101,10 @@ class RunMachine(BaseModel):
     retry_at: float | None = None  # a PENDING run's resubmission time (a durable timer in the workflow)
     told: tuple[tuple[int, int, int, bool], ...] = ()  # (replica, job, submission, abort) terminations sent
     unheard: tuple[JobKey, ...] = ()  # submissions started whose last word has not come yet
+    # A run begun before the patch `retry-window` (RunWorkflow reads it): each failure of a job after it
+    # held an instance opens a new retry window, as then (core.runs.retry.restarting_window_start).
+    # False, a run begun since: its retries count in the window of its first failure.
+    retry_window_restarts: bool = False
 
     @property
     def finished(self) -> bool:
@@ -135,6 +139,7 @@ class StepBuilder:
         self.state = machine.state
         self.stop = machine.stop
         self.retry_at = machine.retry_at
+        self.retry_window_restarts = machine.retry_window_restarts
         self._told = list(machine.told)
         self._unheard = list(machine.unheard)
         self._events: list[Event] = []
@@ -221,5 +226,6 @@ class StepBuilder:
             retry_at=self.retry_at,
             told=tuple(self._told),
             unheard=tuple(self._unheard),
+            retry_window_restarts=self.retry_window_restarts,
         )
         return Step(machine=machine, events=self._events, effects=self._effects)

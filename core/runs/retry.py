@@ -11,7 +11,8 @@ was last processed). Both restart the clock at every failure of a submission tha
 job that fails at once after each placement is retried for ever. Ferry departs from that, on purpose:
 a failure restarts the window only if the job had recovered from the retrying before it, i.e. a
 submission ran (RUNNING) for longer than `retry.duration`; the failures of retries that did not get that
-far count in the window the first of them opened. See `RetryClock.window_start`.
+far count in the window the first of them opened. See `RetryClock.window_start`. A run begun before
+that change (the patch `retry-window`) keeps the count it began with: `restarting_window_start`.
 """
 
 from __future__ import annotations
@@ -113,18 +114,32 @@ def within_retry_window(
     now: float,
     clock: RetryClock,
     not_before: float | None = None,
+    restarts: bool = False,
 ) -> bool:
     """Whether `now` is still within `policy.duration` of the retry window's start (inclusive).
 
     No window starts before `not_before` (the run's current cycle). False without a policy or for a
-    reason that is never retried: there is no window to be within.
+    reason that is never retried: there is no window to be within. `restarts`: the window of a run
+    begun before the patch `retry-window` (`restarting_window_start`).
     """
     if policy is None or reason.to_retry_event() is None:
         return False
-    start = clock.window_start(policy.duration)
-    if not_before is not None:
-        start = max(start, not_before)
+    if restarts:
+        start = restarting_window_start(clock, not_before=not_before)
+    else:
+        start = clock.window_start(policy.duration)
+        if not_before is not None:
+            start = max(start, not_before)
     return now - start <= policy.duration
+
+
+def restarting_window_start(clock: RetryClock, *, not_before: float | None = None) -> float:
+    """The window as it was counted before the patch `retry-window`, which the runs begun before it keep
+    (RunWorkflow reads the patch; `RunMachine.retry_window_restarts`): `retry_window_start` of the
+    latest submission alone, so each failure after the job held an instance starts a new window; only
+    the first submission is clamped to `not_before`, not the window's start."""
+    first = clock.first_submitted_at if not_before is None else max(clock.first_submitted_at, not_before)
+    return retry_window_start(first_submitted_at=first, last_provisioned_at=clock.last_provisioned_at)
 
 
 def decide_retry(
@@ -134,11 +149,15 @@ def decide_retry(
     now: float,
     clock: RetryClock,
     not_before: float | None = None,
+    restarts: bool = False,
 ) -> RetryVerdict:
-    """The three rules of 'when can the job be retried' (docs/runs.md), in order."""
+    """The three rules of 'when can the job be retried' (docs/runs.md), in order (`restarts`: as in
+    `within_retry_window`)."""
     if not retry_event_allowed(policy, reason):
         return RetryVerdict.NOT_RETRYABLE
-    if not within_retry_window(policy, reason, now=now, clock=clock, not_before=not_before):
+    if not within_retry_window(
+        policy, reason, now=now, clock=clock, not_before=not_before, restarts=restarts
+    ):
         return RetryVerdict.LIMIT_EXCEEDED
     return RetryVerdict.RETRY
 

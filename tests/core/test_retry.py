@@ -17,6 +17,7 @@ from core.runs.retry import (
     decide_retry,
     pending_backoff,
     remember_run,
+    restarting_window_start,
     retry_event_allowed,
     retry_window_start,
     within_retry_window,
@@ -176,6 +177,64 @@ def test_case_c_waiting_for_capacity_counts_from_the_first_submission() -> None:
     waiting = clock(1000, None, first_window=1000)
     assert decide_retry(TEN_MINUTES, NO_CAPACITY, now=1600, clock=waiting) == RetryVerdict.RETRY
     assert decide_retry(TEN_MINUTES, NO_CAPACITY, now=1601, clock=waiting) == RetryVerdict.LIMIT_EXCEEDED
+
+
+def test_a_run_begun_before_the_retry_window_patch_restarts_the_window_at_each_failure() -> None:
+    """`restarts` (RunMachine.retry_window_restarts, a run begun before the patch `retry-window`): the
+    window as it was counted then, from the latest submission alone. Case a's job, failing a second after
+    each placement, is still retried 600 s after its first failure: its latest failure opened a window."""
+    runs = remember_run(remember_run((), 1, 2), 1, 19)
+    later = clock(0, 603, running_at=602, first_window=2, runs=runs)
+    assert decide_retry(TEN_MINUTES, EXITED, now=603, clock=later) == RetryVerdict.LIMIT_EXCEEDED
+    assert decide_retry(TEN_MINUTES, EXITED, now=603, clock=later, restarts=True) == RetryVerdict.RETRY
+    assert restarting_window_start(later) == 603
+    # Never provisioned: from its first submission, as both rules count it.
+    waiting = clock(1000, None, first_window=1000)
+    assert decide_retry(TEN_MINUTES, NO_CAPACITY, now=1601, clock=waiting, restarts=True) == (
+        RetryVerdict.LIMIT_EXCEEDED
+    )
+
+
+def test_before_the_retry_window_patch_only_the_first_submission_is_clamped_to_the_cycle() -> None:
+    """The clamp of the old count: `max(first submission, the cycle's start)`, then `retry_window_start`;
+    a job that last held an instance in an earlier cycle counts from then (the new count clamps the
+    window's start itself: `test_no_window_starts_before_the_runs_cycle`)."""
+    assert restarting_window_start(clock(0, None), not_before=8000) == 8000
+    assert restarting_window_start(clock(0, 1000), not_before=8000) == 1000
+    assert not within_retry_window(
+        HOUR, NO_CAPACITY, now=9000, clock=clock(0, 1000), not_before=8000, restarts=True
+    )
+
+
+@given(
+    now=st.floats(0, 1e5),
+    first=st.floats(0, 1e5),
+    last=st.none() | st.floats(0, 1e5),
+    not_before=st.none() | st.floats(0, 1e5),
+    running_at=st.none() | st.floats(0, 1e5),
+    first_window=st.none() | st.floats(0, 1e5),
+    runs=st.lists(st.tuples(st.floats(0, 1e5), st.floats(0, 1e5)), max_size=4),
+    duration=st.integers(0, 10**5),
+)
+def test_before_the_retry_window_patch_the_window_is_counted_as_it_was(
+    now: float,
+    first: float,
+    last: float | None,
+    not_before: float | None,
+    running_at: float | None,
+    first_window: float | None,
+    runs: list[tuple[float, float]],
+    duration: int,
+) -> None:
+    """With `restarts`, the window is the expression of the release before the patch, whatever the
+    run's log says of the earlier submissions (which that release did not keep)."""
+    policy = RetryPolicy(on_events=["error"], duration=duration)
+    kept = clock(first, last, running_at=running_at, first_window=first_window, runs=tuple(runs))
+    start = first if not_before is None else max(first, not_before)
+    old = now - retry_window_start(first_submitted_at=start, last_provisioned_at=last) <= duration
+    assert (
+        within_retry_window(policy, EXITED, now=now, clock=kept, not_before=not_before, restarts=True) is old
+    )
 
 
 def test_remember_run_keeps_only_runs_that_may_still_start_a_window() -> None:

@@ -323,12 +323,18 @@ def test_step2_the_retry_window_restarts_when_the_job_last_held_an_instance() ->
 
 
 def retried_until_it_ends(
-    inp: RunInput, life: Callable[[Key, float], list[JobUpdate]], *, most: int = 12
+    inp: RunInput,
+    life: Callable[[Key, float], list[JobUpdate]],
+    *,
+    most: int = 12,
+    retry_window_restarts: bool = False,
 ) -> tuple[RunMachine, list[float]]:
     """Each submission of job (0, 0) sends `life(key, when it was submitted)`, one news a step, the last
     its failure; the run resubmits it once its backoff is over, until it retries no more (or `most`
-    submissions failed). The machine then, and when each submission failed."""
-    m, submitted_at, failures = submit_run(inp, T0).machine, T0, []
+    submissions failed). The machine then, and when each submission failed. `retry_window_restarts`: a
+    run begun before the patch `retry-window`."""
+    m = submit_run(inp, T0, retry_window_restarts=retry_window_restarts).machine
+    submitted_at, failures = T0, []
     for submission in range(most):
         for update in life((0, 0, submission), submitted_at):
             m = step(m, update, at=update.timestamp).machine
@@ -355,6 +361,23 @@ def test_step2_a_job_failing_at_once_after_each_placement_is_retried_only_within
     assert (m.state.status, m.state.termination_reason) == (RS.FAILED, RR.RETRY_LIMIT_EXCEEDED)
     # Backoffs of 15, 30 and 60 s: failures 17, 49 and 111 s after the first; the last is past 60 s.
     assert [f - failures[0] for f in failures] == [0, 17, 49, 111]
+
+
+def test_step2_a_run_begun_before_the_retry_window_patch_keeps_retrying_a_job_failing_at_once() -> None:
+    """docs/runs.md "When a job may be retried": a run begun before the patch `retry-window`
+    (`RunMachine.retry_window_restarts`, carried by every step) counts each failure's window as it did
+    then, from the end of the latest submission: the job above is retried past 60 s after its first
+    failure, until `most` submissions have failed."""
+    inp = run_input("task", retry={"on_events": ["error"], "duration": 60})
+
+    def life(key: Key, at: float) -> list[JobUpdate]:
+        return [news(key, S.RUNNING, at=at + 1), finished(key, R.CONTAINER_EXITED_WITH_ERROR, at=at + 2)]
+
+    m, failures = retried_until_it_ends(inp, life, most=6, retry_window_restarts=True)
+    assert m.retry_window_restarts
+    assert (m.state.status, m.state.termination_reason) == (RS.PENDING, None)
+    assert m.state.retries == 5
+    assert [f - failures[0] for f in failures] == [0, 17, 49, 111, 233, 535]
 
 
 def test_step2_a_job_preempted_after_each_long_run_is_retried_each_time() -> None:

@@ -7,23 +7,40 @@ test ends by checking that the eventlogs the doubles stored are the workflows' o
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import pytest
 from temporalio.client import WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
+from temporalio.worker import Replayer
 
 from core.fleets.messages import InstanceChange
+from core.runs import retry
+from core.runs.lifecycle import submit_run
+from core.runs.workflow_messages import RunCarry, RunInput
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire import activity_names as names
 from core.wire.messages import StopTask
 from core.wire.run_messages import StopRequest
 from core.wire.workflow_ids import LOCAL_FLEET, run_workflow_id
 from tests.workflows.doubles import BLOCK, LOCAL_CPUS, TRAP, exited
-from tests.workflows.harness import PROJECT, SMALL, Harness, configuration, named, without_patch
+from tests.workflows.harness import (
+    PROJECT,
+    SMALL,
+    WORKFLOWS,
+    Harness,
+    check_patch_guards,
+    configuration,
+    named,
+    without_patch,
+)
+from tests.workflows.test_run_continue_as_new import check_continued_log, execution_histories
 from workflows import fleet as fleet_workflow
 from workflows.fleet import FleetWorkflow
-from workflows.run import RunWorkflow
+from workflows.run import RETRY_WINDOW, RunWorkflow, _carried_machine
 from workflows.search_attributes import SA_STATUS
 
 RETRY_ON_ERROR = {"on_events": ["error"], "duration": "1h"}
@@ -177,6 +194,92 @@ async def test_a_job_failing_at_once_is_retried_only_within_the_window(harness: 
     assert [len(harness.backend.called(names.START_JOB, (0, 0, n))) for n in range(3)] == [1, 1, 1]
     assert finishes[-1].timestamp - finishes[0].timestamp > 30
     await check_logs(harness, handle)
+
+
+async def test_a_run_begun_before_the_retry_window_patch_keeps_the_old_count(harness: Harness) -> None:
+    """docs/runs.md 'when a job may be retried', docs/upgrades.md: the task above, in a run begun before
+    the patch `retry-window`, keeps the window that release counted, restarted at each failure after the
+    job held an instance: it is retried past 30 s after its first failure, as long as it fails (four
+    times here; its fifth submission exits 0). Its history replays today, and would not unguarded."""
+    harness.backend.watch_script = {(0, 0, n): exited(1) for n in range(4)}
+    conf = configuration(retry={"on_events": ["error"], "duration": "30s"})
+    with without_patch(fleet_workflow._DESCRIBED, RETRY_WINDOW):
+        handle = await harness.start(conf)
+        result = await harness.result(handle)
+    assert (result.status, result.termination_reason) == (RunStatus.DONE, RunTerminationReason.ALL_JOBS_DONE)
+    events = harness.run_events()
+    assert [e.context["backoff"] for e in named(events, "retry")] == [15, 30, 60, 120]
+    finishes = named(events, "job-finish")
+    assert [e.context["submission"] for e in finishes] == [0, 1, 2, 3, 4]
+    assert [e.context["reason"] for e in finishes] == ["container_exited_with_error"] * 4 + ["done_by_runner"]
+    # The third failure, about 45 s after the first, is the one the new count would not retry.
+    assert finishes[2].timestamp - finishes[0].timestamp > 30
+    await check_logs(harness, handle)
+    await check_patch_guards(await handle.fetch_history(), RETRY_WINDOW)
+
+
+async def test_a_run_begun_before_the_retry_window_patch_keeps_its_count_once_continued(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/upgrades.md: the answer of `retry-window` is read at the run's start and carried in its
+    machine. A run begun without the patch, continued as new after each step by workers that have it
+    (from its first failure on), still counts as it did: its third failure, past the new count's window,
+    is retried; no execution reads the patch again, and each replays. (The test server skips no time
+    across continue-as-new: backoffs of 1, 2 and 4 s, and a 2 s window, keep it short in real time.)"""
+    monkeypatch.setattr(retry, "PENDING_BACKOFF_SCHEDULE", (1, 2, 4))
+    harness.backend.watch_script = {(0, 0, n): exited(1) for n in range(3)}
+    conf = configuration(retry={"on_events": ["error"], "duration": "2s"})
+    inp = await harness.run_input(conf)
+    with without_patch(RETRY_WINDOW):
+        handle = await harness.client.start_workflow(
+            RunWorkflow.run,
+            inp.model_copy(update={"continue_as_new_each_step": True}),
+            id=run_workflow_id(PROJECT, "train"),
+            task_queue=harness.queue,
+        )
+        await harness.wait_until(
+            "the first failure",
+            lambda: any(
+                named(log.ordered(), "status", status="pending") for log in harness.backend.runs.values()
+            ),
+        )
+    result = await harness.result(handle)
+    assert (result.status, result.termination_reason) == (RunStatus.DONE, RunTerminationReason.ALL_JOBS_DONE)
+    events = harness.run_events()
+    assert [e.context["backoff"] for e in named(events, "retry")] == [1, 2, 4]
+    failures = named(events, "job-finish", status="failed")
+    assert [e.context["submission"] for e in failures] == [0, 1, 2]
+    assert failures[2].timestamp - failures[0].timestamp > 2
+    histories = await execution_histories(handle)
+    assert len(histories) > 3
+    assert not any(RETRY_WINDOW.encode() in e.SerializeToString() for h in histories for e in h.events)
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    for history in histories:
+        await replayer.replay_workflow(history)
+    await check_continued_log(harness, handle, result)
+
+
+def test_a_machine_continued_as_new_by_an_earlier_release_keeps_the_old_count() -> None:
+    """workflows/run.py `_carried_machine`: a carry written by a release before the patch `retry-window`
+    has no `retry_window_restarts`; its run began before the patch, and keeps the old count. A carry of
+    this release says which count its run keeps."""
+    conf = configuration(retry=RETRY_ON_ERROR)
+    inp = RunInput(
+        run_id="train-0001", project=PROJECT, run_name="train", user="ana", configuration=conf, submitted_at=0
+    )
+    for restarts in (False, True):
+        machine = submit_run(inp, 0, retry_window_restarts=restarts).machine
+        carried = inp.model_copy(update={"carry": RunCarry(machine=machine, next_seq=3)})
+        [payload] = pydantic_data_converter.payload_converter.to_payloads([carried])
+        [decoded] = pydantic_data_converter.payload_converter.from_payloads([payload], [RunInput])
+        assert decoded.carry is not None and _carried_machine(decoded.carry).retry_window_restarts is restarts
+        data = json.loads(payload.data)
+        del data["carry"]["machine"]["retry_window_restarts"]
+        earlier = RunInput.model_validate_json(json.dumps(data))
+        assert earlier.carry is not None and earlier.carry.machine == machine.model_copy(
+            update={"retry_window_restarts": False}
+        )
+        assert _carried_machine(earlier.carry).retry_window_restarts is True
 
 
 async def test_master_done_ends_the_run(harness: Harness) -> None:
