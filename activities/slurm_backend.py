@@ -28,7 +28,7 @@ from activities.host_scripts import ASK_PYTHON, RECEIVE, VERSION_SCRIPT
 from activities.slurm_scripts import NODE_SCRIPT
 from activities.ssh_config import DeployOptions
 from activities.ssh_host import BundleSource
-from activities.ssh_tunnel import LocalTunnel
+from activities.ssh_tunnel import LocalTunnel, open_ssh
 from core.backends.slurm import (
     SQUEUE_FORMAT,
     TEST_ONLY,
@@ -86,27 +86,9 @@ class SlurmBackend:
     async def _open(
         self, hostname: str, port: int, user: str, tunnel: Any = ()
     ) -> asyncssh.SSHClientConnection:
-        known = self._options.known_hosts
         where = f"{user}@{hostname}:{port}"
         try:
-            return await asyncio.wait_for(
-                asyncssh.connect(
-                    hostname,
-                    port,
-                    tunnel=tunnel,
-                    username=user,
-                    client_keys=[self._key],
-                    known_hosts=None if known is None else str(Path(known).expanduser()),
-                    agent_path=None,
-                    config=None,
-                    password_auth=False,
-                    kbdint_auth=False,
-                    keepalive_interval=self._options.keepalive_interval,
-                    keepalive_count_max=self._options.keepalive_count_max,
-                    connect_timeout=self._options.connect_timeout,
-                ),
-                self._options.connect_timeout,
-            )
+            return await open_ssh(hostname, port, user, [self._key], self._options, tunnel)
         except (OSError, asyncssh.Error, TimeoutError) as exc:
             reason = _one_line(str(exc)) or type(exc).__name__
             raise SlurmBackendError(f"backend {self.name}: cannot connect to {where}: {reason}") from exc

@@ -51,7 +51,7 @@ from activities.host_scripts import (
     WRONG_PYTHON,
 )
 from activities.ssh_config import DeployedAgent, DeployOptions, SSHLogin, SSHTarget
-from activities.ssh_tunnel import LocalTunnel
+from activities.ssh_tunnel import LocalTunnel, open_ssh
 from core.wire.volumes import HostDirs
 
 # The agent bundle for a host's interpreter (HostPool.bundle); BundleError when it cannot be built.
@@ -130,24 +130,7 @@ class SSHAgentHost:
                 "add the hosts' keys there (ssh-keyscan) or point `known_hosts` to a file that has them"
             )
         try:
-            return await asyncio.wait_for(
-                asyncssh.connect(
-                    endpoint.hostname,
-                    endpoint.port,
-                    tunnel=tunnel,
-                    username=endpoint.user,
-                    client_keys=keys,
-                    known_hosts=None if known_hosts is None else str(known_hosts),
-                    agent_path=None,
-                    config=None,
-                    password_auth=False,
-                    kbdint_auth=False,
-                    keepalive_interval=self.options.keepalive_interval,
-                    keepalive_count_max=self.options.keepalive_count_max,
-                    connect_timeout=self.options.connect_timeout,
-                ),
-                self.options.connect_timeout,
-            )
+            return await open_ssh(endpoint.hostname, endpoint.port, endpoint.user, keys, self.options, tunnel)
         except (OSError, asyncssh.Error, TimeoutError) as exc:
             reason = _one_line(str(exc)) or type(exc).__name__
             raise SSHUnreachable(f"{self.target.name}: cannot connect to {where}: {reason}") from exc

@@ -1,19 +1,50 @@
-"""A local port whose every connection is carried over an SSH connection to a host and port beyond it
-(a direct-tcpip channel): how the worker reaches an agent on an SSH host (activities/ssh_host.py) or on a
-Slurm node behind its login node (activities/slurm_backend.py). The SSH connection is asked for at each
-new local connection, so one re-established after a dead link serves the same local port.
+"""How Ferry opens an SSH connection (`open_ssh`); and a local port whose every connection is carried over
+an SSH connection to a host and port beyond it (a direct-tcpip channel, `LocalTunnel`): how the worker
+reaches an agent on an SSH host (activities/ssh_host.py) or on a Slurm node behind its login node
+(activities/slurm_backend.py). The SSH connection is asked for at each new local connection, so one
+re-established after a dead link serves the same local port.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import asyncssh
 
+from activities.ssh_config import DeployOptions
+
 _PIPE_CHUNK = 256 * 1024
+
+
+async def open_ssh(
+    hostname: str, port: int, user: str, keys: Sequence[Any], options: DeployOptions, tunnel: Any = ()
+) -> asyncssh.SSHClientConnection:
+    """An SSH connection as Ferry makes them (an SSH host's, a login node's): key-only (no agent, no
+    ssh_config), host keys checked against `options.known_hosts` (None: any), the options' keepalives, at
+    most `connect_timeout` seconds. OSError, asyncssh.Error or TimeoutError when it cannot."""
+    known = options.known_hosts
+    return await asyncio.wait_for(
+        asyncssh.connect(
+            hostname,
+            port,
+            tunnel=tunnel,
+            username=user,
+            client_keys=keys,
+            known_hosts=None if known is None else str(Path(known).expanduser()),
+            agent_path=None,
+            config=None,
+            password_auth=False,
+            kbdint_auth=False,
+            keepalive_interval=options.keepalive_interval,
+            keepalive_count_max=options.keepalive_count_max,
+            connect_timeout=options.connect_timeout,
+        ),
+        options.connect_timeout,
+    )
 
 
 class LocalTunnel:

@@ -55,22 +55,9 @@ async def measure(side: FerrySide, workdir: Path, tasks: int) -> None:
     r = side.report
     cluster = await asyncio.to_thread(SlurmCluster(workdir).up)
     api = side.api(PROJECT)
-    login = cluster.login
-    backend = SlurmBackendConfiguration.model_validate(
-        {
-            "type": "slurm",
-            "login": {
-                "hostname": login.address,
-                "user": login.user,
-                "identity_file": str(login.identity_file),
-            },
-            "partitions": [{"name": "low", "preemptible": True}, "high"],
-            "directory": str(workdir / "shared"),
-            "python": "/usr/bin/python3",
-        }
-    )
+    backend = SlurmBackendConfiguration.model_validate(cluster.backend(workdir / "shared"))
     keys = process_keys({"FERRY_HOME": str(side.home)})  # the stack's worker opens the login key with them
-    record_backend(side.store, PROJECT, backend, login.identity_file.read_text(), keys)
+    record_backend(side.store, PROJECT, backend, cluster.login.identity_file.read_text(), keys)
     fleets: list[str] = []
     try:
         await _fresh(side, api, cluster, fleets)

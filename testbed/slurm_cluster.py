@@ -138,6 +138,22 @@ class SlurmCluster:
     def namespace(self, k: int) -> str:
         return f"{self.tag}-n{k}"
 
+    def backend(self, directory: Path) -> dict[str, object]:
+        """A `type: slurm` backend of this cluster (docs/backends.md): its login host, `low` preemptible and
+        `high`, `directory` shared (the namespaces share this filesystem), the nodes' python3 (this one's)."""
+        login = self.login
+        return {
+            "type": "slurm",
+            "login": {
+                "hostname": login.address,
+                "user": login.user,
+                "identity_file": str(login.identity_file),
+            },
+            "partitions": [{"name": "low", "preemptible": True}, "high"],
+            "directory": str(directory),
+            "python": "/usr/bin/python3",
+        }
+
     def namespaces(self) -> list[str]:
         """This cluster's namespaces that still exist."""
         names = [line.split()[0] for line in _ip("netns", "list", check=False).splitlines() if line.split()]

@@ -7,7 +7,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from core.backends.slurm import fleet_prefix
 from core.configuration import FleetConfiguration, SlurmBackendConfiguration, parse_configuration
 from core.fleets.status import FleetStatus
 from core.settings import Settings
-from store import open_store
+from store import RunRecord, open_store
 from testbed.fleets import WAIT, task, until
 from testbed.helpers import deploy_options
 from testbed.slurm_cluster import SlurmCluster
@@ -71,21 +71,8 @@ async def stack(
     bundles = tmp_path / "bundles"
     queue = f"slurm-{uuid.uuid4().hex[:8]}"
     api = FerryAPI(client, store, project=queue, task_queue=queue)
-    login = slurm.login
-    backend = SlurmBackendConfiguration.model_validate(
-        {
-            "type": "slurm",
-            "login": {
-                "hostname": login.address,
-                "user": login.user,
-                "identity_file": str(login.identity_file),
-            },
-            "partitions": [{"name": "low", "preemptible": True}, "high"],
-            "directory": str(tmp_path / "shared"),
-            "python": "/usr/bin/python3",
-        }
-    )
-    record_backend(store, queue, backend, login.identity_file.read_text())
+    backend = SlurmBackendConfiguration.model_validate(slurm.backend(tmp_path / "shared"))
+    record_backend(store, queue, backend, slurm.login.identity_file.read_text())
     repo = tmp_path / "repo"
     repo.mkdir()
 
@@ -270,15 +257,7 @@ async def test_an_allocation_slurm_refuses_fails_the_run_with_slurms_reason(stac
 async def test_a_worker_restarted_while_the_allocation_is_made_creates_it_once_and_reaches_its_agent(
     stack: SlurmStack,
 ) -> None:
-    await stack.api.fleets().apply(stack.fleet_configuration(nodes="0..1", idle_duration="1s"))
-    gate = stack.repo / "gate"
-    run = await stack.api.submit(
-        task(
-            [f"while [ ! -e {gate} ]; do sleep 0.2; done; echo through"], resources=NODE, fleets=[stack.fleet]
-        ),
-        repo_dir=stack.repo,
-        run_name=f"w-{uuid.uuid4().hex[:6]}",
-    )
+    gate, run = await gated_run(stack, "w")
     # The worker stops as soon as Slurm has the allocation: the fleet asked, the answer may be lost.
     await until("the allocation to be submitted", lambda: stack.our_jobs(), ALLOCATION_WAIT)
     await stack.restart_worker()
@@ -294,6 +273,19 @@ async def test_a_worker_restarted_while_the_allocation_is_made_creates_it_once_a
     assert len([j for j in stack.slurm.jobs() if j["name"].startswith(prefix)]) == 1
 
 
+async def gated_run(stack: SlurmStack, tag: str) -> tuple[Path, RunRecord]:
+    """A `nodes: 0..1` fleet and a run whose task waits for its gate (a file), then says `through`."""
+    await stack.api.fleets().apply(stack.fleet_configuration(nodes="0..1", idle_duration="1s"))
+    gate = stack.repo / f"gate-{tag}"
+    command = f"while [ ! -e {gate} ]; do sleep 0.2; done; echo through"
+    run = await stack.api.submit(
+        task([command], resources=NODE, fleets=[stack.fleet]),
+        repo_dir=stack.repo,
+        run_name=f"{tag}-{uuid.uuid4().hex[:6]}",
+    )
+    return gate, run
+
+
 async def _running(stack: SlurmStack, run_name: str) -> bool:
     return (await stack.api.get_run(run_name)).status == "running"
 
@@ -301,15 +293,7 @@ async def _running(stack: SlurmStack, run_name: str) -> bool:
 async def test_the_login_node_unreachable_makes_the_instances_unreachable_not_failed(
     stack: SlurmStack,
 ) -> None:
-    await stack.api.fleets().apply(stack.fleet_configuration(nodes="0..1", idle_duration="1s"))
-    gate = stack.repo / "gate"
-    run = await stack.api.submit(
-        task(
-            [f"while [ ! -e {gate} ]; do sleep 0.2; done; echo through"], resources=NODE, fleets=[stack.fleet]
-        ),
-        repo_dir=stack.repo,
-        run_name=f"u-{uuid.uuid4().hex[:6]}",
-    )
+    gate, run = await gated_run(stack, "u")
     await until("the run to be running", lambda: _running(stack, run.run_name), ALLOCATION_WAIT)
     stack.slurm.cut_login()
     try:
@@ -331,14 +315,7 @@ async def _instance_status(stack: SlurmStack, status: str) -> bool:
 
 async def test_ps_says_what_slurm_keeps_a_pending_allocation_for(stack: SlurmStack) -> None:
     await stack.api.fleets().apply(stack.fleet_configuration(nodes="0..1", idle_duration="1s"))
-    nodes = str(len(stack.slurm.node_names))
-    blocker = stack.slurm.slurm(
-        "sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-N", nodes, "--wrap", "sleep 120"
-    )
-    try:
-        await until(
-            "the blocker to run", lambda: stack.slurm.job(blocker.strip())["JobState"] == "RUNNING", WAIT
-        )
+    async with holding_every_node(stack, "high"):
         run = await stack.api.submit(
             task(["true"], resources=NODE, fleets=[stack.fleet]),
             repo_dir=stack.repo,
@@ -348,11 +325,6 @@ async def test_ps_says_what_slurm_keeps_a_pending_allocation_for(stack: SlurmSta
             "ferry ps to say why it waits", lambda: _waiting_words(stack, run.id), ALLOCATION_WAIT
         )
         assert said.startswith("waiting for capacity: Slurm job "), said
-        assert said.endswith(
-            ("Resources: the nodes it needs are busy", "Priority: jobs of higher priority are ahead of it")
-        )
-    finally:
-        stack.slurm.slurm("scancel", blocker.strip())
     done = await asyncio.wait_for(stack.api.wait(run.run_name), ALLOCATION_WAIT)
     assert done.status == "done"
 
@@ -360,8 +332,10 @@ async def test_ps_says_what_slurm_keeps_a_pending_allocation_for(stack: SlurmSta
 def _waiting_words(stack: SlurmStack, run_id: str) -> str | None:
     jobs = stack.api.store.list_job_submissions(run_id)
     words = [j.status_message or "" for j in jobs]
-    # "Slurm job N: pending" until the fleet's watch has heard Slurm's reason
-    return next((w for w in words if "Slurm job" in w and not w.endswith(": pending")), None)
+    # "Slurm job N: pending" until the fleet's watch has heard Slurm's reason, which may be `None: Slurm
+    # has not looked at it yet` before its scheduler has
+    said = ("Resources: the nodes it needs are busy", "Priority: jobs of higher priority are ahead of it")
+    return next((w for w in words if "Slurm job" in w and w.endswith(said)), None)
 
 
 async def test_spot_policy_auto_takes_the_preemptible_partition_and_falls_back_when_it_is_full(
@@ -381,22 +355,13 @@ async def test_spot_policy_auto_takes_the_preemptible_partition_and_falls_back_w
     [g1] = [j for j in stack.slurm.jobs() if j["name"] == f"{prefix}g1"]
     assert stack.slurm.job(g1["id"])["Partition"] == "low"
     # Someone else's job fills the preemptible partition: the next allocation goes where it can start now.
-    nodes = str(len(stack.slurm.node_names))
-    blocker = stack.slurm.slurm(
-        "sbatch", "--parsable", "-o", "/dev/null", "-p", "low", "-N", nodes, "--wrap", "sleep 300"
-    )
-    try:
-        await until(
-            "the blocker to run", lambda: stack.slurm.job(blocker.strip())["JobState"] == "RUNNING", WAIT
-        )
+    async with holding_every_node(stack, "low"):
         second = await stack.api.submit(
             task(["true"], resources=NODE, fleets=[stack.fleet]),
             repo_dir=stack.repo,
             run_name=f"b-{uuid.uuid4().hex[:6]}",
         )
         assert (await asyncio.wait_for(stack.api.wait(second.run_name), ALLOCATION_WAIT)).status == "done"
-    finally:
-        stack.slurm.slurm("scancel", blocker.strip())
     [g2] = [j for j in stack.slurm.jobs() if j["name"] == f"{prefix}g2"]
     assert stack.slurm.job(g2["id"])["Partition"] == "high"
 
@@ -411,14 +376,7 @@ async def test_offers_say_what_the_backend_could_give_now_later_or_never(
         ("low", True, "now"),
         ("high", False, "now"),
     ]
-    nodes = str(len(stack.slurm.node_names))
-    blocker = stack.slurm.slurm(
-        "sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "-N", nodes, "--wrap", "sleep 300"
-    )
-    try:
-        await until(
-            "the blocker to run", lambda: stack.slurm.job(blocker.strip())["JobState"] == "RUNNING", WAIT
-        )
+    async with holding_every_node(stack, "high"):
         offers = await backend_offers(stack.api.store, stack.api.project, stack.fleet, 1)
         assert [(o.partition, o.fit) for o in offers] == [("low", "when free"), ("high", "when free")]
         assert all(o.reasons[0].startswith("Slurm would start it at about ") for o in offers)
@@ -426,6 +384,18 @@ async def test_offers_say_what_the_backend_could_give_now_later_or_never(
         offers = await backend_offers(stack.api.store, stack.api.project, stack.fleet, 4)
         assert [(o.partition, o.fit) for o in offers] == [("low", "never"), ("high", "never")]
         assert all("Requested node configuration is not available" in o.reasons[0] for o in offers), offers
-    finally:
-        stack.slurm.slurm("scancel", blocker.strip())
     assert stack.our_jobs() == []  # an offer submits nothing
+
+
+@asynccontextmanager
+async def holding_every_node(stack: SlurmStack, partition: str) -> AsyncIterator[None]:
+    """Someone else's job on every node of the cluster, in `partition`, while the block runs."""
+    nodes = str(len(stack.slurm.node_names))
+    job = stack.slurm.slurm(
+        "sbatch", "--parsable", "-o", "/dev/null", "-p", partition, "-N", nodes, "--wrap", "sleep 300"
+    )
+    try:
+        await until("the blocker to run", lambda: stack.slurm.job(job.strip())["JobState"] == "RUNNING", WAIT)
+        yield
+    finally:
+        stack.slurm.slurm("scancel", job.strip())
