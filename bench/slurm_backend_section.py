@@ -5,7 +5,8 @@ bench's embedded stack doing the work (docs/backends.md).
 Three figures, each beside Slurm's own for the same work in the same invocation:
 
 - **fresh allocation**: a task submitted to an empty `nodes: 0..1` fleet, until its process starts (its
-  `start` event), against `sbatch` of the same shape until `squeue` says RUNNING (polled every 50 ms);
+  `start` event): the backend's first (the agent's bundle built, sent, unpacked), then another once that
+  allocation is released, against `sbatch` of the same shape until `squeue` says RUNNING (polled every 50 ms);
 - **preemption**: a run on the preemptible partition, preempted by a job of the higher one, until its new
   submission's process starts on a new allocation; beside the run's retry backoff (15 s) plus Slurm's own
   allocation time, the issue's goal;
@@ -115,10 +116,24 @@ async def _fresh(side: FerrySide, api: FerryAPI, cluster: SlurmCluster, fleets: 
         task(["true"], resources=NODE, fleets=[fleet.name]), repo_dir=side.repo, run_name="fresh"
     )
     started = await _started(side, record)
+    # The first allocation of a backend builds the agent's bundle, sends it and unpacks it on the nodes.
+    r.put("slurm_backend_first_allocation_to_running_s", started - submitted)
+    await side.result(record)
+    prefix = fleet_prefix(PROJECT, fleet.name or "")
+    await until("the idle allocation's release", lambda: not _ours(cluster, prefix), WAIT)
+    submitted = time.time()
+    record = await api.submit(
+        task(["true"], resources=NODE, fleets=[fleet.name]), repo_dir=side.repo, run_name="fresh-again"
+    )
+    started = await _started(side, record)
     r.put("slurm_backend_fresh_allocation_to_running_s", started - submitted)
     slurm = await _slurm_running(cluster, "-p", "high", "-c", "1", "--mem=922M", "--wrap", "sleep 30")
     r.put("slurm_sbatch_to_running_s", slurm)
     r.put("slurm_backend_fresh_allocation_ratio", (started - submitted) / slurm if slurm else 0.0)
+
+
+def _ours(cluster: SlurmCluster, prefix: str) -> list[dict[str, str]]:
+    return [job for job in cluster.jobs(finished=False) if job["name"].startswith(prefix)]
 
 
 async def _preemption(side: FerrySide, api: FerryAPI, cluster: SlurmCluster, fleets: list[str]) -> None:
