@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import pytest_asyncio
 
@@ -18,10 +19,15 @@ from cli.api import FerryAPI
 from cli.backend import record_backend
 from cli.backend_offers import backend_offers
 from core.backends.slurm import fleet_prefix
-from core.configuration import FleetConfiguration, SlurmBackendConfiguration, parse_configuration
+from core.configuration import (
+    FleetConfiguration,
+    ServiceConfiguration,
+    SlurmBackendConfiguration,
+    parse_configuration,
+)
 from core.fleets.status import FleetStatus
 from core.settings import Settings
-from store import RunRecord, open_store
+from store import RunRecord, ServiceReplicaRecord, open_store
 from testbed.fleets import WAIT, task, until
 from testbed.helpers import deploy_options
 from testbed.slurm_cluster import SlurmCluster
@@ -399,3 +405,41 @@ async def holding_every_node(stack: SlurmStack, partition: str) -> AsyncIterator
         yield
     finally:
         stack.slurm.slurm("scancel", job.strip())
+
+
+async def test_a_service_replica_on_a_slurm_node_is_probed_ready_and_serves(stack: SlurmStack) -> None:
+    """Where the worker and the proxy can route to the compute nodes (here: the root namespace is on their
+    bridge), a replica on a node serves at the URL the proxies forward to. Through the login node they
+    cannot yet (docs/backends.md#not-done-yet)."""
+    await stack.api.fleets().apply(stack.fleet_configuration(nodes="0..1", idle_duration="1s"))
+    serve = "cd $(mktemp -d) && echo on-slurm > index.html && exec python3 -m http.server 8000"
+    conf = parse_configuration(
+        {
+            "type": "service",
+            "port": 8000,
+            "auth": False,
+            "commands": [serve],
+            "resources": NODE,
+            "fleets": [stack.fleet],
+        }
+    )
+    assert isinstance(conf, ServiceConfiguration)
+    record = await stack.api.submit(conf, repo_dir=stack.repo, run_name=f"web-{uuid.uuid4().hex[:4]}")
+    try:
+
+        async def ready() -> ServiceReplicaRecord | None:
+            replicas = stack.api.store.list_service_replicas([record.id])
+            return next((r for r in replicas if r.state == "ready"), None)
+
+        replica = await until("the replica to be probed ready", ready, ALLOCATION_WAIT)
+        [job] = stack.api.store.list_job_submissions(record.id)
+        assert job.instance_name == f"{stack.fleet}-g1-0"
+        assert replica.url.startswith(
+            f"http://{dict(stack.slurm.nodes)[stack.slurm.node_names[0]].rsplit('.', 1)[0]}."
+        )
+        async with httpx.AsyncClient() as http:
+            answer = await http.get(replica.url, timeout=10)
+        assert (answer.status_code, answer.text.strip()) == (200, "on-slurm")
+    finally:
+        await stack.api.stop(record.run_name, abort=True)
+        await asyncio.wait_for(stack.api.wait(record.run_name), ALLOCATION_WAIT)
