@@ -19,17 +19,13 @@ from activities.instances import InstanceDirectory, UnknownInstance
 from activities.jobs import heartbeating
 from activities.slurm_backend import SlurmBackend, SlurmBackendError, SlurmRefused
 from core.backends.slurm import (
-    INTERRUPTIONS,
-    NEVER_REASONS,
-    Ending,
     JobState,
-    SlurmJob,
     allocation_request,
     job_name,
     partitions_for,
-    pending_words,
     pick_partition,
 )
+from core.backends.slurm_watch import unreachable_news, watch_news
 from core.configuration.backend import SlurmBackendConfiguration, SlurmPartition
 from core.fleets.growth import CreateGroup, GroupCall, GroupNews, StartGroup, WatchGroups
 from core.wire import activity_names as names
@@ -146,19 +142,19 @@ class ProvisioningActivities:
     async def watch_groups(self, call: WatchGroups) -> list[GroupNews]:
         """Until Slurm says something of the fleet's groups that the fleet does not know yet."""
         backend = self._backends.get(call.project, call.backend)
-        by_name = {name: group for group, (name, _) in call.groups.items()}
+        names = sorted(name for name, _ in call.groups.values())
         failures = 0
         async with heartbeating():
             while True:
                 try:
-                    jobs = await asyncio.wait_for(backend.jobs(sorted(by_name)), WATCH_LIMIT)
+                    jobs = await asyncio.wait_for(backend.jobs(names), WATCH_LIMIT)
                 except (SlurmBackendError, TimeoutError) as err:
                     failures += 1
-                    if failures >= FAILURES_TO_LOSE and (lost := _unreachable(call, str(err))):
+                    if failures >= FAILURES_TO_LOSE and (lost := unreachable_news(call, str(err))):
                         return lost
                 else:
                     failures = 0
-                    news = _changes(call, by_name, jobs)
+                    news = watch_news(call, jobs)
                     if news:
                         return news
                 await asyncio.sleep(WATCH_EVERY)
@@ -176,20 +172,19 @@ class ProvisioningActivities:
             fields = await backend.job_fields(call.backend_id)
             nodes = await backend.node_addresses(fields.get("NodeList", ""))
             deadline = time.monotonic() + STARTUP_LIMIT
-            if True:
-                while True:
-                    said, token = await backend.announcements(call.job_name)
-                    errors = [
-                        f"{node}: {said[node]['error']}" for node, _ in nodes if "error" in said.get(node, {})
-                    ]
-                    if errors:
-                        return _start_failed(call, backend, "; ".join(errors))
-                    if all("port" in said.get(node, {}) for node, _ in nodes):
-                        break
-                    if time.monotonic() > deadline:
-                        missing = [node for node, _ in nodes if node not in said]
-                        return _start_failed(call, backend, f"no agent answered on {', '.join(missing)}")
-                    await asyncio.sleep(0.5)
+            while True:
+                said, token = await backend.announcements(call.job_name)
+                errors = [
+                    f"{node}: {said[node]['error']}" for node, _ in nodes if "error" in said.get(node, {})
+                ]
+                if errors:
+                    return _start_failed(call, backend, "; ".join(errors))
+                if all("port" in said.get(node, {}) for node, _ in nodes):
+                    break
+                if time.monotonic() > deadline:
+                    missing = [node for node, _ in nodes if node not in said]
+                    return _start_failed(call, backend, f"no agent answered on {', '.join(missing)}")
+                await asyncio.sleep(0.5)
             slots = []
             for instance, (node, address) in zip(call.instances, nodes, strict=False):
                 client = await backend.client(instance, address, int(said[node]["port"]), token)
@@ -217,75 +212,7 @@ class ProvisioningActivities:
         return GroupNews(group=call.group, state="released")
 
 
-def _unreachable(call: WatchGroups, why: str) -> list[GroupNews]:
-    """The groups the fleet holds as running, reported unreachable (once: the fleet then knows)."""
-    words = f"the login node of backend {call.backend} does not answer: {why}"
-    return [
-        GroupNews(group=group, state="unreachable", reason=words)
-        for group, (_, known) in sorted(call.groups.items())
-        if known == "running"
-    ]
-
-
 def _start_failed(call: StartGroup, backend: SlurmBackend, why: str) -> GroupNews:
     return GroupNews(
         group=call.group, state="refused", reason=f"backend {backend.name}: the agent did not start: {why}"
-    )
-
-
-def state_key(job: SlurmJob | None) -> str:
-    """What the fleet knows of a group, as the watch compares it: `waiting:Resources`, `running`..."""
-    if job is None:
-        return "gone"
-    meaning, ending = job.meaning
-    if meaning == JobState.WAITING:
-        return f"waiting:{job.reason}"
-    if meaning == JobState.ENDED:
-        return f"ended:{ending}"
-    return "running"
-
-
-def _changes(call: WatchGroups, by_name: dict[str, str], jobs: list[SlurmJob]) -> list[GroupNews]:
-    found = {job.name: job for job in jobs}
-    news = []
-    for name, group in sorted(by_name.items()):
-        known = call.groups[group][1]
-        job = found.get(name)
-        key = state_key(job)
-        if known == "unreachable":  # the login node answers again: back, then whatever else Slurm says
-            news.append(GroupNews(group=group, state="reachable"))
-            known = "running"
-        if key == known or (job is None and known.startswith("ended")):
-            continue
-        if job is None:
-            news.append(GroupNews(group=group, state="ended", reason="Slurm no longer has its allocation"))
-            continue
-        meaning, ending = job.meaning
-        if meaning == JobState.WAITING:
-            state = "refused" if job.reason in NEVER_REASONS else "waiting"
-            news.append(
-                GroupNews(group=group, state=state, backend_id=job.job_id, reason=pending_words(job.reason))
-            )
-        elif meaning == JobState.ENDED:
-            news.append(_ended(call, group, job, ending))
-        elif known != "running":
-            news.append(GroupNews(group=group, state="running", backend_id=job.job_id))
-    return news
-
-
-def _ended(call: WatchGroups, group: str, job: SlurmJob, ending: Ending | None) -> GroupNews:
-    words = {
-        Ending.PREEMPTED: "was preempted",
-        Ending.TIME_LIMIT: "reached its time limit",
-        Ending.NODE_FAILURE: "lost a node",
-        Ending.CANCELLED: "was cancelled",
-        Ending.EXITED: f"ended ({job.state})",
-    }
-    said = words.get(ending or Ending.EXITED, job.state)
-    return GroupNews(
-        group=group,
-        state="ended",
-        backend_id=job.job_id,
-        reason=f"its Slurm allocation {job.job_id} on backend {call.backend} {said}",
-        interrupted=ending in INTERRUPTIONS,
     )

@@ -33,6 +33,7 @@ from core.backends.slurm import (
     SQUEUE_FORMAT,
     TEST_ONLY,
     AllocationRequest,
+    JobState,
     SlurmJob,
     batch_script,
     parse_scontrol,
@@ -181,7 +182,7 @@ class SlurmBackend:
     async def submit(self, request: AllocationRequest, startup_timeout: float) -> str:
         """The allocation's Slurm job id: the one of its name Slurm knows, else a new `sbatch`."""
         known = await self.jobs([request.job_name])
-        active = [job for job in known if job.state not in ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT")]
+        active = [job for job in known if job.meaning[0] != JobState.ENDED]
         if active:
             return active[0].job_id
         base, bundle, python = await self.prepare()

@@ -19,6 +19,7 @@ from cli.errors import FerryError, FerryGroup, NotFound, one_line_errors
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from activities.slurm_backend import SlurmBackend
     from cli.context import Context
     from core.configuration import SlurmBackendConfiguration
     from core.configuration.loading import LoadedConfiguration
@@ -128,24 +129,35 @@ def _login_key(file: str, configuration: SlurmBackendConfiguration) -> str:
     return text
 
 
-async def _check(ctx: Context, configuration: SlurmBackendConfiguration, key: str) -> list[str]:
-    """The partitions Slurm has that the backend lists; FerryError naming what is wrong."""
-    from activities.slurm_backend import SlurmBackend, SlurmBackendError
+def login_only(configuration: SlurmBackendConfiguration, key: str) -> SlurmBackend:
+    """The backend as the CLI reaches it: its login node only (no agent is sent), host keys checked as the
+    worker's are (FERRY_SSH_KNOWN_HOSTS)."""
+    from activities.slurm_backend import SlurmBackend
     from activities.ssh_config import DeployOptions
     from core.settings import Settings
 
-    settings = Settings.from_env()
-    options = DeployOptions(known_hosts=settings.ssh_known_hosts)
-
     async def no_bundle(_: object) -> object:
-        raise AssertionError("applying a backend sends no agent")
+        raise AssertionError("the CLI sends no agent")
 
-    backend = SlurmBackend(configuration.backend_name, configuration, key, options, no_bundle)  # type: ignore[arg-type]
+    options = DeployOptions(known_hosts=Settings.from_env().ssh_known_hosts)
+    return SlurmBackend(configuration.backend_name, configuration, key, options, no_bundle)  # type: ignore[arg-type]
+
+
+def one_line(name: str, err: Exception) -> FerryError:
+    """A backend's error as the CLI says it: once prefixed with the backend's name."""
+    said = str(err)
+    return FerryError(said if said.startswith(f"backend {name}:") else f"backend {name}: {said}")
+
+
+async def _check(ctx: Context, configuration: SlurmBackendConfiguration, key: str) -> list[str]:
+    """The partitions Slurm has that the backend lists; FerryError naming what is wrong."""
+    from activities.slurm_backend import SlurmBackendError
+
+    backend = login_only(configuration, key)
     try:
         said = await backend.slurm("sinfo", "-h", "-o", "%R")
     except SlurmBackendError as err:
-        said, name = str(err), configuration.backend_name
-        raise FerryError(said if said.startswith(f"backend {name}:") else f"backend {name}: {said}") from None
+        raise one_line(configuration.backend_name, err) from None
     finally:
         await backend.aclose()
     known = sorted(set(said.split()))

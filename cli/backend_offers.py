@@ -16,9 +16,8 @@ from store import Store
 
 async def backend_offers(store: Store, project: str, fleet: str, nodes: int) -> list[BackendOffer]:
     """[] for a fleet without `nodes`."""
-    from activities.slurm_backend import SlurmBackend, SlurmBackendError
-    from activities.ssh_config import DeployOptions
-    from core.settings import Settings
+    from activities.slurm_backend import SlurmBackendError
+    from cli.backend import login_only, one_line
     from store.backend_repository import open_backend_key
     from store.keys import process_keys
 
@@ -31,13 +30,7 @@ async def backend_offers(store: Store, project: str, fleet: str, nodes: int) -> 
         raise FerryError(f"fleet {fleet}'s backend {name} is no longer configured (ferry backend list)")
     configuration = FleetConfiguration.model_validate_json(record.configuration)
     backend_configuration = SlurmBackendConfiguration.model_validate(backend_record.configuration_data())
-    options = DeployOptions(known_hosts=Settings.from_env().ssh_known_hosts)
-
-    async def no_bundle(_: object) -> object:
-        raise AssertionError("an offer sends no agent")
-
-    key = open_backend_key(process_keys(), backend_record)
-    backend = SlurmBackend(name, backend_configuration, key, options, no_bundle)  # type: ignore[arg-type]
+    backend = login_only(backend_configuration, open_backend_key(process_keys(), backend_record))
     offers = []
     try:
         for partition in partitions_for(backend_configuration, configuration.spot_policy):
@@ -47,8 +40,7 @@ async def backend_offers(store: Store, project: str, fleet: str, nodes: int) -> 
             wait, words = await backend.start_estimate(request)
             offers.append(_offer(name, partition.name, partition.preemptible, wait, words))
     except SlurmBackendError as err:
-        said = str(err)
-        raise FerryError(said if said.startswith(f"backend {name}:") else f"backend {name}: {said}") from None
+        raise one_line(name, err) from None
     finally:
         await backend.aclose()
     return offers

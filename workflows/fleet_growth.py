@@ -20,6 +20,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from core.backends.slurm import job_name
+    from core.backends.slurm_watch import known_key
     from core.fleets.book import FleetBook, FleetInput
     from core.fleets.growth import CreateGroup, GroupCall, GroupNews, StartGroup, WatchGroups
     from core.fleets.provisioning import GroupPhase, InstanceGroup
@@ -109,7 +110,7 @@ class Growth:
         """One watch over the groups the backend holds or gave, told what the fleet knows of each."""
         assert book.provisioning is not None
         watched = {
-            group.name: (self._call(group).job_name, _known(group))
+            group.name: (self._call(group).job_name, known_key(group))
             for group in book.provisioning.groups.values()
             if group.phase in (GroupPhase.WAITING, GroupPhase.STARTING, GroupPhase.READY)
         }
@@ -161,15 +162,6 @@ class Growth:
         if self._watch is not None and not self._watch.done():
             abandon(self._watch)
         self._watch = None
-
-
-def _known(group: InstanceGroup) -> str:
-    """What the fleet knows of a group, as the watch compares it (activities.provisioning.state_key)."""
-    if group.unreachable:
-        return "unreachable"
-    if group.phase == GroupPhase.WAITING:
-        return f"waiting:{(group.reason or '').split(':')[0]}"
-    return "running"
 
 
 def _why(error: BaseException) -> str:
