@@ -30,6 +30,7 @@ from activities.instances import LOCAL_INSTANCE, InstanceDirectory, UnknownInsta
 from activities.jobs import heartbeating, remove_task
 from activities.ssh import HostPool
 from activities.ssh_config import SSHTarget, ssh_targets
+from core.backends.slurm import slurm_backend_name
 from core.configuration import FleetConfiguration
 from core.fleets.messages import (
     CleanInstance,
@@ -310,9 +311,10 @@ class InstanceResolver:
             if record is None
             else await asyncio.to_thread(self._store.get_fleet, record.project, record.fleet)
         )
-        if fleet is not None and fleet.backend.startswith("slurm:") and self._backends is not None:
+        backend = None if fleet is None else slurm_backend_name(fleet.backend)
+        if fleet is not None and backend is not None and self._backends is not None:
             # A node of an allocation another worker reached (docs/backends.md#how-an-instance-is-made).
-            await self._backends.reach(fleet.project, fleet.backend.removeprefix("slurm:"), fleet.name, name)
+            await self._backends.reach(fleet.project, backend, fleet.name, name)
             return
         if record is None or fleet is None or fleet.backend != "ssh" or self._instances.pool is None:
             raise UnknownInstance(f"instance {name!r} is not known to this worker, nor to the store")

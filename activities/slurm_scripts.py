@@ -57,9 +57,10 @@ with socket.socket() as probe:
     probe.bind(("0.0.0.0", 0))
     port = probe.getsockname()[1]
 python = [sys.executable, "-I", "-S"]
-# On all the node's addresses, token-protected: the login node reaches it there (docs/backends.md).
+# On all the node's addresses, the API token-protected and the SSH server open to the jobs' own keys only:
+# the login node reaches both there (docs/backends.md#dev-environments-and-attach).
 agent = [*python, os.path.join(bundle, "ferry_agent.py"), "--host", "0.0.0.0", "--allow-remote",
-         "--port", str(port),
+         "--ssh-host", "0.0.0.0", "--port", str(port),
          "--token-file", os.path.join(group_dir, "token"), "--data-dir", os.path.join(node_dir, "data"),
          "--log-level", "warning"]
 command = [*python, os.path.join(bundle, "ferry_supervisor.py"), "--port", str(port), "--state-file",

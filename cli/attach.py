@@ -1,9 +1,10 @@
 """`ferry attach RUN`: the user's own OpenSSH into a running job (docs/attach.md).
 
-The job's agent runs an SSH server on its instance's loopback; the job's workflow tells where
-(`JobWorkflow.ssh_endpoint`). This writes `Host <run>` (and `<run>-host` for an SSH fleet's host, the jump to
-that loopback) into Ferry's SSH config, forwards the configuration's `ports` to localhost with `ssh -N -L`,
-prints the IDE link of a dev environment, and follows the run's logs until Ctrl-C releases the forwards.
+The job's agent runs an SSH server on its instance (on its loopback; on a Slurm node, on the node's
+addresses); the job's workflow tells where (`JobWorkflow.ssh_endpoint`). This writes `Host <run>` (and the
+jump to it: `<run>-host` for an SSH fleet's host, `<run>-login` for a Slurm backend's login node) into
+Ferry's SSH config, forwards the configuration's `ports` to localhost with `ssh -N -L`, prints the IDE link
+of a dev environment, and follows the run's logs until Ctrl-C releases the forwards.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from activities.ssh_config import SSHTarget, ssh_targets
+from activities.ssh_config import ssh_targets
 from cli import render
 from cli.context import Context, confirm
 from cli.dev_environments import ide_link
@@ -37,8 +38,11 @@ from cli.ssh_hosts import (
     write_entries,
 )
 from cli.user_keys import user_key
+from core.backends.slurm import slurm_backend_name
 from core.configuration import FleetConfiguration, NotARun, parse_configuration
+from core.configuration.backend import SlurmBackendConfiguration, SlurmLogin
 from core.configuration.fields import PortMapping
+from core.configuration.fleet import ProxyJump
 from core.run_types import configurator_for
 from core.status import JobStatus, RunStatus
 from core.wire.messages import SSHEndpoint
@@ -202,7 +206,9 @@ async def _running_job(
 def _route(
     store: Store, home: Path, alias: str, endpoint: SSHEndpoint
 ) -> tuple[list[HostEntry], dict[str, str]]:
-    """The job's `Host` entry, behind its SSH fleet host's entry when the instance is not this machine."""
+    """The job's `Host` entry, behind the host it is reached through when the instance is not this machine:
+    an SSH fleet's host (the agent's SSH server is on its loopback), or a Slurm backend's login node (the
+    agent's SSH server is on the compute node's addresses, docs/backends.md#dev-environments-and-attach)."""
     key = str(user_key(home))
     key_alias = f"ferry-agent-{endpoint.instance_name}"
     job_host = HostEntry(
@@ -214,13 +220,33 @@ def _route(
         host_key_alias=key_alias,
     )
     host_keys = {key_alias: endpoint.host_key} if endpoint.host_key else {}
-    target = _ssh_fleet_host(store, endpoint.instance_name)
+    instance = store.find_instance(endpoint.instance_name)
+    fleet = (
+        store.get_fleet(instance.project, instance.fleet)
+        if instance is not None and instance.fleet != LOCAL_FLEET
+        else None
+    )
+    if instance is None or fleet is None:
+        return [job_host], host_keys
+    if (backend := slurm_backend_name(fleet.backend)) is not None:
+        login = _slurm_login(store, fleet.project, backend)
+        hop = HostEntry(
+            alias=f"{alias}-login",
+            hostname=login.hostname,
+            port=login.port,
+            user=login.user,
+            identity_file=login.identity_file,
+            proxy_jump=_jump(login.proxy_jump, login.user, login.port),
+        )
+        job_host = dataclasses.replace(job_host, hostname=instance.address, proxy_jump=hop.alias)
+        return [job_host, hop], host_keys
+    conf = FleetConfiguration.model_validate(fleet.configuration_data())
+    target = next((t for t in ssh_targets(conf, instance.fleet) if t.name == endpoint.instance_name), None)
     if target is None:
         return [job_host], host_keys
     jump = None
     if target.proxy_jump is not None:
-        hop = target.proxy_jump
-        jump = f"{hop.user}@{hop.hostname}:{hop.port}"
+        jump = f"{target.proxy_jump.user}@{target.proxy_jump.hostname}:{target.proxy_jump.port}"
     fleet_host = HostEntry(
         alias=f"{alias}-host",
         hostname=target.hostname,
@@ -233,16 +259,20 @@ def _route(
     return [job_host, fleet_host], host_keys
 
 
-def _ssh_fleet_host(store: Store, instance_name: str) -> SSHTarget | None:
-    """The SSH fleet host the instance is (None: this machine's local instance)."""
-    instance = store.find_instance(instance_name)
-    if instance is None or instance.fleet == LOCAL_FLEET:
+def _slurm_login(store: Store, project: str, backend: str) -> SlurmLogin:
+    record = store.get_backend(project, backend)
+    if record is None:
+        raise CommandError(
+            f"project {project} has no backend {backend} any more: its nodes cannot be reached"
+        )
+    return SlurmBackendConfiguration.model_validate(record.configuration_data()).login
+
+
+def _jump(hop: ProxyJump | None, user: str, port: int) -> str | None:
+    """OpenSSH's ProxyJump for a login node's own `proxy_jump` (its unset fields are the login's)."""
+    if hop is None:
         return None
-    fleet = store.get_fleet(instance.project, instance.fleet)
-    if fleet is None:
-        return None
-    conf = FleetConfiguration.model_validate(fleet.configuration_data())
-    return next((t for t in ssh_targets(conf, instance.fleet) if t.name == instance_name), None)
+    return f"{hop.user or user}@{hop.hostname}:{hop.port or 22}"
 
 
 def _offer_include(home: Path, console: Console) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from cli.errors import FerryError
-from core.backends.slurm import STARTS_NOW, allocation_request, partitions_for
+from core.backends.slurm import STARTS_NOW, allocation_request, partitions_for, slurm_backend_name
 from core.configuration import FleetConfiguration, SlurmBackendConfiguration
 from core.fleets.offers import BackendOffer, Fit
 from store import Store
@@ -22,9 +22,9 @@ async def backend_offers(store: Store, project: str, fleet: str, nodes: int) -> 
     from store.keys import process_keys
 
     record = store.get_fleet(project, fleet)
-    if record is None or not record.backend.startswith("slurm:"):
+    name = None if record is None else slurm_backend_name(record.backend)
+    if record is None or name is None:
         return []
-    name = record.backend.removeprefix("slurm:")
     backend_record = store.get_backend(project, name)
     if backend_record is None:
         raise FerryError(f"fleet {fleet}'s backend {name} is no longer configured (ferry backend list)")

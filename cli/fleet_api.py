@@ -16,6 +16,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from cli.errors import FerryError, NotFound, RunNotFound
+from core.backends.slurm import fleet_backend_column
 from core.configuration import FleetConfiguration, RunConfiguration
 from core.fleets.book import FleetInput, instance_name
 from core.fleets.messages import FleetDescription
@@ -189,7 +190,11 @@ class FleetAPI:
             id=fleet_id(self.project, name),
             project=self.project,
             name=name,
-            backend="local" if configuration is None else "ssh" if backend is None else f"slurm:{backend}",
+            backend="local"
+            if configuration is None
+            else "ssh"
+            if backend is None
+            else fleet_backend_column(backend),
             configuration="{}" if configuration is None else configuration.model_dump_json(),
             status=FleetStatus.ACTIVE,
             workflow_id=fleet_workflow_id(self.project, name),

@@ -12,6 +12,7 @@ python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 command -v sftp >/dev/null 2>&1 || need+=(openssh-client)  # ferry attach, tests/agent/test_ssh_*: ssh, scp, sftp
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v slurmctld >/dev/null 2>&1 || need+=(slurm-wlm munge)  # tests/slurm: a real Slurm cluster (testbed/slurm_cluster.py)
+[ -x /usr/sbin/nft ] || need+=(nftables)  # tests/slurm: compute nodes reached only through the login host
 command -v docker-compose >/dev/null || need+=(docker-compose)  # tests/e2e/test_compose.py: `config` only
 command -v podman >/dev/null 2>&1 || need+=(podman)  # tests/containers: the agent's container executor
 [ -x /usr/sbin/runc ] || need+=(runc)  # podman's runtime here (docs/containers.md)

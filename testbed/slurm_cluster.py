@@ -31,6 +31,7 @@ from pathlib import Path
 from testbed.netns import SSHD, _alive, _ip, _keygen, _kill_namespace, _kill_processes
 
 _PREFIX = "fs"
+_WALL = "ferry_wall"  # wall_off_nodes' nftables table
 _MARKER = "FERRY_SLURM_CLUSTER"
 _OWNED_TAG = re.compile(rf"^{_PREFIX}(\d+)$")
 _OWNED_NAMESPACE = re.compile(rf"^{_PREFIX}(\d+)-")
@@ -394,6 +395,24 @@ class SlurmCluster:
 
     def heal_login(self) -> None:
         _ip("-n", self.switch, "link", "set", f"{self.tag}bl", "up")
+
+    def wall_off_nodes(self) -> None:
+        """The compute hosts refuse every new TCP connection from this machine's side of the bridge but
+        slurmctld's to slurmd, as a cluster's private network does: Ferry's worker, proxy and CLI then reach
+        the nodes only through the login host (nftables in each compute namespace)."""
+        for k in range(1, len(self.node_names) + 1):
+            nft = ["ip", "netns", "exec", self.namespace(k), "nft"]
+            subprocess.run([*nft, "add", "table", "inet", _WALL], check=True)
+            hook = "{ type filter hook input priority 0; policy accept; }"
+            subprocess.run([*nft, "add", "chain", "inet", _WALL, "input", hook], check=True)
+            rule = f"ip saddr {self.address} tcp dport != 6818 ct state new drop"
+            subprocess.run([*nft, "add", "rule", "inet", _WALL, "input", *rule.split()], check=True)
+
+    def open_nodes(self) -> None:
+        """Undoes wall_off_nodes (idempotent)."""
+        for k in range(1, len(self.node_names) + 1):
+            nft = ["ip", "netns", "exec", self.namespace(k), "nft"]
+            subprocess.run([*nft, "delete", "table", "inet", _WALL], check=False, capture_output=True)
 
     def kill_slurmd(self, k: int) -> None:
         """Node k fails: every process in its namespace (slurmd, its job steps) killed; the node keeps its

@@ -26,6 +26,19 @@ JOB_NAME_PREFIX = "ferry-"
 SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%P"
 
 
+FLEET_BACKEND_PREFIX = "slurm:"  # a fleet record's `backend` column for a fleet on the backend that follows
+
+
+def fleet_backend_column(backend: str) -> str:
+    """What a fleet on the Slurm backend `backend` records as its backend (store FleetRecord.backend)."""
+    return f"{FLEET_BACKEND_PREFIX}{backend}"
+
+
+def slurm_backend_name(column: str) -> str | None:
+    """The Slurm backend a fleet record's `backend` column names; None for an SSH or the local fleet."""
+    return column.removeprefix(FLEET_BACKEND_PREFIX) if column.startswith(FLEET_BACKEND_PREFIX) else None
+
+
 def job_name(project: str, fleet: str, allocation: str) -> str:
     """The Slurm job name of one of a fleet's allocations: stable, and short enough for every `squeue`."""
     digest = hashlib.sha256(f"{project}/{fleet}".encode()).hexdigest()[:10]

@@ -7,12 +7,14 @@ from core.backends.slurm import (
     AllocationRequest,
     Ending,
     JobState,
+    fleet_backend_column,
     job_state,
     parse_squeue,
     parse_test_only,
     pending_words,
     pick_partition,
     sbatch_arguments,
+    slurm_backend_name,
 )
 from core.configuration.backend import SlurmPartition
 from core.fleets.book import FleetBook, apply, deployed, schedule
@@ -123,6 +125,12 @@ def test_a_refused_allocation_fails_its_replica_with_slurms_reason() -> None:
     assert [(n.kind, n.job_id, n.message) for n in notices] == [(NoticeKind.REFUSED, "a/0", why)]
     assert current.scheduler.queue == [] and current.provisioning is not None
     assert current.provisioning.groups == {}  # Slurm never had it: nothing to cancel
+
+
+def test_a_fleet_record_names_its_slurm_backend_and_ssh_and_local_fleets_none() -> None:
+    assert slurm_backend_name(fleet_backend_column("hpc")) == "hpc"
+    assert slurm_backend_name("ssh") is None
+    assert slurm_backend_name("local") is None
 
 
 def test_slurm_states_and_reasons() -> None:

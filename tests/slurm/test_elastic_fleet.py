@@ -6,99 +6,22 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
-import pytest_asyncio
 
-from cli.api import FerryAPI
-from cli.backend import record_backend
 from cli.backend_offers import backend_offers
 from core.backends.slurm import fleet_prefix
 from core.configuration import (
-    FleetConfiguration,
     ServiceConfiguration,
-    SlurmBackendConfiguration,
     parse_configuration,
 )
-from core.fleets.status import FleetStatus
-from core.settings import Settings
-from store import RunRecord, ServiceReplicaRecord, open_store
+from store import RunRecord, ServiceReplicaRecord
 from testbed.fleets import WAIT, task, until
-from testbed.helpers import deploy_options
-from testbed.slurm_cluster import SlurmCluster
-from tests.slurm.conftest import wait_no_jobs
-from worker.main import build_worker, local_instances
-from worker.temporal import connect
-
-ALLOCATION_WAIT = 180.0  # an allocation, then its agent's first start (bundle unpacked) on a loaded machine
-NODE = {"cpu": 1, "memory": "1GB", "disk": "0GB.."}
-
-
-@dataclass
-class SlurmStack:
-    api: FerryAPI
-    slurm: SlurmCluster
-    repo: Path
-    fleet: str
-    workers: AsyncExitStack
-    start_worker: Callable[[], Awaitable[None]]
-
-    async def restart_worker(self) -> None:
-        """The worker stopped (its activities cancelled, its tunnels and clients gone), and a new one with
-        an empty instance directory started in its place."""
-        await self.workers.aclose()
-        await self.start_worker()
-
-    def fleet_configuration(self, **fields: object) -> FleetConfiguration:
-        conf = parse_configuration({"type": "fleet", "name": self.fleet, "resources": NODE} | fields)
-        assert isinstance(conf, FleetConfiguration)
-        return conf
-
-    def our_jobs(self) -> list[dict[str, str]]:
-        prefix = fleet_prefix(self.api.project, self.fleet)
-        return [job for job in self.slurm.jobs(finished=False) if job["name"].startswith(prefix)]
-
-
-@pytest_asyncio.fixture
-async def stack(
-    slurm: SlurmCluster,
-    temporal_address: str,  # noqa: F811
-    ferry_home: Path,  # noqa: F811
-    tmp_path: Path,
-) -> AsyncIterator[SlurmStack]:
-    settings = Settings.from_env({"FERRY_HOME": str(ferry_home)})
-    store = open_store(settings.database_url)
-    client = await connect(temporal_address)
-    bundles = tmp_path / "bundles"
-    queue = f"slurm-{uuid.uuid4().hex[:8]}"
-    api = FerryAPI(client, store, project=queue, task_queue=queue)
-    backend = SlurmBackendConfiguration.model_validate(slurm.backend(tmp_path / "shared"))
-    record_backend(store, queue, backend, slurm.login.identity_file.read_text())
-    repo = tmp_path / "repo"
-    repo.mkdir()
-
-    async def start_worker() -> None:
-        made.workers = AsyncExitStack()
-        instances = local_instances(settings, deploy_options(tmp_path, bundles))
-        made.workers.push_async_callback(instances.aclose)
-        await made.workers.enter_async_context(build_worker(client, instances, store, task_queue=queue))
-
-    made = SlurmStack(api, slurm, repo, f"hpc-{uuid.uuid4().hex[:4]}", AsyncExitStack(), start_worker)
-    await start_worker()
-    try:
-        yield made
-        record = store.get_fleet(queue, made.fleet)
-        if record is not None and record.status != FleetStatus.DELETED:
-            await api.fleets().delete(made.fleet, wait=ALLOCATION_WAIT)
-        await until("the fleet's Slurm jobs to end", lambda: not made.our_jobs(), ALLOCATION_WAIT)
-    finally:
-        await made.workers.aclose()
-        await asyncio.to_thread(wait_no_jobs, slurm)
+from tests.slurm.conftest import ALLOCATION_WAIT, NODE, SlurmStack
 
 
 async def test_a_task_on_an_empty_elastic_fleet_gets_an_allocation_that_is_released_when_idle(
@@ -125,9 +48,6 @@ async def test_a_task_on_an_empty_elastic_fleet_gets_an_allocation_that_is_relea
     await until("the idle allocation to be released", lambda: not stack.our_jobs(), ALLOCATION_WAIT)
     described = await stack.api.fleets().describe(stack.fleet)
     assert described.instances == []
-
-
-from tests.lifecycle.conftest import ferry_home, temporal_address  # noqa: E402, F401
 
 
 async def test_a_preempted_allocation_is_an_interruption_and_the_run_recovers_on_a_new_one(
