@@ -14,6 +14,7 @@ from typing import Any
 
 from activities.ssh_config import DeployOptions
 from cli.api import FerryAPI
+from cli.dev_environments import ask_connections, dev_views
 from cli.fleet_api import FleetAPI
 from core.configuration import (
     FleetConfiguration,
@@ -147,6 +148,28 @@ async def user_ssh(tool: str, config: Path, *args: str) -> subprocess.CompletedP
         timeout=WAIT,
         stdin=subprocess.DEVNULL,
     )
+
+
+async def until_ps_sees_attached(
+    api: FerryAPI, config: Path, alias: str, home: Path, record: RunRecord, job: JobSubmissionRecord
+) -> None:
+    """`ssh -N <alias>` held open (the user's OpenSSH, Ferry's config) until what `ferry ps` asks of the job
+    (through the worker, to its agent) counts the connection: the dev environment shows attached."""
+    held = subprocess.Popen(
+        ["ssh", "-F", str(config), "-o", "BatchMode=yes", "-N", alias],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+
+        async def attached_now() -> bool:
+            told = await ask_connections(api.client, [(record, job)])
+            return dev_views([(record, [job])], home, told)[record.id].attached
+
+        await until("ps to see the held connection", attached_now)
+    finally:
+        held.terminate()
+        held.wait(WAIT)
 
 
 async def until(what: str, probe: Any, limit: float = WAIT) -> Any:

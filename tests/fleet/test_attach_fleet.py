@@ -8,7 +8,6 @@ connection made through the jump."""
 from __future__ import annotations
 
 import io
-import subprocess
 from pathlib import Path
 
 from rich.console import Console
@@ -19,7 +18,7 @@ from cli.dev_environments import ask_connections, dev_views
 from cli.user_keys import public_key_line
 from core.configuration import DevEnvironmentConfiguration, parse_configuration
 from core.status import JobStatus
-from testbed.fleets import SMALL, WAIT, Cluster, until, user_ssh
+from testbed.fleets import SMALL, Cluster, until_ps_sees_attached, user_ssh
 from testbed.netns import HostNetwork
 
 
@@ -90,22 +89,8 @@ async def test_a_dev_environment_on_a_fleet_host_is_reached_through_the_hosts_ss
         assert back.read_text() == "to the fleet's job\n"
 
         # What `ferry ps` shows: the link attach printed; attached while a connection is open.
+        await until_ps_sees_attached(api, config, "fleet-dev", home, record, job)
         runs = [(record, cluster.jobs(record))]
-        held = subprocess.Popen(
-            ["ssh", "-F", str(config), "-o", "BatchMode=yes", "-N", "fleet-dev"],
-            stdin=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        try:
-
-            async def attached_now() -> bool:
-                told = await ask_connections(api.client, [(record, job)])
-                return dev_views(runs, home, told)[record.id].attached
-
-            await until("ps to see the held connection", attached_now)
-        finally:
-            held.terminate()
-            held.wait(WAIT)
         view = dev_views(runs, home, await ask_connections(api.client, [(record, job)]))[record.id]
         assert view.link == f"vscode://vscode-remote/ssh-remote+fleet-dev{attached.working_dir}"
         assert cluster.status(record) == JobStatus.RUNNING

@@ -17,10 +17,9 @@ from rich.console import Console
 
 from cli.api import FerryAPI
 from cli.attach import attach
-from cli.dev_environments import ask_connections, dev_views
 from cli.user_keys import public_key_line
 from core.configuration import DevEnvironmentConfiguration, parse_configuration
-from testbed.fleets import WAIT, until, user_ssh
+from testbed.fleets import until_ps_sees_attached, user_ssh
 from tests.slurm.conftest import ALLOCATION_WAIT, NODE, SlurmStack
 
 
@@ -109,22 +108,7 @@ async def test_a_dev_environment_on_a_slurm_node_is_attached_through_the_login_n
             assert (Path(attached.working_dir) / "copied.txt").read_text() == "to the slurm job\n"
 
             # `ferry ps` sees a connection held open through the login node (asked through the worker).
-            held = subprocess.Popen(
-                ["ssh", "-F", str(config), "-o", "BatchMode=yes", "-N", run],
-                stdin=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
-            try:
-                runs = [(record, [job])]
-
-                async def attached_now() -> bool:
-                    told = await ask_connections(api.client, [(record, job)])
-                    return dev_views(runs, home, told)[record.id].attached
-
-                await until("ps to see the held connection", attached_now)
-            finally:
-                held.terminate()
-                held.wait(WAIT)
+            await until_ps_sees_attached(api, config, run, home, record, job)
         finally:
             await api.stop(run, abort=True)
             await asyncio.wait_for(api.wait(run), ALLOCATION_WAIT)
