@@ -251,6 +251,10 @@ class ServiceReplicaRecord(SQLModel, table=True):
     submission_num: int
     deployment_num: int = 0
     url: str  # http://host:port, what the proxies forward to
+    # How the worker and the proxies reach `url`: NULL directly; a backend's id (`project/name`,
+    # store.backend_repository.backend_id) through that backend's login node, for a replica on a compute node
+    # of a private network (docs/services.md#replicas-behind-a-login-node).
+    via: str | None = None
     state: str  # a core.services.replicas.ReplicaState value: probing, ready, unready or draining
     probes: str = Field(default="[]", sa_type=Text)  # JSON list of core.services.probes.ProbeStatus
     registered_at: float = Field(default_factory=time.time)
