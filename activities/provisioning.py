@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import asyncssh
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -18,6 +19,8 @@ from activities.fleet import described_slot
 from activities.instances import InstanceDirectory, UnknownInstance
 from activities.jobs import heartbeating
 from activities.slurm_backend import SlurmBackend, SlurmBackendError, SlurmRefused
+from activities.ssh_config import DeployOptions
+from activities.ssh_tunnel import LocalTunnel
 from core.backends.slurm import (
     JobState,
     allocation_request,
@@ -88,9 +91,36 @@ class SlurmBackends:
         except SlurmBackendError as err:
             raise UnknownInstance(f"instance {instance!r}: {err}") from None
 
+    async def tunnel(self, project: str, name: str, address: str, port: int) -> LocalTunnel:
+        """A local port carried to address:port beyond the backend's login node, over the login node's one
+        connection: a service replica's probes (docs/services.md#replicas-behind-a-login-node). The caller
+        closes it."""
+        backend = self.get(project, name)
+        tunnel = LocalTunnel(backend.connection, lambda: (address, port), _connect_timeout(self._instances))
+        await tunnel.start()
+        return tunnel
+
+    async def check_port(self, project: str, name: str, address: str, port: int) -> None:
+        """Returns once address:port beyond the login node has accepted a connection (then closed); OSError
+        saying why when it does not. A local tunnel's port always accepts: this asks the far side."""
+        backend = self.get(project, name)
+        try:
+            conn = await backend.connection()
+            _, writer = await asyncio.wait_for(
+                conn.open_connection(address, port), _connect_timeout(self._instances)
+            )
+        except (SlurmBackendError, asyncssh.Error, TimeoutError) as err:
+            raise OSError(str(err) or type(err).__name__) from None
+        writer.close()
+
     async def aclose(self) -> None:
         for _, backend in self._backends.values():
             await backend.aclose()
+
+
+def _connect_timeout(instances: InstanceDirectory) -> float:
+    options = instances.pool.options if instances.pool is not None else DeployOptions()
+    return options.connect_timeout
 
 
 class ProvisioningActivities:

@@ -3,6 +3,8 @@
 - `probe_replica` registers a running replica in the store (where every proxy reads it) and probes it
   until its state changes: ready once its probes pass, unready when one fails after that. The job
   workflow logs each change and calls it again; a lost worker's attempt is retried elsewhere (heartbeats).
+  A replica on a backend's compute node is registered with `via` (the backend's id) and probed through
+  the backend's login node, as the proxies reach it (docs/services.md#replicas-behind-a-login-node).
 - `drain_replica` takes the replica out of rotation and waits until every live proxy says it has no
   request in flight to it, so that stopping its job cuts none.
 - `unregister_replica` removes it once its job has ended.
@@ -13,8 +15,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import urlsplit
 
 import httpx
 from temporalio import activity
@@ -23,6 +30,8 @@ from activities.agent_client import AgentError
 from activities.handover import hands_over
 from activities.instances import InstanceDirectory
 from activities.jobs import heartbeating
+from activities.ssh_tunnel import LocalTunnel
+from core.backends.slurm import slurm_backend_name
 from core.configuration.service import ProbeSpec
 from core.services.autoscaler import desired_replicas
 from core.services.probes import PORT_PROBE, ProbeStatus, replica_state
@@ -37,6 +46,7 @@ from core.wire.services import (
     WatchLoad,
 )
 from store import ServiceReplicaRecord, Store
+from store.backend_repository import backend_id
 
 # How often an unready probe runs: faster than `interval` (dstack's default is 15 s) until the replica is
 # first ready, so that a replica gets traffic (a request held while scaling from zero is answered) well
@@ -50,26 +60,51 @@ DRAIN_POLL = 0.05
 LOAD_POLL = 0.5
 
 
+class LoginNodes(Protocol):
+    """The backends' login nodes as this worker reaches them (activities.provisioning.SlurmBackends)."""
+
+    async def tunnel(self, project: str, name: str, address: str, port: int) -> LocalTunnel: ...
+
+    async def check_port(self, project: str, name: str, address: str, port: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class ProbeRoute:
+    """Where this worker sends a replica's probes: `url` for HTTP ones, `port_open` for the port check."""
+
+    url: str
+    port_open: Callable[[], Awaitable[None]]  # returns once the replica's port accepted a connection
+
+
 class ServiceActivities:
-    def __init__(self, instances: InstanceDirectory, store: Store, *, load_poll: float = LOAD_POLL) -> None:
+    def __init__(
+        self,
+        instances: InstanceDirectory,
+        store: Store,
+        *,
+        load_poll: float = LOAD_POLL,
+        login_nodes: LoginNodes | None = None,
+    ) -> None:
         self._instances = instances
         self._store = store
         self._load_poll = load_poll
+        self._login_nodes = login_nodes
 
     @activity.defn(name=names.PROBE_REPLICA)
     async def probe_replica(self, request: ProbeReplica) -> ReplicaReadiness:
         async with heartbeating():
             url = await self._replica_url(request)
-            record = await asyncio.to_thread(self._register, request, url)
+            via = await asyncio.to_thread(self._via, request.instance_name)
+            record = await asyncio.to_thread(self._register, request, url, via)
             probes = list(request.service.probes)
             statuses = _statuses(probes, record)
             state = ReplicaState(record.state)
             due = [0.0] * len(statuses)
-            async with httpx.AsyncClient() as http:
+            async with self._probe_route(url, via) as route, httpx.AsyncClient() as http:
                 while True:
                     now = time.monotonic()
                     ready = [i for i, at in enumerate(due) if now >= at]
-                    results = await asyncio.gather(*(_probe(http, url, probes, i) for i in ready))
+                    results = await asyncio.gather(*(_probe(http, route, probes, i) for i in ready))
                     for i, (ok, result) in zip(ready, results, strict=True):
                         statuses[i] = statuses[i].after(ok, result)
                         due[i] = time.monotonic() + _interval(probes, i, statuses[i])
@@ -146,10 +181,38 @@ class ServiceActivities:
             address = instance.address if instance is not None and instance.address else "127.0.0.1"
         return f"http://{address}:{port}"
 
-    def _register(self, request: ProbeReplica, url: str) -> ServiceReplicaRecord:
+    def _via(self, instance_name: str) -> str | None:
+        """The backend whose login node reaches the instance (a node of an elastic fleet's allocation), by
+        its id; None for an instance reached directly (docs/backends.md)."""
+        instance = self._store.find_instance(instance_name)
+        fleet = None if instance is None else self._store.get_fleet(instance.project, instance.fleet)
+        backend = None if fleet is None else slurm_backend_name(fleet.backend)
+        return None if fleet is None or backend is None else backend_id(fleet.project, backend)
+
+    @contextlib.asynccontextmanager
+    async def _probe_route(self, url: str, via: str | None) -> AsyncIterator[ProbeRoute]:
+        """Probes go straight to `url`, or (with `via`) through the backend's login node: HTTP ones over a
+        local tunnel on its connection, kept while this activity probes; the port check as a channel of
+        that connection, since the tunnel's own port always accepts."""
+        target = urlsplit(url)
+        host, port = target.hostname or "127.0.0.1", target.port or 80
+        if via is None or self._login_nodes is None:
+            yield ProbeRoute(url, lambda: _port_open(host, port))
+            return
+        project, _, name = via.partition("/")
+        login_nodes = self._login_nodes
+        tunnel = await login_nodes.tunnel(project, name, host, port)
+        try:
+            yield ProbeRoute(
+                f"http://127.0.0.1:{tunnel.port}", lambda: login_nodes.check_port(project, name, host, port)
+            )
+        finally:
+            tunnel.close()
+
+    def _register(self, request: ProbeReplica, url: str, via: str | None) -> ServiceReplicaRecord:
         """The replica's record, registered now unless an earlier attempt did."""
         stored = self._store.get_replica(request.job_submission_id)
-        if stored is not None and stored.url == url:
+        if stored is not None and stored.url == url and stored.via == via:
             return stored
         record = ServiceReplicaRecord(
             id=request.job_submission_id,
@@ -158,6 +221,7 @@ class ServiceActivities:
             submission_num=request.submission_num,
             deployment_num=request.service.deployment_num,
             url=url,
+            via=via,
             state=request.known,
         )
         self._store.register_replica(record)
@@ -187,11 +251,18 @@ def _interval(probes: list[ProbeSpec], index: int, status: ProbeStatus) -> float
     return float(probes[index].interval) if probes else PORT_PROBE_EVERY
 
 
-async def _probe(http: httpx.AsyncClient, url: str, probes: list[ProbeSpec], index: int) -> tuple[bool, str]:
+async def _probe(
+    http: httpx.AsyncClient, route: ProbeRoute, probes: list[ProbeSpec], index: int
+) -> tuple[bool, str]:
     """One probe's result: (passed, what happened)."""
     if not probes:
-        return await _port_open(url)
+        try:
+            await asyncio.wait_for(route.port_open(), PORT_PROBE_TIMEOUT)
+        except (OSError, TimeoutError) as err:
+            return False, _short(err)
+        return True, "port open"
     probe = probes[index]
+    url = route.url
     headers = {h.name: h.value for h in probe.headers}
     try:
         response = await http.request(
@@ -204,14 +275,9 @@ async def _probe(http: httpx.AsyncClient, url: str, probes: list[ProbeSpec], ind
     return 200 <= response.status_code < 400, str(response.status_code)
 
 
-async def _port_open(url: str) -> tuple[bool, str]:
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), PORT_PROBE_TIMEOUT)
-    except (OSError, TimeoutError) as err:
-        return False, _short(err)
+async def _port_open(host: str, port: int) -> None:
+    _, writer = await asyncio.open_connection(host, port)
     writer.close()
-    return True, "port open"
 
 
 def _short(err: BaseException) -> str:

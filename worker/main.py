@@ -72,7 +72,7 @@ def activities_for(
     backends = SlurmBackends(store, instances)
     instances.closing(backends.aclose)
     provisioning = ProvisioningActivities(instances, backends)
-    services = ServiceActivities(instances, store)
+    services = ServiceActivities(instances, store, login_nodes=backends)
     volumes = VolumeActivities(store)
     metrics = MetricsActivities(instances)
     notifications = NotificationActivities(store)
