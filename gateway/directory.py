@@ -5,6 +5,9 @@ when anything changed, builds a new RoutingTable that the event loop swaps in wh
 read `directory.table`; a request held for a service without a ready replica waits on `wait_for_ready`,
 which wakes as soon as a table with a ready replica (or without the service) is swapped in.
 
+A replica behind a backend's login node is routed through this proxy's tunnel to it, once open
+(gateway.tunnels: docs/services.md#replicas-behind-a-login-node).
+
 Every `heartbeat_interval` (1 s) it records the proxy (id, public URL) with `gateway_seen`: workers
 draining a replica wait for the proxies seen lately; `stop` removes the record. A store that cannot be
 read leaves the last table in place: the proxy keeps routing to what it knew.
@@ -22,7 +25,8 @@ from typing import Any
 from gateway.draining import Drainer
 from gateway.options import GatewayOptions
 from gateway.routing_table import RoutingTable, ServiceKey, SettingsCache, build_table, rows_signature
-from store.models import GatewayRecord
+from gateway.tunnels import ReplicaTunnels
+from store.models import GatewayRecord, RunRecord, ServiceReplicaRecord
 from store.repository import Store
 
 log = logging.getLogger(__name__)
@@ -30,9 +34,16 @@ log = logging.getLogger(__name__)
 
 class Directory:
     def __init__(
-        self, store: Store, gateway_id: str, public_url: str, options: GatewayOptions, drainer: Drainer
+        self,
+        store: Store,
+        gateway_id: str,
+        public_url: str,
+        options: GatewayOptions,
+        drainer: Drainer,
+        tunnels: ReplicaTunnels | None = None,
     ) -> None:
         self.table = RoutingTable()
+        self.tunnels = tunnels or ReplicaTunnels.for_store(store)
         self._store = store
         self._gateway_id = gateway_id
         self._public_url = public_url
@@ -61,6 +72,7 @@ class Directory:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        await self.tunnels.aclose()
         try:
             await asyncio.to_thread(self._store.remove_gateway, self._gateway_id)
         except Exception:
@@ -94,21 +106,17 @@ class Directory:
             await asyncio.wait_for(event.wait(), timeout)
 
     async def refresh(self) -> None:
-        table = await asyncio.to_thread(self._read)
-        if table is not None:
-            self._swap(table)
+        runs, rows = await asyncio.to_thread(self._read)
+        replicas = await self.tunnels.follow(rows)
+        signature = rows_signature(runs, replicas)
+        if signature != self._signature:
+            self._swap(await asyncio.to_thread(build_table, runs, replicas, self._settings))
+            self._signature = signature
         self._drainer.table_changed(self.table)
 
-    def _read(self) -> RoutingTable | None:
-        """A new table, or None when the rows have not changed (in a thread)."""
-        runs = self._store.active_services()
-        replicas = self._store.list_service_replicas()
-        signature = rows_signature(runs, replicas)
-        if signature == self._signature:
-            return None
-        table = build_table(runs, replicas, self._settings)
-        self._signature = signature
-        return table
+    def _read(self) -> tuple[list[RunRecord], list[ServiceReplicaRecord]]:
+        """The active service runs and every registered replica (in a thread)."""
+        return self._store.active_services(), self._store.list_service_replicas()
 
     def _swap(self, table: RoutingTable) -> None:
         self.table = table
