@@ -1,8 +1,9 @@
-"""A dev environment on a Slurm node, attached through the login node (docs/backends.md#dev-environments-and-
-attach), with the compute nodes walled off from this machine as a cluster's private network is: only the
-login host reaches them. `ferry attach` writes `Host <run>-login` (the backend's login, its user and key)
-and `Host <run>` at the node's address jumping through it; the real OpenSSH client then runs a command in
-the job on the node, copies a file in, and `ferry ps` (through the worker's tunnel) sees the connection."""
+"""A dev environment on a Slurm node, attached through the login node
+(docs/backends.md#dev-environments-and-attach), with the compute nodes walled off from this machine as a
+cluster's private network is: only the login host reaches them. `ferry attach` writes `Host <run>-login`
+(the backend's login, its user and key) and `Host <run>` at the node's address jumping through it; the
+real OpenSSH client then runs a command in the job on the node, copies a file in, and `ferry ps` (through
+the worker's tunnel) sees the connection."""
 
 from __future__ import annotations
 
