@@ -20,24 +20,21 @@ forwarders never know. What to open and close is decided by the pure functions b
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import asyncssh
-
-from activities.ssh_config import DeployOptions
-from activities.ssh_tunnel import LocalTunnel, open_ssh
-from core.configuration.backend import SlurmBackendConfiguration
 from core.services.replicas import ReplicaState
-from core.settings import Settings
-from store.backend_repository import open_backend_key
-from store.keys import process_keys
 from store.models import ServiceReplicaRecord
 from store.repository import Store
+
+if TYPE_CHECKING:  # loaded once a replica is behind a login node (gateway.login_nodes): a proxy that
+    import asyncssh  # routes none starts without asyncssh
+
+    from activities.ssh_tunnel import LocalTunnel
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +117,9 @@ def retry_delay(failures: int) -> float:
 
 # --- the effects ------------------------------------------------------------------------------------------
 
-Connections = tuple[asyncssh.SSHClientConnection, ...]  # the login node's first, then its jump host's
+Connections = tuple["asyncssh.SSHClientConnection", ...]  # the login node's first, then its jump host's
 Opener = Callable[[str], Awaitable[Connections]]
+CONNECT_TIMEOUT = 10.0  # seconds, for a tunnel's channel to its replica (as the workers' SSH connections)
 
 
 class LoginLink:
@@ -200,12 +198,16 @@ class ReplicaTunnels:
         self._tunnels: dict[ReplicaTunnel, LocalTunnel] = {}
 
     @classmethod
-    def for_store(cls, store: Store, options: DeployOptions | None = None) -> ReplicaTunnels:
+    def for_store(cls, store: Store) -> ReplicaTunnels:
         """Over the backends recorded in `store`; host keys checked as the workers check them
         (FERRY_SSH_KNOWN_HOSTS, docs/backends.md#what-a-cluster-needs)."""
-        if options is None:
-            options = DeployOptions(known_hosts=Settings.from_env().ssh_known_hosts)
-        return cls(functools.partial(open_login, store, options), options.connect_timeout)
+
+        async def opener(via: str) -> Connections:
+            from gateway.login_nodes import open_login
+
+            return await open_login(store, via)
+
+        return cls(opener, CONNECT_TIMEOUT)
 
     async def follow(self, rows: list[ServiceReplicaRecord]) -> list[ServiceReplicaRecord]:
         """The rows to route by, with the tunnels and connections they need opened (or being made) and
@@ -227,6 +229,8 @@ class ReplicaTunnels:
         return routed_rows(rows, local)
 
     async def _open(self, tunnel: ReplicaTunnel) -> None:
+        from activities.ssh_tunnel import LocalTunnel
+
         opened = LocalTunnel(
             self._links[tunnel.via].current, lambda: (tunnel.host, tunnel.port), self._connect_timeout
         )
@@ -248,32 +252,3 @@ class ReplicaTunnels:
         for link in self._links.values():
             link.close()
         self._links.clear()
-
-
-def _login_of(store: Store, via: str) -> tuple[SlurmBackendConfiguration, str]:
-    """The backend's configuration and login key, opened (in a thread: the store, the key file)."""
-    project, _, name = via.partition("/")
-    record = store.get_backend(project, name)
-    if record is None:
-        raise LookupError(f"project {project} has no backend {name}")
-    configuration = SlurmBackendConfiguration.model_validate(record.configuration_data())
-    return configuration, open_backend_key(process_keys(), record)
-
-
-async def open_login(store: Store, options: DeployOptions, via: str) -> Connections:
-    """An SSH connection to backend `via`'s login node (through its jump host's, when it has one), as the
-    workers open theirs (activities.slurm_backend)."""
-    configuration, key_text = await asyncio.to_thread(_login_of, store, via)
-    key = asyncssh.import_private_key(key_text)
-    login = configuration.login
-    jump = None
-    if login.proxy_jump is not None:
-        hop = login.proxy_jump
-        jump = await open_ssh(hop.hostname, hop.port or 22, hop.user or login.user, [key], options)
-    try:
-        conn = await open_ssh(login.hostname, login.port, login.user, [key], options, jump or ())
-    except BaseException:
-        if jump is not None:
-            jump.abort()
-        raise
-    return (conn,) if jump is None else (conn, jump)
