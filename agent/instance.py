@@ -1,8 +1,9 @@
-"""The host's CPUs, memory and disk."""
+"""The host's CPUs, their architecture, memory and disk."""
 
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +19,21 @@ class HostCapacity:
 def cpu_count() -> int:
     # The CPUs this process may run on, which is what a cgroup- or taskset-limited host offers.
     return len(os.sched_getaffinity(0)) or os.cpu_count() or 1
+
+
+# The spellings core accepts in `cpu: arm:4` (core/configuration/resources.py `normalise_arch`), kept here
+# because the agent runs on the host's own Python and does not import core.configuration.
+_ARCHES = {
+    **{spelling: "x86" for spelling in ("x86", "x86_64", "amd64", "x64")},
+    **{spelling: "arm" for spelling in ("arm", "arm64", "aarch64")},
+}
+
+
+def cpu_arch(machine: str | None = None) -> str | None:
+    """`x86` or `arm`, as placement matches `cpu: arm:4` (docs/fleets.md#placement-and-blocks), from
+    `platform.machine()` (`x86_64`, `aarch64`, `arm64`, `AMD64`); None for any other (ppc64le, riscv64)."""
+    name = platform.machine() if machine is None else machine
+    return _ARCHES.get(name.strip().lower())
 
 
 def memory_bytes() -> int:

@@ -43,6 +43,7 @@ __all__ = [
     "ResourcesSpec",
     "allocation",
     "format_memory",
+    "known_arch",
     "parse_count_range",
     "parse_cpu",
     "parse_gpu",
@@ -65,6 +66,11 @@ def normalise_arch(value: str) -> str:
     if arch is None:
         raise ValueError(f"unknown CPU architecture {value!r}: use x86 or arm")
     return arch
+
+
+def known_arch(value: str | None) -> str | None:
+    """`x86` or `arm` from any usual spelling; None for None or any other (what an agent may report)."""
+    return _ARCHES.get(value.strip().lower()) if isinstance(value, str) else None
 
 
 DEFAULT_CPU = Range[int](min=2)

@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import Field
 
 from core.configuration.gpus import GPU
+from core.configuration.resources import known_arch
 from core.fleets.matching import InstanceResources, shortfalls
 from core.wire.agent_api import BYTES_PER_GB, InstanceInfo, Resources
 from core.wire.base import Frozen
@@ -165,6 +166,7 @@ def node_cost(slot: InstanceSlot, node: NodeRequest) -> tuple[int, Resources] | 
     if node.container and slot.container_engine is None:
         reasons.append("needs a container engine (image or python), instance has none")
     spec: dict[str, str] = {}  # the spec's reasons by resource: the amounts below do not repeat them
+    # An instance not yet described (one an elastic fleet is to make) is matched once its agent describes it.
     if node.spec is not None and slot.hardware is not None:
         spec = shortfalls(slot.hardware, node.spec, check_max=False)
     reasons += spec.values()
@@ -262,13 +264,15 @@ def resolve_blocks(blocks: int | Literal["auto"], total: Resources) -> int:
 
 
 def hardware_from_info(info: InstanceInfo) -> InstanceResources:
-    """What an agent reports about its host, as resource specs are matched against."""
+    """What an agent reports about its host, as resource specs are matched against. An agent of 0.1.0
+    reports no CPU architecture, nor does one on another than x86 or arm: unknown (docs/fleets.md)."""
     gpus = [GPU.from_driver(gpu.name, gpu.memory_mib, index=gpu.index) for gpu in info.gpus]
     return InstanceResources(
         cpus=info.cpus,
         memory_gb=info.memory_bytes / BYTES_PER_GB,
         disk_gb=info.disk_total_bytes / BYTES_PER_GB,
         gpus=gpus,
+        cpu_arch=known_arch(info.cpu_arch),
     )
 
 

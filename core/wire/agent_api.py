@@ -107,6 +107,9 @@ class InstanceInfo(_Model):
     container_engine: str | None = Field(
         default=None, description="the container engine the agent found, e.g. `podman 4.3.1`; None: none"
     )
+    cpu_arch: str | None = Field(
+        default=None, description="`x86` or `arm`; None: another, or an agent of 0.1.0 (which did not say)"
+    )
 
 
 class VolumeMount(_Model):
