@@ -14,7 +14,8 @@ from core.configuration.resources import GPUSpec, ResourcesSpec, normalise_arch
 
 
 class InstanceResources(BaseModel):
-    """What an instance has. `cpu_arch` (`x86`/`arm`) is checked only when both sides state one."""
+    """What an instance has. `cpu_arch` is `x86` or `arm` as its agent reports it; None: not known, which
+    satisfies no spec that names an architecture (docs/fleets.md#placement-and-blocks)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -82,8 +83,9 @@ def shortfalls(instance: InstanceResources, spec: ResourcesSpec, *, check_max: b
     reasons: dict[str, str] = {}
     if not _within(instance.cpus, spec.cpu, check_max):
         reasons["cpu"] = f"needs {spec.cpu} CPUs, instance has {format_number(instance.cpus)}"
-    if spec.cpu_arch is not None and instance.cpu_arch is not None and spec.cpu_arch != instance.cpu_arch:
-        reasons["cpu_arch"] = f"needs {spec.cpu_arch} CPUs, instance has {instance.cpu_arch}"
+    if spec.cpu_arch is not None and spec.cpu_arch != instance.cpu_arch:
+        has = instance.cpu_arch or "CPUs of an unknown architecture"
+        reasons["cpu_arch"] = f"needs {spec.cpu_arch} CPUs, instance has {has}"
     if not _within(instance.memory_gb, spec.memory, check_max):
         wanted = spec.memory.format(format_memory)
         reasons["memory"] = (

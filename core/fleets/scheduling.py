@@ -32,7 +32,7 @@ from collections.abc import Iterable
 
 from pydantic import Field
 
-from core.fleets.never_fits import explain_never_fits
+from core.fleets.never_fits import arch_never_fits, explain_never_fits
 from core.fleets.placement import (
     EPS,
     Allocation,
@@ -201,6 +201,8 @@ class SchedulerState(Frozen):
             costs = {slot.name: node_cost(slot, node) for slot in slots}
             why = {name: cost for name, cost in costs.items() if isinstance(cost, list)}
             if len(why) == len(costs):
+                if (arch := arch_never_fits(node, slots, whose)) is not None:
+                    return arch
                 what = "it" if len(request.nodes) == 1 else f"node {rank}"
                 return (
                     f"no instance{f' of {whose}' if whose else ''} can run {what}: {explain_never_fits(why)}"

@@ -602,7 +602,12 @@ def test_instance_pretty(instance: InstanceResources, text: str) -> None:
             [],
             [],
         ),
-        ({"cpu": "arm:2.."}, [], ["needs arm CPUs, instance has x86"], []),
+        (
+            {"cpu": "arm:2.."},
+            ["needs arm CPUs, instance has CPUs of an unknown architecture"],  # no architecture assumed
+            ["needs arm CPUs, instance has x86"],
+            ["needs arm CPUs, instance has CPUs of an unknown architecture"],
+        ),
         (
             {"cpu": "16..", "memory": "32GB..", "disk": "1TB..", "gpu": "H100:8"},
             [
