@@ -252,8 +252,11 @@ def fleets_table(
         for instance in instances:
             notes = [f"{instance.status}: {instance.status_message}"] if instance.status_message else []
             described = instance.description_data()
+            total, used, free = _use_cells(instance)
+            arch = (described.get("hardware") or {}).get("cpu_arch")  # matched by placement: docs/fleets.md
             cells = (
-                "", instance.name, instance.status, "", instance.address or "-", *_use_cells(instance),
+                "", instance.name, instance.status, "", instance.address or "-",
+                f"{arch} {total}" if arch and total != "-" else total, used, free,
                 _blocks(instance), str(instance.jobs), described.get("container_engine") or "-",
                 described.get("agent_release") or "-",
             )  # fmt: skip

@@ -136,6 +136,7 @@ def test_fleet_list_shows_each_instance_with_what_is_used_and_free(store: Store)
     Console(file=wide, width=250).print(fleets_table(listed, wide=True))
     [row] = [" ".join(line.split()) for line in wide.getvalue().splitlines() if "lab-0" in line]
     assert row.endswith("1/2 1 podman 4.3.1 0.25.0")  # -v: ENGINE and AGENT, as the agent described it
+    assert " x86 4cpu 15.5GB 1gpu " in row  # -v: RESOURCES, with the CPU architecture the agent reports
 
 
 def test_fleet_list_reads_the_store_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
