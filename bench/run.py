@@ -230,7 +230,10 @@ class Bench:
                 r.put("slurm_backend", f"skipped ({why})")
             else:
                 work, tasks = self.work / "slurm-backend", self.plan.slurm_backend_tasks
-                await self.section("slurm_backend", slurm_backend_section.measure(self.ferry, work, tasks))
+                with self.profile("slurm_backend"):
+                    await self.section(
+                        "slurm_backend", slurm_backend_section.measure(self.ferry, work, tasks)
+                    )
         self.ratios()
 
     async def section(self, name: str, body: Coroutine[Any, Any, None]) -> None:

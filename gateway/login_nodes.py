@@ -12,10 +12,11 @@ from activities.ssh_config import DeployOptions
 from activities.ssh_tunnel import open_ssh
 from core.configuration.backend import SlurmBackendConfiguration
 from core.settings import Settings
-from gateway.tunnels import Connections
 from store.backend_repository import open_backend_key
 from store.keys import process_keys
 from store.repository import Store
+
+Connections = tuple[asyncssh.SSHClientConnection, ...]  # the login node's first, then its jump host's
 
 
 def _login_of(store: Store, via: str) -> tuple[SlurmBackendConfiguration, str]:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # loaded once a replica is behind a login node (gateway.login
     import asyncssh  # routes none starts without asyncssh
 
     from activities.ssh_tunnel import LocalTunnel
+    from gateway.login_nodes import Connections
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +118,7 @@ def retry_delay(failures: int) -> float:
 
 # --- the effects ------------------------------------------------------------------------------------------
 
-Connections = tuple["asyncssh.SSHClientConnection", ...]  # the login node's first, then its jump host's
-Opener = Callable[[str], Awaitable[Connections]]
+Opener = Callable[[str], Awaitable["Connections"]]
 CONNECT_TIMEOUT = 10.0  # seconds, for a tunnel's channel to its replica (as the workers' SSH connections)
 
 
