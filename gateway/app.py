@@ -1,14 +1,13 @@
 """The proxy assembled: its parts, their start and stop, and the aiohttp application that serves them.
 
 `Gateway(store, public_url=...)` owns one directory (the routing table), balancer, drainer, request
-counter, token cache, client session and front door (gateway.fast_path.front_door: the fast path, with its
-pool of
-replica connections); `gateway.application()` is the aiohttp app, served by `gateway.site(runner, ...)`:
-plain requests on the fast path, the rest by the app. Starting the app
-(runner.setup) reads the table once and records the proxy in the store, so the first request finds its
-service. Stopping (runner.cleanup): held requests are answered 503 at once, those in flight (on the fast
-path too) get the runner's shutdown_timeout to finish, then the last counts are written and the proxy's
-record removed.
+counter, token cache, rate limiter (gateway.rate_limits), client session and front door
+(gateway.fast_path.front_door: the fast path, with its pool of replica connections);
+`gateway.application()` is the aiohttp app, served by `gateway.site(runner, ...)`: plain requests on the
+fast path, the rest by the app. Starting the app (runner.setup) reads the table once and records the
+proxy in the store, so the first request finds its service. Stopping (runner.cleanup): held requests are
+answered 503 at once, those in flight (on the fast path too) get the runner's shutdown_timeout to
+finish, then the last counts are written and the proxy's record removed.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from gateway.fast_path.front_door import FrontDoor, FrontSite
 from gateway.forwarding import Forwarder
 from gateway.models_api import ModelsApi
 from gateway.options import GatewayOptions
+from gateway.rate_limits import RateLimiter
 from gateway.request_stats import RequestStats
 from gateway.rules import MAX_HEAD, MAX_HEADERS
 from gateway.services_api import ServicesApi
@@ -54,8 +54,12 @@ class Gateway:
         self.directory = Directory(store, self.id, public_url, self.options, self.drainer)
         self.stats = RequestStats(store, self.id, self.options)
         self.tokens = TokenChecker(store, self.options)
-        self.forwarder = Forwarder(self.directory, self.balancer, self.stats, self.options)
-        self.front_door = FrontDoor(self.directory, self.balancer, self.tokens, self.stats, self.options)
+        # The services' rate limits, this process's share of them (docs/services.md#rate-limits).
+        self.rate_limiter = RateLimiter(workers=self.options.workers)
+        self.forwarder = Forwarder(self.directory, self.balancer, self.stats, self.options, self.rate_limiter)
+        self.front_door = FrontDoor(
+            self.directory, self.balancer, self.tokens, self.stats, self.options, self.rate_limiter
+        )
         access = Access(self.directory, self.tokens, self.stats)
         self._services = ServicesApi(access, self.forwarder)
         self._models = ModelsApi(access, self.forwarder)

@@ -1,5 +1,7 @@
 """Forwarding one request to a ready replica, and its answer back, streamed both ways.
 
+- Limiting: a request over one of the service's `rate_limits` is answered 429 at once, before a replica
+  is chosen or waited for (gateway.rate_limits, docs/services.md#rate-limits).
 - Choosing: the balancer picks a ready replica of the service in the current table. If the service has
   none (its replica is starting, or it is scaled to zero) the request is HELD for up to `hold_timeout`
   (120 s by default, `--hold-timeout`) until one is ready, then forwarded; the request counts are flushed
@@ -32,6 +34,7 @@ from gateway.balancer import Balancer
 from gateway.directory import Directory
 from gateway.headers import downstream_headers, is_websocket_upgrade, upstream_headers
 from gateway.options import GatewayOptions
+from gateway.rate_limits import RateLimiter, RateLimitRule, request_path, too_many_requests
 from gateway.replies import ErrorReply
 from gateway.request_stats import RequestStats
 from gateway.routing_table import Replica, Service
@@ -50,9 +53,15 @@ _NO_BODY = frozenset({204, 304})
 
 class Forwarder:
     def __init__(
-        self, directory: Directory, balancer: Balancer, stats: RequestStats, options: GatewayOptions
+        self,
+        directory: Directory,
+        balancer: Balancer,
+        stats: RequestStats,
+        options: GatewayOptions,
+        rate_limiter: RateLimiter,
     ) -> None:
         self._directory = directory
+        self._rate_limiter = rate_limiter
         self._balancer = balancer
         self._stats = stats
         self._options = options
@@ -95,6 +104,10 @@ class Forwarder:
         `body`: the request's body when the caller has read it already; else it streams from the client.
         `forward_authorization`: whether the replica gets the Authorization header (gateway.rules).
         """
+        if service.settings.rate_limits:
+            over = self._over_rate_limit(request, service, path, stripped_prefix)
+            if over is not None:
+                return errors(429, too_many_requests(f"{service.project}/{service.run_name}", over))
         chosen = await self._choose(service, errors)
         if isinstance(chosen, web.StreamResponse):
             return chosen
@@ -148,6 +161,29 @@ class Forwarder:
                 upstream.release()
         finally:
             self._balancer.release(replica.id)
+
+    def _over_rate_limit(
+        self, request: web.Request, service: Service, path: str, stripped_prefix: str | None
+    ) -> RateLimitRule | None:
+        """The limit the request is over, or None (it has taken its token). A prefix is matched against
+        the path within the service: `path` less the service's own path where the replica gets it whole
+        (strip_prefix: false), as it is for a model's request (its replica's path)."""
+        if stripped_prefix is None and path.startswith(service.path):
+            path = path[len(service.path) - 1 :]
+        headers = request.headers
+
+        def header(name: str) -> bytes | None:
+            value = headers.get(name)
+            # aiohttp decodes a head's bytes with surrogateescape: the fast path's raw bytes, back again.
+            return None if value is None else value.encode("utf-8", "surrogateescape").strip(b" \t")
+
+        return self._rate_limiter.refusal(
+            service.run_id,
+            service.settings.rate_limits,
+            request_path(path.encode("utf-8", "surrogateescape")),
+            (request.remote or "").encode(),
+            header,
+        )
 
     async def _choose(self, service: Service, errors: ErrorReply) -> Replica | web.Response:
         """A ready replica, acquired (the caller releases it), held for if need be; or the answer why not.

@@ -149,7 +149,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     options = GatewayOptions(
-        hold_timeout=args.hold_timeout, fast_path=args.fast_path, head_timeout=args.head_timeout
+        hold_timeout=args.hold_timeout,
+        fast_path=args.fast_path,
+        head_timeout=args.head_timeout,
+        workers=args.workers,
     )
     if args.workers == 1:
         _run(args, options, ready_file=args.ready_file)

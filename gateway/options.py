@@ -29,3 +29,6 @@ class GatewayOptions:
     )
     head_timeout: float = HEAD_TIMEOUT  # a request head's first byte to its blank line (gateway.rules)
     max_slow_heads: int = MAX_SLOW_HEADS  # connections whose head is still coming, at most
+    # Proxy processes sharing the port (gateway.workers): each enforces 1/workers of every rate limit
+    # (gateway.rate_limits.worker_share, docs/services.md#rate-limits).
+    workers: int = 1

@@ -3,8 +3,8 @@
 The directory builds a new one in a thread whenever the store's rows change and swaps it in whole, so a
 request reads one consistent table with plain dict lookups and never waits on the store. Each run's
 configuration (the JSON of its normalised ServiceConfiguration) is parsed once per configuration string,
-tolerantly: only `auth`, `strip_prefix` and `model` matter here, and a value of the wrong shape falls back
-to the safe default (auth on).
+tolerantly: only `auth`, `strip_prefix`, `model` and `rate_limits` matter here, and a value of the wrong
+shape falls back to the safe default (auth on; a malformed limit is skipped: gateway.rate_limits).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from core.services.replicas import ReplicaState, service_path
+from gateway.rate_limits import RateLimitRule, parse_rules
 from store.models import RunRecord, ServiceReplicaRecord
 
 DEFAULT_MODEL_PREFIX = "/v1"
@@ -44,6 +45,7 @@ class ServiceSettings:
     auth: bool = True
     strip_prefix: bool = True
     model: ModelRoute | None = None
+    rate_limits: tuple[RateLimitRule, ...] = ()  # docs/services.md#rate-limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,7 @@ def parse_settings(configuration: str) -> ServiceSettings:
         auth=data.get("auth") is not False,  # only an explicit `auth: false` makes a service public
         strip_prefix=data.get("strip_prefix") is not False,
         model=_model_route(data.get("model")),
+        rate_limits=parse_rules(data.get("rate_limits")),
     )
 
 

@@ -5,7 +5,8 @@ Every request head is first held to the proxy's limits (gateway.fast_path.head_c
 the connection closed; one that does not come whole within the head timeout gets 408, as does the one
 waiting longest when too many heads are still coming. Then it is routed (gateway.fast_path.routing.route).
 A plain HTTP/1.1 request for a service with a ready replica, from a client whose token is good (when the
-service has `auth`), is counted, given a replica by the balancer and forwarded by an Exchange
+service has `auth`), is held to the service's rate limits (gateway.rate_limits: one over them goes to
+the app, which answers 429), counted, given a replica by the balancer and forwarded by an Exchange
 (gateway.fast_path.exchange). Anything else is handed to the aiohttp app, with the bytes received so far: the
 connection's transport gets aiohttp's own protocol (`transport.set_protocol`), which serves this one
 request (`/healthz`, the models API, 404, 401, held requests, WebSockets, HTTP/1.0) and closes the
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Callable
 from time import monotonic
 from typing import cast
@@ -33,6 +35,8 @@ from gateway.fast_path.exchange import Exchange
 from gateway.fast_path.head_checks import HeadScan, whole_head_refusal
 from gateway.fast_path.heads import RequestHead, parse_request_head
 from gateway.fast_path.routing import route
+from gateway.rate_limits import request_path
+from gateway.routing_table import Service
 from gateway.rules import MAX_HEAD, ProxyRefusal, refusal_bytes, slow_head_refusal
 from gateway.tokens import bearer_token, carried_token
 
@@ -215,6 +219,10 @@ class ClientConnection(asyncio.Protocol):
                     return
             else:
                 forward_authorization = user is None  # gateway.rules.forwards_authorization
+        if service.settings.rate_limits and _over_rate_limit(door, head, head_bytes, service, self.address):
+            # The app answers it 429: it decides again, and a refusal takes no token (gateway.rate_limits).
+            self._hand_off(head, head_end)
+            return
         replica = door.balancer.pick(service)
         if replica is None:
             self._hand_off(head, head_end)
@@ -300,3 +308,21 @@ class ClientConnection(asyncio.Protocol):
         handler.head_received(received[:head_end])
         if head_end < len(received):
             handler.data_received(received[head_end:])
+
+
+def _over_rate_limit(
+    door: Door, head: RequestHead, head_bytes: bytes, service: Service, address: bytes
+) -> bool:
+    """Whether the request (`head`, read from `head_bytes`) is over one of the service's rate limits; if
+    not, it has taken its token. Its path within the service, and a header's first value (any header: the
+    head's bytes, as the app reads them, gateway.forwarding)."""
+    path = request_path(head.target[len(service.path) - 1 :])  # routed: the target starts with the path
+
+    def header(name: str) -> bytes | None:
+        line = re.search(b"\r\n" + re.escape(name.encode()) + b":([^\r]*)\r\n", head_bytes, re.IGNORECASE)
+        return None if line is None else line[1].strip(b" \t")
+
+    return (
+        door.rate_limiter.refusal(service.run_id, service.settings.rate_limits, path, address, header)
+        is not None
+    )

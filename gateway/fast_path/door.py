@@ -10,6 +10,7 @@ from gateway.balancer import Balancer
 from gateway.directory import Directory
 from gateway.fast_path.replica_pool import ReplicaPool
 from gateway.options import GatewayOptions
+from gateway.rate_limits import RateLimiter
 from gateway.request_stats import RequestStats
 from gateway.tokens import TokenChecker
 
@@ -21,6 +22,7 @@ class Door(Protocol):
     stats: RequestStats
     tokens: TokenChecker
     options: GatewayOptions
+    rate_limiter: RateLimiter
 
     def opened(self, connection: Any) -> None: ...
     def closed(self, connection: Any) -> None: ...

@@ -6,9 +6,9 @@ connection over to the app's own protocol when a request is not for it. With `Ga
 off it hands every request over, once its head has passed the same checks.
 
 The FrontDoor keeps what every fast-path connection shares (the routing table, balancer, token cache,
-request counts, the pool of replica connections), the set of open connections and those whose head is
-still coming. Idle connections are closed after KEEPALIVE seconds, and at shutdown, idle ones at once (the
-site's stop), busy ones once their request is over, given the runner's shutdown_timeout
+request counts, rate limiter, the pool of replica connections), the set of open connections and those
+whose head is still coming. Idle connections are closed after KEEPALIVE seconds, and at shutdown, idle
+ones at once (the site's stop), busy ones once their request is over, given the runner's shutdown_timeout
 (`finish_shutdown`, from the app's cleanup) before they are cut. Past `max_slow_heads` heads still coming,
 the connection whose head began first is refused (gateway.rules.TOO_MANY_SLOW_HEADS): a flood of slow
 clients costs each of them its connection, not everyone else their latency.
@@ -27,6 +27,7 @@ from gateway.directory import Directory
 from gateway.fast_path.connection import ClientConnection
 from gateway.fast_path.replica_pool import ReplicaPool
 from gateway.options import GatewayOptions
+from gateway.rate_limits import RateLimiter
 from gateway.request_stats import RequestStats
 from gateway.rules import TOO_MANY_SLOW_HEADS
 from gateway.tokens import TokenChecker
@@ -43,8 +44,10 @@ class FrontDoor:
         tokens: TokenChecker,
         stats: RequestStats,
         options: GatewayOptions,
+        rate_limiter: RateLimiter,
     ) -> None:
         self.directory = directory
+        self.rate_limiter = rate_limiter
         self.balancer = balancer
         self.tokens = tokens
         self.stats = stats
