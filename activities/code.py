@@ -16,9 +16,18 @@ from pathlib import Path
 
 import pathspec
 
-from core.configuration.code_sources import FileMapping, RepoSpec, code_path, code_repo
+from core.configuration.code_sources import (
+    FILES_IN_ARCHIVE,
+    FILES_MANIFEST,
+    FileMapping,
+    RepoSpec,
+    archive_path,
+    code_repo,
+    manifest,
+)
 
-ALWAYS_IGNORED = [".git/", ".venv/", "__pycache__/", "*.pyc"]
+# The root's FILES_IN_ARCHIVE is Ferry's place for `files` (docs/runs.md#files), never the user's.
+ALWAYS_IGNORED = [".git/", ".venv/", "__pycache__/", "*.pyc", f"/{FILES_IN_ARCHIVE}/"]
 # The repo goes with every run into the store: a configuration file in a big directory (a home, /tmp)
 # would otherwise have all of it packed, silently and for minutes. Past these, the run is refused.
 MAX_FILES = 20_000
@@ -75,40 +84,78 @@ class MissingCodeSource(ValueError):
 def code_sources(
     config_dir: Path, repos: list[RepoSpec], files: list[FileMapping], working_dir: str | None
 ) -> tuple[Path, list[tuple[Path, str]]]:
-    """The directory sent as the job's code, and the files added to it (each at its path in the code), as
-    the configuration's `repos` and `files` ask (docs/runs.md#code); what Ferry cannot place is left out
-    (the warning line names it). MissingCodeSource for a local path that is not there."""
+    """The directory sent as the job's code, and the files added to it (each at its path in the archive:
+    archive_path), as the configuration's `repos` and `files` ask (docs/runs.md#code). A local path is
+    the configuration file's directory's, absolute, or `~/...` (expanded here, on the user's machine).
+    MissingCodeSource for one that is not there; RepoTooLarge for one past the code's own limits."""
     local = code_repo(repos)
     root = (config_dir / local).resolve() if local is not None else config_dir
     if not root.is_dir():
         raise MissingCodeSource(f"repos: {local}: no such directory ({root})")
     extra = []
     for mapping in files:
-        target = code_path(mapping, working_dir)
         source = (config_dir / Path(mapping.local_path).expanduser()).resolve()
-        if target is None:
-            continue
-        if not source.exists():
-            raise MissingCodeSource(f"files: {mapping.local_path}: no such file or directory ({source})")
+        what = f"files: {mapping.local_path}:{mapping.path}"
+        if not source.is_dir() and not source.is_file():
+            raise MissingCodeSource(f"{what}: no such file or directory ({source})")
+        target = archive_path(mapping, working_dir)
+        if not source.is_dir() and (target == "." or target.endswith(f"/{FILES_IN_ARCHIVE}/home")):
+            raise MissingCodeSource(f"{what}: {source} is a file, and {mapping.path} a directory")
+        try:
+            count, size = _files_and_bytes(source)
+        except RepoTooLarge as err:
+            raise RepoTooLarge(f"{what}: {err}") from None
+        if size > MAX_BYTES:
+            raise RepoTooLarge(f"{what}: {source} is too big to send with the run (over {_LIMITS})")
         extra.append((source, target))
     return root, extra
 
 
+_LIMITS = f"{MAX_FILES} files or {MAX_BYTES // 2**20} MiB"
+
+
+def _files_and_bytes(source: Path) -> tuple[int, int]:
+    """How many files of `source` go with the run, and their bytes (RepoTooLarge past the limits)."""
+    if source.is_dir():
+        found = repo_files(source)
+        return len(found), sum((source / rel).stat().st_size for rel in found)
+    return 1, source.stat().st_size
+
+
 def pack_repo(root: Path, extra: list[tuple[Path, str]] | None = None) -> bytes:
-    """The archive of `root`'s files, and of each `extra` file or directory at its path (over `root`'s)."""
-    entries = {rel.as_posix(): root / rel for rel in repo_files(root)}
+    """The archive of `root`'s files, and of each `extra` file or directory at its path (over `root`'s),
+    with FILES_MANIFEST naming those paths in order when there are any. RepoTooLarge when all of them
+    together are past the code's limits."""
+    entries: dict[str, Path] = {rel.as_posix(): root / rel for rel in repo_files(root)}
     for source, target in extra or []:
         if source.is_dir():
-            entries.update({f"{target}/{rel.as_posix()}": source / rel for rel in repo_files(source)})
+            prefix = "" if target == "." else f"{target}/"
+            entries.update({f"{prefix}{rel.as_posix()}": source / rel for rel in repo_files(source)})
         else:
             entries[target] = source
+    total = sum(path.stat().st_size for path in entries.values())
+    if len(entries) > MAX_FILES or total > MAX_BYTES:
+        raise RepoTooLarge(f"the code and `files` together are too big to send with the run (over {_LIMITS})")
+    listed = manifest([target for _, target in extra]) if extra else None
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
-        for name in sorted(entries):
+        for name in sorted([*entries, *([FILES_MANIFEST] if listed is not None else [])]):
+            if name == FILES_MANIFEST and listed is not None:
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(listed), 0o644
+                tar.addfile(info, io.BytesIO(listed))
+                continue
             path = entries[name]
             info = tarfile.TarInfo(name)
             info.size = path.stat().st_size
-            info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
+            info.mode = _mode(path)
             with path.open("rb") as handle:
                 tar.addfile(info, handle)
     return buffer.getvalue()
+
+
+def _mode(path: Path) -> int:
+    """Executable or not, and private (0600, 0700) when the user's own file is: `~/.ssh/id_rsa` must stay
+    unreadable to others for ssh to take it (docs/runs.md#files)."""
+    mode = 0o755 if os.access(path, os.X_OK) else 0o644
+    return mode & 0o700 if not path.stat().st_mode & 0o044 else mode

@@ -11,6 +11,7 @@ from pathlib import Path
 from agent.code import CodeArchiveError, extract_archive, receive_archive
 from agent.executors import Executor
 from agent.executors.environment import write_mpi_hostfile
+from agent.files import move_out_of_code
 from agent.logs import OffsetOutOfRange, log_size, read_log
 from agent.records import TaskPaths, TaskRecord, load_job_spec, save_job_spec
 from agent.tasks import BadTaskRequest, TaskConflict, TaskRegistry
@@ -75,6 +76,7 @@ def _prepare(
     if paths.code_archive.exists():
         extract_archive(paths.code_archive, paths.workdir)
         paths.code_archive.unlink()
+        move_out_of_code(paths)  # `files` at an absolute or home path: the task's own (agent/files.py)
     write_mpi_hostfile(paths.mpi_hostfile, spec.cluster_info)  # before a container's binds are made
     # A container gets its volumes as bind mounts; host processes see them through links.
     links = link_volumes(record.volumes, paths.workdir) if record.container is None else []

@@ -3,7 +3,8 @@ task's record and job spec alone (no engine call here), so that every rule is te
 
 Layout in the container (docs/containers.md): the task's workdir (the code) at /workflow, where the job
 starts unless `working_dir` says otherwise; the job's commands as a script at /.ferry/job.sh, run by the
-job's shell; each volume at its path (a relative one under /workflow).
+job's shell; each volume at its path (a relative one under /workflow); each of `files` placed outside the
+code at its path (agent/files.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import resource
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,8 +104,10 @@ def create_request(
     key: str,
     ulimits: list[Ulimit],
     image: str,
+    file_binds: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The body of `POST /containers/create` for the task's job, which runs in `image`."""
+    """The body of `POST /containers/create` for the task's job, which runs in `image`; `file_binds`
+    place the `files` outside the code at their paths (agent/files.py)."""
     container = record.container
     assert container is not None
     binds = [f"{paths.workdir}:{WORKFLOW_DIR}:rw"]
@@ -112,6 +116,7 @@ def create_request(
     if paths.mpi_hostfile.exists():
         binds.append(f"{paths.mpi_hostfile}:{MPI_HOSTFILE_PATH}:ro")
     binds += [f"{volume.host_path}:{mount_path(volume.path)}:rw" for volume in record.volumes]
+    binds += file_binds
     host: dict[str, Any] = {
         "binds": binds,
         "privileged": container.privileged,

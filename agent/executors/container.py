@@ -38,6 +38,7 @@ from agent.containers.output import ContainerOutput
 from agent.containers.pulls import PullProgress
 from agent.executors.base import Executor, JobCheck, JobContext, JobHandle, JobLiveness
 from agent.executors.environment import JobPlaces, job_environment
+from agent.files import container_binds, container_home, container_path, placed_files
 from agent.records import TaskPaths, TaskRecord, write_atomically
 from core.wire.agent_api import ContainerSpec, JobSpec, python_image
 
@@ -118,7 +119,9 @@ class ContainerExecutor(Executor):
         paths.workdir.mkdir(exist_ok=True)
         image = self._image(container)
         self._pull(engine, image, record)
-        env = self._environment(record, spec)
+        home = self._home(engine, image, container.user, paths)
+        placed = placed_files(paths)  # the code is unpacked by now (agent.jobs._prepare)
+        env = self._environment(record, spec, home, paths)
         traits = EngineTraits(kind=engine.kind, cdi_gpus=cdi_names_nvidia_gpus())
         try:
             body = create_request(
@@ -130,6 +133,7 @@ class ContainerExecutor(Executor):
                 key=self._key,
                 ulimits=host_ulimits(),
                 image=image,
+                file_binds=container_binds(paths, placed, home),
             )
         except ContainerConfigError as exc:
             raise EngineError(str(exc)) from exc
@@ -177,10 +181,26 @@ class ContainerExecutor(Executor):
         finally:
             record.progress = None
 
-    def _environment(self, record: TaskRecord, spec: JobSpec) -> dict[str, str]:
+    def _home(self, engine: Engine, image: str, user: str | None, paths: TaskPaths) -> str | None:
+        """The container's home, where `~` of `files` goes: asked of the image only when one does."""
+        if not any((entry.destination or "").startswith("~") for entry in placed_files(paths)):
+            return None
+        try:
+            config = engine.api.inspect_image(image).get("Config") or {}
+        except _ENGINE_ERRORS as exc:
+            raise _engine_error(f"could not inspect {image}", exc) from exc
+        return container_home(user or config.get("User"), _env_of(config.get("Env")))
+
+    def _environment(
+        self, record: TaskRecord, spec: JobSpec, home: str | None, paths: TaskPaths
+    ) -> dict[str, str]:
         # The image's own environment (PATH...) stays: the engine adds these to it. The host's does not.
+        placed = placed_files(paths)
         places = JobPlaces(
-            repo_dir=WORKFLOW_DIR, working_dir=container_dir(spec), mpi_hostfile=MPI_HOSTFILE_PATH
+            repo_dir=WORKFLOW_DIR,
+            working_dir=container_dir(spec),
+            mpi_hostfile=MPI_HOSTFILE_PATH,
+            files=tuple(container_path(entry, WORKFLOW_DIR, home) for entry in placed),
         )
         env = job_environment({}, record, spec, False, places)
         # The container sees only its GPUs, numbered from 0: host indices would name ones it has not.
@@ -310,7 +330,7 @@ class ContainerExecutor(Executor):
         pid = int(details["State"].get("Pid") or 0)
         if pid <= 0:
             raise EngineError("the job's container is not running")
-        image_env = dict(item.split("=", 1) for item in details["Config"].get("Env") or [] if "=" in item)
+        image_env = _env_of(details["Config"].get("Env"))
         prefix = [
             "nsenter",
             "-t",
@@ -326,8 +346,15 @@ class ContainerExecutor(Executor):
         # A bridged container has its own network: forwards connect and listen on its loopback, as the
         # job sees it, whether or not its ports are published (docs/containers.md#networks).
         netns = None if record.network == "host" else f"/proc/{pid}/ns/net"
-        env = {**image_env, **self._environment(record, spec)}
+        user = record.container.user if record.container is not None else None
+        home = container_home(user or details["Config"].get("User"), image_env)
+        env = {**image_env, **self._environment(record, spec, home, paths)}
         return JobContext(prefix, env, paths.workdir, netns)
+
+
+def _env_of(items: list[str] | None) -> dict[str, str]:
+    """An engine's `NAME=value` list as a mapping."""
+    return dict(item.split("=", 1) for item in items or [] if "=" in item)
 
 
 def signal_pid_namespace(pid: int, signum: int) -> bool:

@@ -45,6 +45,8 @@ class JobPlaces(NamedTuple):
     repo_dir: str  # the code
     working_dir: str  # where its commands start
     mpi_hostfile: str  # every node, with its GPUs as MPI slots (write_mpi_hostfile)
+    files: tuple[str, ...] = ()  # each of `files`, in order, where the job finds it (agent/files.py)
+    files_dir: str | None = None  # a host process's placed files: `abs/...`, `home/...` (docs/runs.md#files)
 
 
 def job_environment(
@@ -72,6 +74,10 @@ def job_environment(
     }
     for prefix in ENV_PREFIXES:
         env.update({prefix + name: value for name, value in values.items()})
+    # Ferry's own: dstack places every file where it was asked, so it has no such variables.
+    env.update({f"FERRY_FILE_{index}": path for index, path in enumerate(places.files)})
+    if places.files_dir is not None:
+        env["FERRY_FILES_DIR"] = places.files_dir
     if record.gpu_indices or host_has_gpus:
         # Empty when the task holds no GPU, so that it cannot use another task's.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in record.gpu_indices)

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, NamedTuple, Self
 
 from pydantic import Field, model_validator
 
-from core.configuration.code_sources import FileMapping, RepoSpec, files_placed, repos_placed
+from core.configuration.code_sources import FileMapping, RepoSpec, repos_placed
 from core.configuration.durations import OptionalDuration
 from core.configuration.fields import (
     Commands,
@@ -66,9 +66,10 @@ CLOUD_FIELDS_NOT_ACTED_ON = frozenset(
     }
 )
 
-# Fields of every run that Ferry accepts but does not act on yet (each run type adds its own). `nvcc` and
-# `docker`: Ferry runs the user's `image` (or the official one of `python`), or `commands` on the host, and
-# has no images of its own (docs/containers.md). The container's settings are acted on in a container
+# Fields of every run that Ferry accepts but does not act on yet (each run type adds its own). `nvcc`:
+# Ferry runs the user's `image` (or the official one of `python`), or `commands` on the host, and has no
+# images of its own (docs/containers.md); `docker: true` is refused instead (core.configuration.runnable).
+# `files` are all placed (docs/runs.md#files). The container's settings are acted on in a container
 # only, with `image` or `python` (see asks_for); `image`, `python` and `volumes` always
 # (docs/containers.md, docs/volumes.md).
 CONTAINER_FIELDS = frozenset({"user", "privileged", "entrypoint", "registry_auth", "resources.shm_size"})
@@ -77,9 +78,7 @@ RUN_FIELDS_NOT_ACTED_ON = (
     | CONTAINER_FIELDS
     | {
         "nvcc",
-        "docker",
         "repos",
-        "files",
         "single_branch",
         "creation_policy",
         "utilization_policy",
@@ -257,8 +256,6 @@ class BaseRunConfiguration(ConfigModel):
     def asks_for(self, field: str) -> bool:
         if field == "repos":
             return not repos_placed(self.repos)  # one local repo at the working dir: the job's code
-        if field == "files":
-            return not files_placed(self.files, self.working_dir)  # each one in the job's code
         if field in CONTAINER_FIELDS and (self.image is not None or self.python is not None):
             return False  # the container executor acts on it
         return super().asks_for(field)

@@ -2,22 +2,35 @@
 
 Ferry sends one directory with every run, the job's code (its working directory on the instance). By
 default it is the configuration file's directory. `repos: [PATH]` (or `{local_path: PATH}`) names another
-local directory, relative to the configuration file's. `files: [LOCAL[:PATH]]` adds files or directories to
-it at PATH, relative to the working directory. What Ferry cannot place that way — a repo by `url` (a clone
-on the instance), a repo or file at an absolute or home path, several repos — stays in the warning line.
+local directory, relative to the configuration file's. `files: [LOCAL[:PATH]]` adds files or directories:
+at PATH in the code when it is under the working directory, else (an absolute PATH, `~/...`, or one that
+goes up out of it) beside the code in the archive, for the agent to place (docs/runs.md#files). What Ferry
+cannot place — a repo by `url` (a clone on the instance), a repo at another path, several repos — stays in
+the warning line.
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 from enum import StrEnum
-from typing import Any
+from pathlib import PurePosixPath
+from typing import Any, NamedTuple
 
 from pydantic import Field, model_validator
 
 from core.configuration.model import ConfigModel
 
 _DEFAULT_PATH = "."
+# Where a container job's code is (agent/containers/config.py): a relative `files` destination is the
+# working directory's, which is this in a container unless `working_dir` is absolute.
+CONTAINER_CODE_DIR = "/workflow"
+# The code archive's directory of the `files` placed outside the code, which the agent moves out of the
+# code into the task's own directory, as `abs/<path>` and `home/<path>` (docs/runs.md#files).
+FILES_IN_ARCHIVE = ".ferry-files"
+FILES_MANIFEST = f"{FILES_IN_ARCHIVE}/manifest.json"
+ABSOLUTE_DIR = "abs"
+HOME_DIR = "home"
 
 
 class RepoExistsAction(StrEnum):
@@ -62,8 +75,9 @@ class RepoSpec(ConfigModel):
 
 
 class FileMapping(ConfigModel):
-    """One of `files`: a local file or directory (relative to the configuration file's directory), copied to
-    `path` (relative to the working directory; the local path itself when not given)."""
+    """One of `files`: a local file or directory (relative to the configuration file's directory, absolute,
+    or `~/...` on the user's machine), placed at `path` (relative to the working directory, absolute, or
+    `~/...`: the job's home; the local path itself when not given). docs/runs.md#files."""
 
     local_path: str = Field(min_length=1)
     path: str = Field(min_length=1)
@@ -77,6 +91,16 @@ class FileMapping(ConfigModel):
         if len(parts) > 2 or not all(parts):
             raise ValueError(f"expected LOCAL or LOCAL:PATH, got {value!r}")
         return {"local_path": parts[0], "path": parts[-1]}
+
+    @model_validator(mode="after")
+    def _placeable(self) -> FileMapping:
+        if self.path.startswith("~") and not _is_home(self.path):
+            raise ValueError(f"{self.path}: only the job's own home, `~/...`, can be named with `~`")
+        if _is_home(self.path) and _up_out(posixpath.normpath(self.path[1:].lstrip("/") or ".")):
+            raise ValueError(f"{self.path}: goes up (`..`) out of the home")
+        if posixpath.isabs(self.path) and posixpath.normpath(self.path) in ("/", "//"):
+            raise ValueError(f"{self.path}: a file or directory cannot replace the root directory")
+        return self
 
 
 def code_repo(repos: list[RepoSpec]) -> str | None:
@@ -92,22 +116,96 @@ def repos_placed(repos: list[RepoSpec]) -> bool:
     return not repos or code_repo(repos) is not None
 
 
+def destination(mapping: FileMapping, working_dir: str | None) -> str:
+    """Where one of `files` goes, as the job sees it in a container: an absolute POSIX path, or `~` or
+    `~/...` (the job's home). A relative path is the working directory's: CONTAINER_CODE_DIR, or under it,
+    or an absolute working_dir (`../examples` with none is `/examples`, as in dstack)."""
+    if _is_home(mapping.path):
+        rest = posixpath.normpath(mapping.path[1:].lstrip("/") or ".")
+        return "~" if rest == "." else f"~/{rest}"
+    base = posixpath.join(CONTAINER_CODE_DIR, working_dir or ".")
+    return _clean(posixpath.join(base, mapping.path))
+
+
 def code_path(mapping: FileMapping, working_dir: str | None) -> str | None:
-    """Where a file of `files` goes in the job's code (a relative POSIX path), or None when that is outside
-    it: an absolute or home path, a path that goes up out of it, or any path under an absolute working_dir."""
+    """Where a file of `files` goes in the job's code (a relative POSIX path; "." for the code itself), or
+    None when that is outside it: a home path, an absolute path outside CONTAINER_CODE_DIR, or any path
+    when working_dir is absolute (a host process then starts there, not in its code)."""
     if working_dir is not None and posixpath.isabs(working_dir):
         return None
-    if posixpath.isabs(mapping.path) or mapping.path.startswith("~"):
-        return None
-    joined = posixpath.normpath(posixpath.join(working_dir or ".", mapping.path))
-    if joined == ".." or joined.startswith("../") or joined == ".":
-        return None
-    return joined
+    target = destination(mapping, working_dir)
+    if target == CONTAINER_CODE_DIR:
+        return "."
+    if target.startswith(f"{CONTAINER_CODE_DIR}/"):
+        return target[len(CONTAINER_CODE_DIR) + 1 :]
+    return None
 
 
-def files_placed(files: list[FileMapping], working_dir: str | None) -> bool:
-    """Whether Ferry places every one of `files` in the job's code; else `files` is in the warning line."""
-    return all(code_path(mapping, working_dir) is not None for mapping in files)
+def archive_path(mapping: FileMapping, working_dir: str | None) -> str:
+    """Where a file of `files` is in the code archive: its code_path, or under FILES_IN_ARCHIVE, `abs/...`
+    for an absolute destination and `home/...` for one in the home (the agent places those: placed_at)."""
+    in_code = code_path(mapping, working_dir)
+    if in_code is not None:
+        return in_code
+    target = destination(mapping, working_dir)
+    if target == "~":
+        return f"{FILES_IN_ARCHIVE}/{HOME_DIR}"
+    if target.startswith("~/"):
+        return f"{FILES_IN_ARCHIVE}/{HOME_DIR}/{target[2:]}"
+    return f"{FILES_IN_ARCHIVE}/{ABSOLUTE_DIR}{target}"
+
+
+class Placed(NamedTuple):
+    """Where one of `files` is once the archive is unpacked: `in_code` (a path in the code, "." for all
+    of it), or `under_files` (a path under the task's FILES_IN_ARCHIVE directory, moved out of the code)
+    and `destination` (the absolute path or `~/...` the job asked for)."""
+
+    in_code: str | None
+    under_files: str | None
+    destination: str | None
+
+
+def placed_at(archive_name: str) -> Placed:
+    """The inverse of archive_path, for the agent: where a manifest's entry is to be placed.
+    ValueError for a name archive_path does not make."""
+    parts = PurePosixPath(archive_name).parts
+    if archive_name != posixpath.normpath(archive_name) or ".." in parts or posixpath.isabs(archive_name):
+        raise ValueError(f"{archive_name!r} is not a path in the code")
+    if not parts or parts[0] != FILES_IN_ARCHIVE:
+        return Placed(in_code=archive_name, under_files=None, destination=None)
+    under = posixpath.join(*parts[1:]) if len(parts) > 1 else ""
+    if parts[1:2] == (HOME_DIR,):
+        return Placed(None, under, "~" if len(parts) == 2 else "~/" + posixpath.join(*parts[2:]))
+    if parts[1:2] == (ABSOLUTE_DIR,) and len(parts) > 2:
+        return Placed(None, under, "/" + posixpath.join(*parts[2:]))
+    raise ValueError(f"{archive_name!r} is not a placed file")
+
+
+def manifest(archive_names: list[str]) -> bytes:
+    """The archive's FILES_MANIFEST: where each of `files` is in it, in the configuration's order (the
+    agent sets FERRY_FILE_<n> from it). Paths only: never a file's contents."""
+    return json.dumps({"files": archive_names}, sort_keys=True).encode()
+
+
+def read_manifest(text: str) -> list[Placed]:
+    """FILES_MANIFEST's entries, placed (placed_at); ValueError for one that is not what manifest writes."""
+    names = json.loads(text).get("files")
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ValueError("the files manifest is not a list of paths")
+    return [placed_at(name) for name in names]
+
+
+def _clean(path: str) -> str:
+    cleaned = posixpath.normpath(path)
+    return "/" + cleaned.lstrip("/")  # normpath keeps a leading `//`
+
+
+def _is_home(path: str) -> bool:
+    return path == "~" or path.startswith("~/")
+
+
+def _up_out(path: str) -> bool:
+    return path == ".." or path.startswith("../")
 
 
 def _is_here(path: str) -> bool:

@@ -21,6 +21,7 @@ from core.configuration import (
     TaskConfiguration,
     VolumeConfiguration,
 )
+from core.configuration.code_sources import FILES_IN_ARCHIVE, code_path, destination
 from core.configuration.fields import NetworkVolume
 from core.configuration.interpolation import group_addresses, is_per_node, secrets_in
 
@@ -44,6 +45,8 @@ def refusals(configuration: AnyConfiguration) -> list[Refusal]:
         # A task's node addresses are filled in once its replica is placed; a service's are not yet.
         found = (
             _working_dir_refusals(configuration)
+            + _docker_refusals(configuration)
+            + _files_refusals(configuration)
             + _shared_volume_refusals(configuration)
             + _reference_refusals(configuration, addresses=isinstance(configuration, ServiceConfiguration))
         )
@@ -77,6 +80,35 @@ def _working_dir_refusals(configuration: RunConfiguration) -> list[Refusal]:
             Refusal(("working_dir",), "a relative working_dir cannot go up (`..`) out of the job's directory")
         ]
     return []
+
+
+# dstack's `docker: true` gives the job a Docker daemon of its own. Ferry runs containers with the
+# instance's engine for the jobs it places, and hands no engine to a job
+# (docs/containers.md#docker-in-the-job).
+DOCKER_REFUSED = (
+    "Ferry does not give a job a container engine; run your image with `image:` (docs/containers.md)"
+)
+
+
+def _docker_refusals(configuration: RunConfiguration) -> list[Refusal]:
+    return [Refusal(("docker",), DOCKER_REFUSED)] if configuration.docker else []
+
+
+def _files_refusals(configuration: RunConfiguration) -> list[Refusal]:
+    """What no rule of docs/runs.md#files can place: the root directory, or Ferry's own place in the
+    archive. A missing or too large source is said at apply time, where the user's machine is read
+    (activities.code.code_sources)."""
+    found = []
+    for index, mapping in enumerate(configuration.files):
+        at = ("files", str(index))
+        in_code = code_path(mapping, configuration.working_dir)
+        if destination(mapping, configuration.working_dir) == "/":
+            found.append(Refusal(at, f"{mapping.path} is the root directory: name a path under it"))
+        elif in_code is not None and in_code.split("/")[0] == FILES_IN_ARCHIVE:
+            found.append(
+                Refusal(at, f"{mapping.path}: {FILES_IN_ARCHIVE} is Ferry's own (docs/runs.md#files)")
+            )
+    return found
 
 
 def _volume_refusals(configuration: VolumeConfiguration) -> list[Refusal]:

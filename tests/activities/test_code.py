@@ -76,9 +76,10 @@ def _names(archive: bytes) -> dict[str, bytes]:
         return {m.name: (tar.extractfile(m) or io.BytesIO()).read() for m in tar.getmembers()}
 
 
-def test_repos_and_files_choose_and_extend_the_code(tmp_path: Path) -> None:
+def test_repos_and_files_choose_and_extend_the_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """dstack's `repos: [..]` sends that directory instead; `files` adds to it at paths relative to the
-    working dir (docs/runs.md#code); what Ferry cannot place is left out, and the warning names it."""
+    working dir, and beside it, for the agent to place, those at an absolute or home path
+    (docs/runs.md#files): every one is acted on, so none is warned."""
     project = tmp_path / "project"
     _make_repo(project)
     config_dir = project / "configs"
@@ -86,6 +87,10 @@ def test_repos_and_files_choose_and_extend_the_code(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("hf")
     (config_dir / "extra").mkdir()
     (config_dir / "extra" / "a.txt").write_text("a")
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("key")
+    monkeypatch.setenv("HOME", str(home))  # `~` is the user's home, expanded on the user's machine
     task = parse_configuration(
         {
             "type": "task",
@@ -101,12 +106,16 @@ def test_repos_and_files_choose_and_extend_the_code(tmp_path: Path) -> None:
     assert [(source.name, target) for source, target in extra] == [
         ("token", "src/secrets/token"),
         ("extra", "src/extra"),
+        ("extra", ".ferry-files/abs/abs/extra"),
+        ("id_rsa", ".ferry-files/home/.ssh/id_rsa"),
     ]
     names = _names(pack_repo(root, extra))
     assert names["src/secrets/token"] == b"hf" and names["src/extra/a.txt"] == b"a"
+    assert names[".ferry-files/abs/abs/extra/a.txt"] == b"a"
+    assert names[".ferry-files/home/.ssh/id_rsa"] == b"key"
     assert "src/train.py" in names
-    assert task.unsupported_fields() == ["files"]  # the absolute and the home paths stay warned
-    with pytest.raises(code.MissingCodeSource, match="files: nowhere: no such file or directory"):
+    assert task.unsupported_fields() == []
+    with pytest.raises(code.MissingCodeSource, match="files: nowhere:x: no such file or directory"):
         code.code_sources(config_dir, [], [FileMapping(local_path="nowhere", path="x")], None)
 
 

@@ -48,12 +48,13 @@ def warned(text: str) -> list[str]:
 # The fields Ferry acts on, and where: core.run_types (commands, init, env, working_dir, shell, nodes,
 # replicas' minimum, max_duration, stop_duration, resources, volumes), core.runs.submissions and workflows.run
 # (priority, retry, stop_criteria), core.runs.startup (startup_order), cli.fleet_api.choose_fleet (fleets),
-# activities.ssh_config (ssh_config, blocks). Every other field must be in the model's NOT_ACTED_ON: a new
-# field has to be put on one side.
+# activities.ssh_config (ssh_config, blocks), activities.code and agent.files (files),
+# core.configuration.runnable (docker: true is refused). Every other field must be in the model's
+# NOT_ACTED_ON: a new field has to be put on one side.
 _RUN_ACTED_ON = {
     "name", "image", "python", "working_dir", "shell", "env", "resources", "volumes", "fleets",
     "priority", "retry", "max_duration", "stop_duration", "stop_criteria", "schedule", "depends_on",
-    "startup_order", "notifications",
+    "startup_order", "notifications", "files", "docker",
 }  # fmt: skip
 # A task's node groups (`groups`) run as its replica's jobs (core.run_types.task); a dev environment's
 # `setup` runs before its `init`.

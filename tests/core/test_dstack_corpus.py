@@ -55,6 +55,7 @@ FERRY_CANNOT = {
     "Ferry cannot register a Kubernetes volume claim": 2,
     "Ferry cannot register a cloud disk": 1,
     "the 4 nodes cannot share volume": 1,  # a named volume is attached to one job at a time
+    "docker: Ferry does not give a job a container engine": 6,  # dstack's Docker in the job
 }
 
 
@@ -90,7 +91,7 @@ def test_the_warning_line_names_only_what_ferry_does_not_do() -> None:
     leaves this list)."""
     warned = Counter(field for entry in FILES.values() for field in set(entry.get("warned", [])))
     assert set(warned) <= {
-        "repos", "files", "resources.shm_size", "docker", "nvcc", "utilization_policy", "dstack",
+        "repos", "resources.shm_size", "nvcc", "utilization_policy", "dstack",
         "placement", "size", "backend", "region", "rate_limits", "privileged", "spot_policy",
         "gateway", "https", "env", "backends", "instances", "storage_class_name", "access_modes",
         "instance_types", "availability_zones",  # a cloud's, on a fleet with `nodes` (docs/backends.md)
