@@ -51,11 +51,15 @@ def refusals(configuration: AnyConfiguration) -> list[Refusal]:
             + _reference_refusals(configuration, addresses=isinstance(configuration, ServiceConfiguration))
         )
     if isinstance(configuration, ServiceConfiguration):
-        return found + [
-            refusal
-            for group, at in zip(configuration.groups, _group_paths(configuration), strict=True)
-            for refusal in _commands_refusals(configuration, group.commands, at)
-        ]
+        return (
+            found
+            + _model_format_refusals(configuration)
+            + [
+                refusal
+                for group, at in zip(configuration.groups, _group_paths(configuration), strict=True)
+                for refusal in _commands_refusals(configuration, group.commands, at)
+            ]
+        )
     if isinstance(configuration, TaskConfiguration) and configuration.groups is not None:
         return found + [
             refusal
@@ -165,6 +169,21 @@ def _shared_volume_refusals(configuration: RunConfiguration) -> list[Refusal]:
                 )
             )
     return found
+
+
+def _model_format_refusals(configuration: ServiceConfiguration) -> list[Refusal]:
+    """The proxy serves a model's chat completions as OpenAI's API only (gateway/models_api.py): dstack's
+    `format: tgi` asks its gateway to translate to TGI's own API, which Ferry's does not."""
+    model = configuration.model
+    if isinstance(model, str) or model is None or model.format != "tgi":
+        return []
+    return [
+        Refusal(
+            ("model", "format"),
+            "tgi: Ferry's proxy serves models OpenAI-style only; serve an OpenAI-compatible API "
+            "(TGI has one at /v1) and set format: openai",
+        )
+    ]
 
 
 def _group_paths(configuration: ServiceConfiguration) -> list[tuple[str, ...]]:

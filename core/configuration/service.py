@@ -1,13 +1,15 @@
 """`type: service`: commands that serve a port, as replicas behind Ferry's proxy (docs/services.md).
 
 The proxy (gateway/) serves each service at /proxy/services/<project>/<run>/, checks `auth`, routes by
-`model`, and sends requests only to replicas whose `probes` pass; `replicas` as a range with `scaling`
-autoscales. A separate gateway (`gateway`), its `https`, and `rate_limits` are not acted on: `ferry
-validate` names them in its warning line.
+`model`, holds each client to `rate_limits`, and sends requests only to replicas whose `probes` pass;
+`replicas` as a range with `scaling` autoscales. A separate gateway (`gateway`) and its `https` are not
+acted on: `ferry validate` names them in its warning line. A model's `format: tgi` is refused
+(core.configuration.runnable): the proxy serves models OpenAI-style only.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -28,10 +30,10 @@ from core.configuration.replica_groups import (
 )
 from core.configuration.specs import ReplicaRange, Replicas
 
-# Ferry's proxy is in its server: no separate gateway, so no HTTPS of its own, and no rate limits yet.
+# Ferry's proxy is in its server: no separate gateway, so no HTTPS of its own.
 SERVICE_FIELDS_NOT_ACTED_ON = (
     RUN_FIELDS_NOT_ACTED_ON
-    | {"gateway", "https", "rate_limits", "probes.until_ready"}
+    | {"gateway", "https", "probes.until_ready"}
     | {f"replicas.{field}" for field in GROUP_FIELDS_NOT_ACTED_ON}
 )
 
@@ -67,24 +69,97 @@ class ProbeSpec(ConfigModel):
 class ModelSpec(ConfigModel):
     type: Literal["chat"] = "chat"
     name: str
-    format: Literal["openai", "tgi"] = "openai"
+    format: Literal["openai", "tgi"] = "openai"  # tgi is refused: core.configuration.runnable
     prefix: str = "/v1"
+    # dstack's fields of a TGI model, taken so that its `format: tgi` is refused for its real reason.
+    chat_template: str | None = None
+    eos_token: str | None = None
+
+    @model_validator(mode="after")
+    def _tgi_fields_with_tgi(self) -> ModelSpec:
+        for field in ("chat_template", "eos_token"):
+            if getattr(self, field) is not None and self.format != "tgi":
+                raise ConfigFieldError([field], "a field of `format: tgi` models only")
+        return self
+
+
+# dstack's bounds (it writes both into nginx's configuration): a header name of letters, digits, dashes
+# and underscores; a path prefix with no spaces, backslashes or braces, of nginx's length at most.
+MIN_RPS = 1 / 60
+MAX_RPS = float(2**63 // 60)  # dstack's bound (nginx counts requests a minute in a 64-bit integer)
+_HEADER_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,500}$")
+_LIMIT_PREFIX = re.compile(r"^/[^\s\\{}]{0,4093}$")
+
+
+def _check_header_name(value: str) -> str:
+    if not _HEADER_NAME.match(value):
+        raise ValueError(f"invalid header name {value!r}: use letters, digits, dashes and underscores")
+    return value
+
+
+def _check_limit_prefix(value: str) -> str:
+    if not _LIMIT_PREFIX.match(value):
+        raise ValueError(
+            f"invalid prefix {value!r}: a path starting with / (no spaces, backslashes or braces, "
+            "4094 characters at most)"
+        )
+    return value
+
+
+def _check_rps(value: float) -> float:
+    if not MIN_RPS <= value <= MAX_RPS:  # NaN fails both
+        raise ValueError(f"should be from 1/60 (a request a minute) to {MAX_RPS:.0f}, got {value:g}")
+    return value
 
 
 class IPAddressKey(ConfigModel):
-    type: Literal["ip_address"]
+    """A limit per client: the address the proxy's connection comes from (docs/services.md#rate-limits)."""
+
+    type: Literal["ip_address"] = "ip_address"
 
 
 class HeaderKey(ConfigModel):
-    type: Literal["header"]
-    header: str
+    """A limit per value of a request header (e.g. `Authorization`: per user)."""
+
+    type: Literal["header"] = "header"
+    header: Annotated[str, AfterValidator(_check_header_name)]
+
+
+def _key_type(value: Any) -> str | None:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return f"<{kind}>" if kind in ("ip_address", "header") else None
+
+
+_RateLimitKey = Annotated[
+    Annotated[IPAddressKey, Tag("<ip_address>")] | Annotated[HeaderKey, Tag("<header>")],
+    Discriminator(
+        _key_type,
+        custom_error_type="rate_limit_key",
+        custom_error_message="expected {type: ip_address} or {type: header, header: NAME}",
+    ),
+]
 
 
 class RateLimit(ConfigModel):
-    prefix: str = "/"
-    key: Annotated[IPAddressKey | HeaderKey, Field(discriminator="type")] = IPAddressKey(type="ip_address")
-    rps: float = Field(gt=0)
+    """At most `rps` requests per second, and `burst` more at once, per key value, for the requests whose
+    path starts with `prefix` (the longest prefix wins): dstack's nginx `limit_req ... nodelay`, enforced
+    by Ferry's proxy (gateway/rate_limits.py, docs/services.md#rate-limits)."""
+
+    prefix: Annotated[str, AfterValidator(_check_limit_prefix)] = "/"
+    key: _RateLimitKey = IPAddressKey()
+    rps: Annotated[float, AfterValidator(_check_rps)]
     burst: int = Field(default=0, ge=0)
+
+
+def _check_rate_limits(limits: list[RateLimit]) -> list[RateLimit]:
+    seen: set[str] = set()
+    for index, limit in enumerate(limits):
+        if limit.prefix in seen:
+            raise ConfigFieldError(
+                [index, "prefix"], f"{limit.prefix} has a limit already: give each prefix one limit"
+            )
+        seen.add(limit.prefix)
+    return limits
 
 
 _Gateway = Annotated[
@@ -121,7 +196,7 @@ class ServiceConfiguration(BaseRunConfiguration):
     gateway: _Gateway | None = None
     https: bool | Literal["auto"] = True
     model: _Model | None = None
-    rate_limits: list[RateLimit] = Field(default_factory=list)
+    rate_limits: Annotated[list[RateLimit], AfterValidator(_check_rate_limits)] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod

@@ -61,7 +61,8 @@ _RUN_ACTED_ON = {
 ACTED_ON: dict[type[ConfigModel], set[str]] = {
     TaskConfiguration: _RUN_ACTED_ON | {"type", "commands", "nodes", "ports", "groups"},
     ServiceConfiguration: _RUN_ACTED_ON
-    | {"type", "commands", "port", "replicas", "scaling", "probes", "strip_prefix", "auth", "model"},
+    | {"type", "commands", "port", "replicas", "scaling", "probes", "strip_prefix", "auth", "model"}
+    | {"rate_limits"},  # gateway/rate_limits.py
     DevEnvironmentConfiguration: _RUN_ACTED_ON
     | {"type", "init", "ide", "ports", "inactivity_duration", "setup"},
     # `nodes` is refused (no cloud backend); an SSH fleet's `resources` is warned about in
@@ -127,12 +128,12 @@ def test_the_proxy_acts_on_port_auth_probes_and_scaling() -> None:
     assert warned(service + "replicas: 1..4\nscaling: {target: 5}\nprobes: [{url: /health}]\n") == []
 
 
-def test_a_separate_gateway_and_rate_limits_are_not_acted_on() -> None:
+def test_a_separate_gateway_is_not_acted_on_and_rate_limits_are() -> None:
     fields = warned(RUN_TYPES["service"] + "strip_prefix: true\nhttps: true\ngateway: gw\n")
     assert fields == ["gateway", "https"]
     # https (on by default) is about a gateway's domain: with no gateway it asks for nothing.
     assert warned(RUN_TYPES["service"] + "https: true\n") == []
-    assert warned(RUN_TYPES["service"] + "rate_limits: [{rps: 5}]\n") == ["rate_limits"]
+    assert warned(RUN_TYPES["service"] + "rate_limits: [{rps: 5}]\n") == []  # docs/services.md#rate-limits
 
 
 def test_startup_order_is_acted_on() -> None:
