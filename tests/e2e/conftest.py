@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.containers import PodmanService, podman_service
+
 ROOT = Path(__file__).parents[2]
 _SCRIPT = Path(sys.executable).parent / "ferry"
 FERRY = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "cli"]
@@ -102,3 +104,20 @@ def task(directory: Path, name: str, *commands: str, extra: str = "") -> str:
 def last_line(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""
+
+
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanService]:
+    """`podman system service` with the test images, for a module's container jobs (testbed/containers.py)."""
+    with podman_service(tmp_path_factory.mktemp("podman")) as service:
+        yield service
+
+
+@contextlib.contextmanager
+def podman_stack(
+    tmp_path_factory: pytest.TempPathFactory, podman: PodmanService, **env: str
+) -> Iterator[Ferry]:
+    """A module's embedded stack whose agent runs containers on `podman` (DOCKER_HOST), with `env` added."""
+    home = tmp_path_factory.mktemp("ferry-home")
+    with stack_of(Ferry(home, {**ferry_env(home), **podman.env, "DOCKER_HOST": podman.url, **env})) as runner:
+        yield runner

@@ -22,24 +22,15 @@ from testbed.containers import (
     PodmanService,
     build_python_image,
     host_python_version,
-    podman_service,
     require_podman,
 )
 from testbed.registry import local_registry, push_fresh_image
-from tests.e2e.conftest import SMALL, Ferry, ferry_env, last_line, stack_of
-
-
-@pytest.fixture(scope="module")
-def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanService]:
-    with podman_service(tmp_path_factory.mktemp("podman")) as service:
-        yield service
+from tests.e2e.conftest import SMALL, Ferry, ferry_env, last_line, podman_stack, stack_of
 
 
 @pytest.fixture(scope="module")
 def ferry(tmp_path_factory: pytest.TempPathFactory, podman: PodmanService) -> Iterator[Ferry]:
-    home = tmp_path_factory.mktemp("ferry-home")
-    env = {**ferry_env(home), **podman.env, "DOCKER_HOST": podman.url, "FERRY_PYTHON_IMAGE": PYTHON_IMAGES}
-    with stack_of(Ferry(home, env)) as runner:
+    with podman_stack(tmp_path_factory, podman, FERRY_PYTHON_IMAGE=PYTHON_IMAGES) as runner:
         yield runner
 
 

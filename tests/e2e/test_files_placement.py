@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.containers import IMAGE, PodmanService, podman_service
-from tests.e2e.conftest import SMALL, Ferry, ferry_env, last_line, stack_of
+from testbed.containers import IMAGE, PodmanService
+from tests.e2e.conftest import SMALL, Ferry, last_line, podman_stack
 
 DOCKER_LINE = (
     "docker: Ferry does not give a job a container engine; run your image with `image:` (docs/containers.md)"
@@ -20,16 +20,8 @@ DOCKER_LINE = (
 
 
 @pytest.fixture(scope="module")
-def podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanService]:
-    with podman_service(tmp_path_factory.mktemp("podman")) as service:
-        yield service
-
-
-@pytest.fixture(scope="module")
 def ferry(tmp_path_factory: pytest.TempPathFactory, podman: PodmanService) -> Iterator[Ferry]:
-    home = tmp_path_factory.mktemp("ferry-home")
-    env = {**ferry_env(home), **podman.env, "DOCKER_HOST": podman.url}
-    with stack_of(Ferry(home, env)) as runner:
+    with podman_stack(tmp_path_factory, podman) as runner:
         yield runner
 
 
