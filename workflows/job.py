@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.job_agent import JobAgent, Stopped
     from workflows.job_news import JobNews
     from workflows.job_serving import ReplicaServing
+    from workflows.job_utilization import UtilizationWatch
     from workflows.web_ui import end_job, show_job
 
 # Past this the agent is presumed gone even if it answered before: the grace period has long ended.
@@ -62,6 +63,9 @@ _STORE_STEP_TIMEOUT = timedelta(seconds=30)  # a volume's attachment: one short 
 # local activity. Histories begun before take two steps and remove with a regular activity. One patch
 # for both: each patch costs every history a marker and a search attribute update.
 _SHORT_HISTORY = "short-job-history"
+# dstack's utilization_policy sampled while the job runs (docs/jobs.md#utilization-policy); asked only of a
+# job with a policy, so histories begun before (which never had one in their input) replay unchanged.
+_UTILIZATION_POLICY = "utilization-policy"
 
 
 @workflow.defn
@@ -232,7 +236,10 @@ class JobWorkflow:
         watch: asyncio.Future[JobOutcome] = (
             asyncio.ensure_future(self._told_end()) if placement.watched else self._agent.watch(instance)
         )
+        utilization = self._watch_utilization(instance)
         await self._agent.until_stopped_or(watch)
+        if utilization is not None and not utilization.done():
+            utilization.cancel()
         if watch.done():
             return watch.result()
         # Stopping a running job: log why, ask the agent, then keep watching until the process has ended
@@ -267,6 +274,20 @@ class JobWorkflow:
                 await self._agent.stop_task(instance, abort, self._grace(abort))
                 deadline = min(deadline, workflow.now() + _STOP_MARGIN)
         return watch.result()
+
+    def _watch_utilization(self, instance: str) -> asyncio.Future[None] | None:
+        """Its GPUs sampled until the policy's window is met, where the run has a utilization_policy."""
+        policy = self._input.utilization_policy
+        if policy is None or not workflow.patched(_UTILIZATION_POLICY):
+            return None
+        watch = UtilizationWatch(self._id, policy, self._note, self._stop_for_utilization)
+        if self._input.resources.gpu == 0:
+            watch.not_applied()
+            return None
+        return asyncio.ensure_future(watch.run(instance))
+
+    def _stop_for_utilization(self, request: TerminateJobRequest) -> None:
+        self._control = self._control.on_terminate(request)
 
     async def _told_end(self) -> JobOutcome:
         """Until the instance's watch tells how the task ended."""

@@ -81,7 +81,6 @@ RUN_FIELDS_NOT_ACTED_ON = (
         "repos",
         "single_branch",
         "creation_policy",
-        "utilization_policy",
         # A run goes to a fleet, whose scheduler picks the instance (docs/fleets.md).
         "instances",
         # No dstack server to reach from a job.

@@ -73,6 +73,7 @@ def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int
         volumes=volumes[job],
         node_groups=replica_type.node_groups(),
         waits_for=startup.still_waits_for(conf.startup_order, state, replica, job, nodes),
+        utilization_policy=conf.utilization_policy,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from core.configuration.resources import ResourcesSpec
+from core.configuration.specs import UtilizationPolicy
 from core.eventlog import Event
 from core.status import JobStatus, JobTerminationReason
 from core.wire.agent_api import ClusterInfo, ContainerSpec, JobSpec, Resources
@@ -83,6 +84,8 @@ class JobInput(Message):
     node_groups: list[int] = Field(default_factory=list)
     # The jobs of its replica that must run before it starts (`startup_order`, core.runs.startup).
     waits_for: list[int] = Field(default_factory=list)
+    # dstack's `utilization_policy`: its GPUs sampled while it runs (core.runs.utilization).
+    utilization_policy: UtilizationPolicy | None = None
 
 
 class TerminateJobRequest(Message):

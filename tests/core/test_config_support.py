@@ -49,12 +49,13 @@ def warned(text: str) -> list[str]:
 # replicas' minimum, max_duration, stop_duration, resources, volumes), core.runs.submissions and workflows.run
 # (priority, retry, stop_criteria), core.runs.startup (startup_order), cli.fleet_api.choose_fleet (fleets),
 # activities.ssh_config (ssh_config, blocks), activities.code and agent.files (files),
-# core.configuration.runnable (docker: true is refused). Every other field must be in the model's
+# core.configuration.runnable (docker: true is refused), core.runs.utilization and workflows.job_utilization
+# (utilization_policy). Every other field must be in the model's
 # NOT_ACTED_ON: a new field has to be put on one side.
 _RUN_ACTED_ON = {
     "name", "image", "python", "working_dir", "shell", "env", "resources", "volumes", "fleets",
     "priority", "retry", "max_duration", "stop_duration", "stop_criteria", "schedule", "depends_on",
-    "startup_order", "notifications", "files", "docker",
+    "startup_order", "notifications", "files", "docker", "utilization_policy",
 }  # fmt: skip
 # A task's node groups (`groups`) run as its replica's jobs (core.run_types.task); a dev environment's
 # `setup` runs before its `init`.
