@@ -47,6 +47,9 @@ class Settings(BaseModel):
     agent_wheels: Path | None = None
     # FERRY_WORKFLOW_SANDBOX=1 runs the workflows in the SDK's sandbox (a check while developing them).
     workflow_sandbox: bool = False
+    # FERRY_GATEWAY_DOMAIN: the services proxy's domain (docs/deployment.md#https-on-a-domain): the proxy
+    # routes `<run>.<domain>` by Host, and the CLI shows a service's URL on it (core.services.domains).
+    gateway_domain: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -67,6 +70,7 @@ class Settings(BaseModel):
             if env.get("FERRY_AGENT_WHEELS")
             else None,
             workflow_sandbox=env.get("FERRY_WORKFLOW_SANDBOX", "").lower() in ("1", "true", "yes"),
+            gateway_domain=(env.get("FERRY_GATEWAY_DOMAIN") or "").strip().lower().strip(".") or None,
         )
 
     def temporal_connection(self, embedded_address: str | None = None) -> TemporalConnection:

@@ -12,6 +12,7 @@ finish, then the last counts are written and the proxy's record removed.
 
 from __future__ import annotations
 
+import ssl
 import uuid
 from collections.abc import AsyncIterator
 
@@ -24,6 +25,7 @@ from gateway.directory import Directory
 from gateway.draining import Drainer
 from gateway.fast_path.front_door import FrontDoor, FrontSite
 from gateway.forwarding import Forwarder
+from gateway.host_routing import host_routing
 from gateway.models_api import ModelsApi
 from gateway.options import GatewayOptions
 from gateway.rate_limits import RateLimiter
@@ -65,7 +67,10 @@ class Gateway:
         self._models = ModelsApi(access, self.forwarder)
 
     def application(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_READ_BODY)
+        middlewares = []
+        if self.options.domain is not None:  # docs/deployment.md#https-on-a-domain
+            middlewares.append(host_routing(self.options.domain, self._services, self._models))
+        app = web.Application(client_max_size=MAX_READ_BODY, middlewares=middlewares)
         app.router.add_get("/healthz", _healthz)
         self._services.add_routes(app.router)
         self._models.add_routes(app.router)
@@ -100,8 +105,10 @@ class Gateway:
         backlog: int = 128,
         reuse_address: bool | None = None,
         reuse_port: bool | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> FrontSite:
-        """The site to serve the app (`make_runner`'s) on: the front door's checks and fast path in front."""
+        """The site to serve the app (`make_runner`'s) on: the front door's checks and fast path in front;
+        TLS with `ssl_context` (gateway.tls)."""
         return FrontSite(
             runner,
             self.front_door,
@@ -110,6 +117,7 @@ class Gateway:
             backlog=backlog,
             reuse_address=reuse_address,
             reuse_port=reuse_port,
+            ssl_context=ssl_context,
         )
 
     async def _running(self, _app: web.Application) -> AsyncIterator[None]:

@@ -39,15 +39,34 @@ class ModelsApi:
         router.add_post(BASE_ROUTE + "/chat/completions", self.chat_completions)
         router.add_post(BASE_ROUTE + "/completions", self.completions)
 
+    async def handle_on_host(self, request: web.Request, project: str) -> web.StreamResponse:
+        """A request to `gateway.<domain>` (core.services.domains): the same API at `/v1/...`."""
+        path, method = request.path, request.method
+        if path == "/v1/models" and method == "GET":
+            return await self._list_models(request, project)
+        if path.startswith("/v1/models/") and len(path) > len("/v1/models/") and method == "GET":
+            return await self._get_model(request, project, path.removeprefix("/v1/models/"))
+        if path in ("/v1/chat/completions", "/v1/completions") and method == "POST":
+            return await self._forward(request, project, path.removeprefix("/v1/"))
+        return openai_error(
+            404,
+            f"no {method} {path} here: the models API is at /v1/models, "
+            "/v1/chat/completions and /v1/completions",
+        )
+
     async def list_models(self, request: web.Request) -> web.Response:
-        project = request.match_info["project"]
+        return await self._list_models(request, request.match_info["project"])
+
+    async def _list_models(self, request: web.Request, project: str) -> web.Response:
         visible = await self._visible(request, project)
         if isinstance(visible, web.Response):
             return visible
         return web.json_response({"object": "list", "data": [_model_entry(s) for s in visible]})
 
     async def get_model(self, request: web.Request) -> web.Response:
-        project, name = request.match_info["project"], request.match_info["model"]
+        return await self._get_model(request, request.match_info["project"], request.match_info["model"])
+
+    async def _get_model(self, request: web.Request, project: str, name: str) -> web.Response:
         visible = await self._visible(request, project)
         if isinstance(visible, web.Response):
             return visible
@@ -57,13 +76,12 @@ class ModelsApi:
         return _unknown_model(project, name)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._forward(request, "chat/completions")
+        return await self._forward(request, request.match_info["project"], "chat/completions")
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._forward(request, "completions")
+        return await self._forward(request, request.match_info["project"], "completions")
 
-    async def _forward(self, request: web.Request, endpoint: str) -> web.StreamResponse:
-        project = request.match_info["project"]
+    async def _forward(self, request: web.Request, project: str, endpoint: str) -> web.StreamResponse:
         try:
             body = await request.read()
             payload: Any = json.loads(body)

@@ -32,3 +32,6 @@ class GatewayOptions:
     # Proxy processes sharing the port (gateway.workers): each enforces 1/workers of every rate limit
     # (gateway.rate_limits.worker_share, docs/services.md#rate-limits).
     workers: int = 1
+    # The proxy's domain (docs/deployment.md#https-on-a-domain): requests whose Host is under it are
+    # routed by their host (core.services.domains), by the app; None: by their path alone.
+    domain: str | None = None

@@ -35,7 +35,16 @@ class ServicesApi:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         info = request.match_info
-        project, run_name = info["project"], info["run_name"]
+        return await self._serve(request, info["project"], info["run_name"], on_path=True)
+
+    async def handle_on_host(self, request: web.Request, project: str, run_name: str) -> web.StreamResponse:
+        """A request to `<run>.<domain>` (core.services.domains): the replica gets its path as it came,
+        there being no prefix to take off (dstack's services on a gateway's domain)."""
+        return await self._serve(request, project, run_name, on_path=False)
+
+    async def _serve(
+        self, request: web.Request, project: str, run_name: str, *, on_path: bool
+    ) -> web.StreamResponse:
         service = self._access.table.services.get((project, run_name))
         if service is None:
             return plain_error(404, f"no running service {project}/{run_name} on this proxy (see `ferry ps`)")
@@ -45,7 +54,7 @@ class ServicesApi:
         self._access.count(service)
         forward_authorization = await self._access.forwards_authorization(request, service)
         target = origin_form(request.raw_path)[0]  # an absolute-form request's too (still percent-encoded)
-        if service.settings.strip_prefix:
+        if on_path and service.settings.strip_prefix:
             rest = target.split("/", 5)[5]  # past /proxy/services/<project>/<run>/, query included
             return await self._forwarder.forward(
                 request,

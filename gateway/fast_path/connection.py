@@ -56,6 +56,7 @@ class ClientConnection(asyncio.Protocol):
         self._fallback = fallback
         self.transport: asyncio.Transport | None = None
         self.address = b""  # the client's IP address, for X-Forwarded-For
+        self.scheme = b"http"  # b"https" on the TLS listener, for X-Forwarded-Proto
         self.exchange: Exchange | None = None
         self.idle_since = 0.0  # time.monotonic(); 0 while a request is in flight
         self.closed = False
@@ -79,6 +80,8 @@ class ClientConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport's kin
         peer = self.transport.get_extra_info("peername")
         self.address = str(peer[0]).encode() if isinstance(peer, tuple) and peer else b""
+        if self.transport.get_extra_info("sslcontext") is not None:
+            self.scheme = b"https"
         self.idle_since = monotonic()
         self.door.opened(self)
 
@@ -195,7 +198,10 @@ class ClientConnection(asyncio.Protocol):
             self.refuse(head)
             return
         door = self.door
-        fast_route = route(head, door.directory.table) if head.plain and door.options.fast_path else None
+        options = door.options
+        fast_route = (
+            route(head, door.directory.table, options.domain) if head.plain and options.fast_path else None
+        )
         if fast_route is None:
             self._hand_off(head, head_end)
             return

@@ -51,6 +51,7 @@ class ExchangeClient(Protocol):
 
     door: Door
     address: bytes
+    scheme: bytes  # b"https" on the TLS listener (X-Forwarded-Proto)
     paused: int
 
     def write(self, data: bytes) -> None: ...
@@ -179,7 +180,12 @@ class Exchange:
         self._connection = connection
         connection.user = self
         head = upstream_head(
-            self._head, self._route, connection.host, self._client.address, self._forward_authorization
+            self._head,
+            self._route,
+            connection.host,
+            self._client.address,
+            self._forward_authorization,
+            self._client.scheme,
         )
         pending = self._pending
         if not pending:

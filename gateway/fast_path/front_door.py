@@ -17,6 +17,7 @@ clients costs each of them its connection, not everyone else their latency.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from time import monotonic
 
@@ -125,7 +126,7 @@ class FrontSite(web.BaseSite):
     """A TCP site whose connections start on the fast path (without a door: the app's alone, as tests of
     the app itself use it)."""
 
-    __slots__ = ("_door", "_host", "_port", "_bound_port", "_reuse_address", "_reuse_port")
+    __slots__ = ("_door", "_host", "_port", "_bound_port", "_reuse_address", "_reuse_port", "_ssl_context")
 
     def __init__(
         self,
@@ -137,8 +138,12 @@ class FrontSite(web.BaseSite):
         backlog: int = 128,
         reuse_address: bool | None = None,
         reuse_port: bool | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         super().__init__(runner, backlog=backlog)
+        # TLS (docs/deployment.md#https-on-a-domain): the event loop's TLS transport hands the fast path
+        # the decrypted bytes, so it reads heads and hands over to the app as on plain HTTP.
+        self._ssl_context = ssl_context
         self._door = door
         self._host = host
         self._port = port
@@ -148,7 +153,7 @@ class FrontSite(web.BaseSite):
 
     @property
     def name(self) -> str:
-        return f"http://{self._host}:{self.port}"
+        return f"{'https' if self._ssl_context else 'http'}://{self._host}:{self.port}"
 
     @property
     def port(self) -> int:
@@ -166,6 +171,7 @@ class FrontSite(web.BaseSite):
             backlog=self._backlog,
             reuse_address=self._reuse_address,
             reuse_port=self._reuse_port,
+            ssl=self._ssl_context,
         )
         self._bound_port = self._server.sockets[0].getsockname()[1]
 

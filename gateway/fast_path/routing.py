@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from core.services.domains import route_host
 from core.services.replicas import SERVICES_PREFIX
 from gateway.fast_path.heads import AnswerHead, Framing, RequestHead
 from gateway.headers import HOP_BY_HOP
@@ -35,9 +36,16 @@ _RECHUNKED = (Framing.CHUNKED, Framing.UNTIL_CLOSE)  # answers the client gets w
 FastRoute = tuple[Service, bytes, bytes | None]
 
 
-def route(head: RequestHead, table: RoutingTable) -> FastRoute | None:
+def route(head: RequestHead, table: RoutingTable, domain: str | None = None) -> FastRoute | None:
     """The fast path's route for this request, or None: the aiohttp app answers it (other paths, the
-    slash redirect, an unknown service, one with no ready replica to hold for, ...)."""
+    slash redirect, an unknown service, one with no ready replica to hold for, a Host under the proxy's
+    `domain`: routed by its host, gateway.host_routing)."""
+    if (
+        domain is not None
+        and head.host is not None
+        and route_host(head.host.decode("latin-1"), domain) is not None
+    ):
+        return None
     target = head.target
     matched = _SERVICE_TARGET.match(target)
     if matched is None:
@@ -57,10 +65,12 @@ def upstream_head(
     replica_host: bytes,
     client_address: bytes,
     forward_authorization: bool = False,
+    scheme: bytes = b"http",
 ) -> bytes:
     """The head the replica gets: `head` to `fast_route`'s target on the replica at `replica_host`
     (host:port), from the client at `client_address`; with its Authorization header if
-    `forward_authorization` (gateway.rules.forwards_authorization)."""
+    `forward_authorization` (gateway.rules.forwards_authorization); X-Forwarded-Proto `scheme` unless the
+    client sent one."""
     _, target, stripped = fast_route
     forwarded = b"".join(head.parts)
     if forward_authorization and head.authorization is not None:
@@ -68,7 +78,7 @@ def upstream_head(
     prefix = head.prefix_lines if stripped is None else b"X-Forwarded-Prefix: " + stripped + b"\r\n"
     chain = client_address if head.forwarded_for is None else head.forwarded_for + b", " + client_address
     host = b"" if head.has_forwarded_host else b"X-Forwarded-Host: " + (head.host or b"") + b"\r\n"
-    proto = b"" if head.has_forwarded_proto else b"X-Forwarded-Proto: http\r\n"
+    proto = b"" if head.has_forwarded_proto else b"X-Forwarded-Proto: " + scheme + b"\r\n"
     if head.chunked:
         framing = b"Transfer-Encoding: chunked\r\n"
     elif head.has_length:
