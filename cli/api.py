@@ -26,7 +26,6 @@ from core.eventlog import Event
 from core.runs.status_words import WAITING_FOR
 from core.runs.watching import dependency_cycle
 from core.runs.workflow_messages import RunInput
-from core.services.replicas import service_url
 from core.settings import DEFAULT_PROJECT, TASK_QUEUE
 from core.status import RunStatus
 from core.web_ui import pipeline_metadata, run_metadata
@@ -129,16 +128,25 @@ class FerryAPI:
             authorized_keys=self.authorized_keys,
         )
         # What the Web UI shows of it (docs/runs.md#the-web-ui): a service's URL as of its submission.
-        url = await asyncio.to_thread(self._service_url, name) if configuration.type == "service" else None
+        url = (
+            await asyncio.to_thread(self._service_url, name, configuration.https)
+            if configuration.type == "service"
+            else None
+        )
         attributes = run_search_attributes(inp, RunStatus.SUBMITTED)
         await self._start(RunWorkflow.run, inp, record, attributes, run_metadata(inp, url))
         return record
 
-    def _service_url(self, run_name: str) -> str | None:
+    def _service_url(self, run_name: str, https: bool | str) -> str | None:
         from cli.services import proxy_url
+        from core.services.domains import configured_domain, shown_service_url
 
         base = proxy_url(self.store)
-        return None if base is None else service_url(base, self.project, run_name)
+        return (
+            None
+            if base is None
+            else shown_service_url(base, configured_domain(), self.project, run_name, https)
+        )
 
     async def submit_pipeline(
         self,

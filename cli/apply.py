@@ -197,14 +197,16 @@ async def _deploy_in_place(
 def service_line(store: Store, record: RunRecord, configuration: ServiceConfiguration) -> str:
     """Where the service answers, and what a request needs (docs/services.md)."""
     from cli.services import proxy_url
-    from core.services.replicas import service_url
+    from core.services.domains import configured_domain, https_note, shown_service_url
 
-    base = proxy_url(store)
+    base, domain = proxy_url(store), configured_domain()
     if base is None:
         return "service: no proxy is running (start one: ferry server start, or python -m gateway)"
-    url = service_url(base, record.project, record.run_name)
+    url = shown_service_url(base, domain, record.project, record.run_name, configuration.https)
     needs = " (send Authorization: Bearer $(ferry token))" if configuration.auth else ""
-    return f"service at {url}{needs}"
+    # `https: true` written where the proxy has no domain: said, not dropped (docs/services.md#https).
+    note = https_note(domain, "https" in configuration.model_fields_set and configuration.https is not False)
+    return f"service at {url}{needs}" + ("" if note is None else "\n" + note)
 
 
 def schedule_line(crons: list[str], count: int = 3) -> str:

@@ -10,8 +10,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from core.services.domains import configured_domain, shown_service_url
 from core.services.probes import ProbeStatus, probe_summary
-from core.services.replicas import service_url, token_hash
+from core.services.replicas import token_hash
 
 if TYPE_CHECKING:
     from store import RunRecord, Store
@@ -41,9 +42,9 @@ def service_views(store: Store, runs: list[RunRecord]) -> dict[str, ServiceView]
     services = [run for run in runs if run.type == "service"]
     if not services:
         return {}
-    base = proxy_url(store)
+    base, domain = proxy_url(store), configured_domain()
     views = {
-        run.id: ServiceView(url=None if base is None else service_url(base, run.project, run.run_name))
+        run.id: ServiceView(url=shown_service_url(base, domain, run.project, run.run_name, _https(run)))
         for run in services
     }
     for replica in store.list_service_replicas([run.id for run in services]):
@@ -53,6 +54,16 @@ def service_views(store: Store, runs: list[RunRecord]) -> dict[str, ServiceView]
             probes = []
         views[replica.run_id].replicas[replica.id] = probe_summary(replica.state, probes)
     return views
+
+
+def _https(run: RunRecord) -> bool | str:
+    """The run's `https` (dstack's default: true), which picks its URL's scheme on a domain."""
+    try:
+        configuration = json.loads(run.configuration)
+    except (TypeError, ValueError):
+        return True
+    https = configuration.get("https", True) if isinstance(configuration, dict) else True
+    return https if isinstance(https, bool | str) else True
 
 
 def user_token(store: Store, home_token: os.PathLike[str], user: str, *, rotate: bool = False) -> str:

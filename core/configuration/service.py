@@ -2,8 +2,9 @@
 
 The proxy (gateway/) serves each service at /proxy/services/<project>/<run>/, checks `auth`, routes by
 `model`, holds each client to `rate_limits`, and sends requests only to replicas whose `probes` pass;
-`replicas` as a range with `scaling` autoscales. A separate gateway (`gateway`) and its `https` are not
-acted on: `ferry validate` names them in its warning line. A model's `format: tgi` is refused
+`replicas` as a range with `scaling` autoscales. `https` picks the scheme of the service's URL on the
+proxy's domain (docs/services.md#https, core.services.domains). A separate gateway (`gateway`) is not
+acted on: `ferry validate` names it in its warning line. A model's `format: tgi` is refused
 (core.configuration.runnable): the proxy serves models OpenAI-style only.
 """
 
@@ -30,10 +31,11 @@ from core.configuration.replica_groups import (
 )
 from core.configuration.specs import ReplicaRange, Replicas
 
-# Ferry's proxy is in its server: no separate gateway, so no HTTPS of its own.
+# Ferry's proxy is in its server: no separate gateway. `https` is acted on by the proxy's domain
+# (docs/services.md#https).
 SERVICE_FIELDS_NOT_ACTED_ON = (
     RUN_FIELDS_NOT_ACTED_ON
-    | {"gateway", "https", "probes.until_ready"}
+    | {"gateway", "probes.until_ready"}
     | {f"replicas.{field}" for field in GROUP_FIELDS_NOT_ACTED_ON}
 )
 
@@ -291,9 +293,6 @@ class ServiceConfiguration(BaseRunConfiguration):
                 name in group.model_fields_set and getattr(group, name) not in (None, False)
                 for group in self.replicas
             )
-        if field == "https":
-            # On by default (dstack's), but it is about a gateway's domain: asked for only with one.
-            return self.https is not False and self.gateway not in (None, False)
         return super().asks_for(field)
 
     def summary(self) -> ConfigSummary:

@@ -58,7 +58,8 @@ def test_validate_accepts_a_fleet_of_nodes_and_names_what_it_does_not_act_on(tmp
     [
         ("", None),
         ("auth: true\n", None),
-        ("gateway: gw\nrate_limits: [{rps: 1}]\n", "gateway, https"),
+        ("https: true\n", None),  # the URL's scheme on the proxy's domain (docs/services.md#https)
+        ("gateway: gw\nrate_limits: [{rps: 1}]\n", "gateway"),
     ],
 )
 def test_validate_names_the_service_fields_not_acted_on(tmp_path: Path, extra: str, line: str | None) -> None:

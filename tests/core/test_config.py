@@ -411,7 +411,7 @@ def test_no_warning_for_supported_fields() -> None:
 
 def test_service_and_dev_environment_unsupported_fields() -> None:
     assert service("auth: true\nhttps: false\nmodel: m\n").unsupported_fields() == []
-    assert service("gateway: gw\n").unsupported_fields() == ["gateway", "https"]
+    assert service("gateway: gw\n").unsupported_fields() == ["gateway"]  # https: acted on
     dev = load("type: dev-environment\nide: vscode\nversion: '1.90'\npython: '3.11'\n")
     assert dev.unsupported_fields() == ["version"]  # `ide`: ferry attach prints its link; `python`: an image
 

@@ -63,7 +63,8 @@ ACTED_ON: dict[type[ConfigModel], set[str]] = {
     TaskConfiguration: _RUN_ACTED_ON | {"type", "commands", "nodes", "ports", "groups"},
     ServiceConfiguration: _RUN_ACTED_ON
     | {"type", "commands", "port", "replicas", "scaling", "probes", "strip_prefix", "auth", "model"}
-    | {"rate_limits"},  # gateway/rate_limits.py
+    | {"rate_limits"}  # gateway/rate_limits.py
+    | {"https"},  # the URL's scheme on the proxy's domain: core/services/domains.py
     DevEnvironmentConfiguration: _RUN_ACTED_ON
     | {"type", "init", "ide", "ports", "inactivity_duration", "setup"},
     # `nodes` is refused (no cloud backend); an SSH fleet's `resources` is warned about in
@@ -131,9 +132,10 @@ def test_the_proxy_acts_on_port_auth_probes_and_scaling() -> None:
 
 def test_a_separate_gateway_is_not_acted_on_and_rate_limits_are() -> None:
     fields = warned(RUN_TYPES["service"] + "strip_prefix: true\nhttps: true\ngateway: gw\n")
-    assert fields == ["gateway", "https"]
-    # https (on by default) is about a gateway's domain: with no gateway it asks for nothing.
-    assert warned(RUN_TYPES["service"] + "https: true\n") == []
+    assert fields == ["gateway"]
+    # https picks the scheme of the URL on the proxy's domain (docs/services.md#https).
+    for https in ("true", "false", "auto"):
+        assert warned(RUN_TYPES["service"] + f"https: {https}\n") == []
     assert warned(RUN_TYPES["service"] + "rate_limits: [{rps: 5}]\n") == []  # docs/services.md#rate-limits
 
 
