@@ -38,7 +38,7 @@ fi
 if [ $# -gt 0 ]; then exec .venv/bin/pytest -q "$@"; fi
 
 # The whole suite as two pytest processes side by side (docs/README.md#the-tests): the embedded stack's
-# tests, whose stacks take the default ports one at a time, and the rest.
+# tests (one stack starts at a time: two never race for a default port), and the rest.
 stacks=(tests/e2e tests/chaos tests/upgrade)
 logs=$(mktemp -d)
 .venv/bin/pytest -q -p no:cacheprovider "${stacks[@]}" >"$logs/stacks.log" 2>&1 &

@@ -91,6 +91,7 @@ def activities_for(
         jobs.stop_task,
         jobs.ssh_endpoint,
         metrics.task_metrics,
+        metrics.watch_utilization,
         jobs.release_task,
         volumes.attach_volumes,
         volumes.detach_volumes,

@@ -48,10 +48,12 @@ from core.wire.messages import (
     StopTask,
     TaskRef,
     UpdateScheduleRequest,
+    UtilizationNews,
     WatchInstance,
     WatchJob,
     WatchReply,
     WatchRunRequest,
+    WatchUtilization,
 )
 from core.wire.run_messages import StopReply
 from core.wire.services import (
@@ -127,6 +129,12 @@ async def ssh_endpoint(request: SSHEndpointRequest) -> SSHEndpoint:
 @activity.defn(name=names.TASK_METRICS)
 async def task_metrics(request: MetricsRequest) -> MetricsReply:
     """`ferry metrics`: running jobs' CPU, memory and GPU use (docs/jobs.md#metrics)."""
+    raise _declared()
+
+
+@activity.defn(name=names.WATCH_UTILIZATION)
+async def watch_utilization(watch: WatchUtilization) -> UtilizationNews:
+    """A job's GPUs sampled until its utilization_policy has news (docs/jobs.md#utilization-policy)."""
     raise _declared()
 
 

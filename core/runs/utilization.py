@@ -3,31 +3,24 @@ below `min_gpu_utilization` percent over the whole `time_window` is terminated w
 TERMINATED_DUE_TO_UTILIZATION_POLICY ("if any GPU has utilization below the value during the whole time
 window, the run is terminated", dstack's reference).
 
-Pure: JobWorkflow samples the agent's GPU metrics (docs/jobs.md#metrics) every `sample_interval` and asks
-`assess` what they say. As in dstack, the window must be covered by samples: a GPU is idle since the first
+Pure: the `watch_utilization` activity samples the agent's GPU metrics (docs/jobs.md#metrics) every
+`sample_interval`, asks `assess` what they say, and returns to the job's workflow only with news
+(`utilization_news`): one activity per change, not per sample, so a job's history stays short however long
+it runs. As in dstack, the window must be covered by samples: a GPU is idle since the first
 sample of its latest unbroken run of readings below the threshold. A reading of N/A (a MIG instance) or a
 GPU missing from a sample proves nothing, so it breaks the run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from core.configuration.specs import UtilizationPolicy
 from core.durations import format_duration
+from core.wire.messages import GpuSample, UtilizationNews, UtilizationNewsKind
 
 MIN_INTERVAL = 5.0
 MAX_INTERVAL = 60.0
-
-
-@dataclass(frozen=True)
-class GpuSample:
-    """One reading of a job's GPUs: when (seconds, the workflow's clock) and each GPU's utilization in
-    percent by its host index, None where nvidia-smi said N/A."""
-
-    at: float
-    utilization: Mapping[int, float | None]
 
 
 @dataclass(frozen=True)
@@ -101,3 +94,20 @@ def no_gpu_note(policy: UtilizationPolicy) -> str:
 
 def recovered_note(policy: UtilizationPolicy) -> str:
     return f"GPU utilization at or above {policy.min_gpu_utilization}% again"
+
+
+def utilization_news(
+    low: bool, samples: list[GpuSample], policy: UtilizationPolicy, now: float
+) -> UtilizationNews | None:
+    """What the job's workflow must hear, knowing `low` (a GPU was below when it last heard): the window
+    met, a GPU fallen below, or all recovered; None while nothing changed."""
+    verdict = assess(samples, policy, now)
+    if verdict.breached and verdict.note is not None:
+        return UtilizationNews(kind=UtilizationNewsKind.BREACHED, note=verdict.note, samples=samples)
+    if verdict.note is not None and not low:
+        return UtilizationNews(kind=UtilizationNewsKind.BELOW, note=verdict.note, samples=samples)
+    if verdict.note is None and low:
+        return UtilizationNews(
+            kind=UtilizationNewsKind.RECOVERED, note=recovered_note(policy), samples=samples
+        )
+    return None

@@ -15,6 +15,7 @@ STOP_TASK = "stop_task"
 RELEASE_TASK = "release_task"
 SSH_ENDPOINT = "ssh_endpoint"  # `ferry attach`: the way into a running job (docs/attach.md)
 TASK_METRICS = "task_metrics"  # `ferry metrics`: running jobs' CPU, memory and GPU use (docs/jobs.md#metrics)
+WATCH_UTILIZATION = "watch_utilization"  # a job's GPUs against its utilization_policy (docs/jobs.md)
 ATTACH_VOLUMES = "attach_volumes"  # a job's named volumes, taken once it is placed (docs/volumes.md)
 DETACH_VOLUMES = "detach_volumes"  # and freed once its process has ended
 

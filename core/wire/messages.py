@@ -9,11 +9,13 @@ Payloads stay small: logs and code travel through the store, referenced by job s
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from pydantic import Field
 
 from core.configuration import TaskConfiguration
+from core.configuration.specs import UtilizationPolicy
 from core.eventlog import Event
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire.agent_api import ContainerSpec, JobSpec, Resources, TaskMetrics, TaskNetwork
@@ -210,6 +212,37 @@ class JobMetrics(Message):
 
 class MetricsReply(Message):
     jobs: list[JobMetrics]
+
+
+class GpuSample(Message):
+    """One reading of a job's GPUs for its utilization_policy: when (the worker's clock, seconds) and each
+    GPU's utilization in percent by its host index, None where nvidia-smi said N/A."""
+
+    at: float
+    utilization: dict[int, float | None]
+
+
+class UtilizationNewsKind(StrEnum):
+    BELOW = "below"  # a GPU fell below the threshold
+    RECOVERED = "recovered"  # none is below any more
+    BREACHED = "breached"  # one has been below for the whole window: the job is to stop
+    NO_GPUS = "no_gpus"  # the job has none: the policy does not apply
+
+
+class WatchUtilization(Message):
+    """`watch_utilization`: sample the job's GPUs until there is news beyond `low`, what the job's workflow
+    last knew (docs/jobs.md#utilization-policy); `samples` carries the window from one call to the next."""
+
+    task: TaskRef
+    policy: UtilizationPolicy
+    low: bool = False
+    samples: list[GpuSample] = Field(default_factory=list)
+
+
+class UtilizationNews(Message):
+    kind: UtilizationNewsKind
+    note: str
+    samples: list[GpuSample] = Field(default_factory=list)
 
 
 class StopTask(Message):

@@ -16,8 +16,10 @@ from core.runs.utilization import (
     idle_since,
     kept,
     sample_interval,
+    utilization_news,
 )
 from core.status import JobStatus, JobTerminationReason
+from core.wire.messages import UtilizationNewsKind
 
 POLICY = UtilizationPolicy(min_gpu_utilization=10, time_window=600)  # 10%, 10m
 
@@ -79,7 +81,7 @@ def test_the_reason_ends_the_job_terminated_and_is_not_retried() -> None:
 
 
 def samples(*readings: tuple[float, Mapping[int, float | None]]) -> list[GpuSample]:
-    return [GpuSample(at, utilization) for at, utilization in readings]
+    return [GpuSample(at=at, utilization=dict(utilization)) for at, utilization in readings]
 
 
 def test_the_interval_is_a_tenth_of_the_window_within_5s_and_60s() -> None:
@@ -161,3 +163,18 @@ def test_the_kept_samples_are_the_window_and_the_one_before() -> None:
 def test_a_zero_percent_threshold_never_terminates() -> None:
     never = UtilizationPolicy(min_gpu_utilization=0, time_window=60)
     assert assess(samples((0, {0: 0.0}), (60, {0: 0.0})), never, now=60).breached is False
+
+
+def test_news_is_a_change_from_what_the_workflow_knows() -> None:
+    low = samples((0, {0: 3.0}))
+    below = utilization_news(False, low, POLICY, 0)
+    assert below is not None and below.kind == UtilizationNewsKind.BELOW
+    assert utilization_news(True, low, POLICY, 0) is None  # still below, the window not met: nothing new
+    met = samples((0, {0: 3.0}), (300, {0: 2.0}), (600, {0: 1.0}))
+    breached = utilization_news(True, met, POLICY, 600)
+    assert breached is not None and breached.kind == UtilizationNewsKind.BREACHED
+    assert breached.note == "GPU 0 utilization below 10% for 10m of 10m" and breached.samples == met
+    busy = samples((0, {0: 3.0}), (60, {0: 80.0}))
+    recovered = utilization_news(True, busy, POLICY, 60)
+    assert recovered is not None and recovered.kind == UtilizationNewsKind.RECOVERED
+    assert utilization_news(False, busy, POLICY, 60) is None
