@@ -16,15 +16,8 @@ from pathlib import Path
 
 import pathspec
 
-from core.configuration.code_sources import (
-    FILES_IN_ARCHIVE,
-    FILES_MANIFEST,
-    FileMapping,
-    RepoSpec,
-    archive_path,
-    code_repo,
-    manifest,
-)
+from core.configuration.code_sources import FileMapping, RepoSpec, archive_path, code_repo
+from core.files_manifest import FILES_IN_ARCHIVE, FILES_MANIFEST, manifest
 
 # The root's FILES_IN_ARCHIVE is Ferry's place for `files` (docs/runs.md#files), never the user's.
 ALWAYS_IGNORED = [".git/", ".venv/", "__pycache__/", "*.pyc", f"/{FILES_IN_ARCHIVE}/"]

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from agent.records import TaskPaths
-from core.configuration.code_sources import FILES_IN_ARCHIVE, FILES_MANIFEST, Placed, read_manifest
+from core.files_manifest import FILES_IN_ARCHIVE, FILES_MANIFEST, Placed, read_manifest
 
 ROOT_HOME = "/root"
 

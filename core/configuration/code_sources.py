@@ -11,26 +11,21 @@ the warning line.
 
 from __future__ import annotations
 
-import json
 import posixpath
 from enum import StrEnum
-from pathlib import PurePosixPath
-from typing import Any, NamedTuple
+from typing import Any
 
 from pydantic import Field, model_validator
 
 from core.configuration.model import ConfigModel
 
+# The agent's part of `files` (stdlib only: it runs on the hosts' Python 3.9).
+from core.files_manifest import ABSOLUTE_DIR, FILES_IN_ARCHIVE, HOME_DIR
+
 _DEFAULT_PATH = "."
 # Where a container job's code is (agent/containers/config.py): a relative `files` destination is the
 # working directory's, which is this in a container unless `working_dir` is absolute.
 CONTAINER_CODE_DIR = "/workflow"
-# The code archive's directory of the `files` placed outside the code, which the agent moves out of the
-# code into the task's own directory, as `abs/<path>` and `home/<path>` (docs/runs.md#files).
-FILES_IN_ARCHIVE = ".ferry-files"
-FILES_MANIFEST = f"{FILES_IN_ARCHIVE}/manifest.json"
-ABSOLUTE_DIR = "abs"
-HOME_DIR = "home"
 
 
 class RepoExistsAction(StrEnum):
@@ -153,46 +148,6 @@ def archive_path(mapping: FileMapping, working_dir: str | None) -> str:
     if target.startswith("~/"):
         return f"{FILES_IN_ARCHIVE}/{HOME_DIR}/{target[2:]}"
     return f"{FILES_IN_ARCHIVE}/{ABSOLUTE_DIR}{target}"
-
-
-class Placed(NamedTuple):
-    """Where one of `files` is once the archive is unpacked: `in_code` (a path in the code, "." for all
-    of it), or `under_files` (a path under the task's FILES_IN_ARCHIVE directory, moved out of the code)
-    and `destination` (the absolute path or `~/...` the job asked for)."""
-
-    in_code: str | None
-    under_files: str | None
-    destination: str | None
-
-
-def placed_at(archive_name: str) -> Placed:
-    """The inverse of archive_path, for the agent: where a manifest's entry is to be placed.
-    ValueError for a name archive_path does not make."""
-    parts = PurePosixPath(archive_name).parts
-    if archive_name != posixpath.normpath(archive_name) or ".." in parts or posixpath.isabs(archive_name):
-        raise ValueError(f"{archive_name!r} is not a path in the code")
-    if not parts or parts[0] != FILES_IN_ARCHIVE:
-        return Placed(in_code=archive_name, under_files=None, destination=None)
-    under = posixpath.join(*parts[1:]) if len(parts) > 1 else ""
-    if parts[1:2] == (HOME_DIR,):
-        return Placed(None, under, "~" if len(parts) == 2 else "~/" + posixpath.join(*parts[2:]))
-    if parts[1:2] == (ABSOLUTE_DIR,) and len(parts) > 2:
-        return Placed(None, under, "/" + posixpath.join(*parts[2:]))
-    raise ValueError(f"{archive_name!r} is not a placed file")
-
-
-def manifest(archive_names: list[str]) -> bytes:
-    """The archive's FILES_MANIFEST: where each of `files` is in it, in the configuration's order (the
-    agent sets FERRY_FILE_<n> from it). Paths only: never a file's contents."""
-    return json.dumps({"files": archive_names}, sort_keys=True).encode()
-
-
-def read_manifest(text: str) -> list[Placed]:
-    """FILES_MANIFEST's entries, placed (placed_at); ValueError for one that is not what manifest writes."""
-    names = json.loads(text).get("files")
-    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
-        raise ValueError("the files manifest is not a list of paths")
-    return [placed_at(name) for name in names]
 
 
 def _clean(path: str) -> str:

@@ -15,15 +15,12 @@ from core.configuration import TaskConfiguration, parse_configuration
 from core.configuration.code_sources import (
     CONTAINER_CODE_DIR,
     FileMapping,
-    Placed,
     archive_path,
     code_path,
     destination,
-    manifest,
-    placed_at,
-    read_manifest,
 )
 from core.configuration.runnable import DOCKER_REFUSED, refusals
+from core.files_manifest import Placed, manifest, placed_at, read_manifest
 
 
 def run(**fields: object) -> TaskConfiguration:
