@@ -109,8 +109,10 @@ def _check_limit_prefix(value: str) -> str:
 
 
 def _check_rps(value: float) -> float:
-    if not MIN_RPS <= value <= MAX_RPS:  # NaN fails both
-        raise ValueError(f"should be from 1/60 (a request a minute) to {MAX_RPS:.0f}, got {value:g}")
+    if not value >= MIN_RPS:  # NaN fails it too
+        raise ValueError(f"should be at least 1/60 (a request a minute), got {value:g}")
+    if value > MAX_RPS:
+        raise ValueError(f"should be at most {MAX_RPS:.0f} requests a second, got {value:g}")
     return value
 
 

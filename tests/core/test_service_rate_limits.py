@@ -64,8 +64,7 @@ def test_dstacks_documented_limits_are_taken_and_acted_on() -> None:
     [
         (
             "rate_limits:\n- rps: 0\n",
-            "web.yml:5: rate_limits.0.rps: should be from 1/60 (a request a minute) to "
-            "153722867280912928, got 0",
+            "web.yml:5: rate_limits.0.rps: should be at least 1/60 (a request a minute), got 0",
         ),
         ("rate_limits:\n- {}\n", "web.yml:5: rate_limits.0.rps: required field is missing"),
         (
