@@ -1,5 +1,5 @@
-"""Who may reach a service, what of their credentials it gets, and the count of those who did: what both
-APIs check before forwarding."""
+"""Who may reach a service and what of their credentials it gets: what both APIs check before forwarding
+(the forwarder counts the requests it lets through, gateway.forwarding)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from aiohttp import web
 
 from gateway.directory import Directory
 from gateway.replies import ErrorReply
-from gateway.request_stats import RequestStats
 from gateway.routing_table import RoutingTable, Service
 from gateway.rules import forwards_authorization, token_needed
 from gateway.tokens import TokenChecker, bearer_token
@@ -18,10 +17,9 @@ log = logging.getLogger(__name__)
 
 
 class Access:
-    def __init__(self, directory: Directory, tokens: TokenChecker, stats: RequestStats) -> None:
+    def __init__(self, directory: Directory, tokens: TokenChecker) -> None:
         self._directory = directory
         self._tokens = tokens
-        self._stats = stats
 
     @property
     def table(self) -> RoutingTable:
@@ -53,7 +51,3 @@ class Access:
         if authorization is None or service.settings.auth:
             return False
         return forwards_authorization(service.settings.auth, await self._tokens.is_ferry_token(authorization))
-
-    def count(self, service: Service) -> None:
-        """Counts an accepted request for the autoscaler."""
-        self._stats.count(service.run_id)

@@ -62,7 +62,7 @@ class Gateway:
         self.front_door = FrontDoor(
             self.directory, self.balancer, self.tokens, self.stats, self.options, self.rate_limiter
         )
-        access = Access(self.directory, self.tokens, self.stats)
+        access = Access(self.directory, self.tokens)
         self._services = ServicesApi(access, self.forwarder)
         self._models = ModelsApi(access, self.forwarder)
 

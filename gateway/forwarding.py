@@ -108,6 +108,8 @@ class Forwarder:
             over = self._over_rate_limit(request, service, path, stripped_prefix)
             if over is not None:
                 return errors(429, too_many_requests(f"{service.project}/{service.run_name}", over))
+        # Counted for the autoscaler only once past the limits: a refused request asks for no replica.
+        self._stats.count(service.run_id)
         chosen = await self._choose(service, errors)
         if isinstance(chosen, web.StreamResponse):
             return chosen

@@ -98,7 +98,6 @@ class ModelsApi:
         refused = await self._access.refusal(request, service, openai_reply)
         if refused is not None:
             return refused
-        self._access.count(service)
         forward_authorization = await self._access.forwards_authorization(request, service)
         model = service.settings.model
         assert model is not None

@@ -17,6 +17,8 @@ _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     404: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",  # OpenAI's own type for its 429s; clients back off on it
     502: "server_error",
     503: "server_error",
 }

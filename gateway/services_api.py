@@ -3,8 +3,9 @@
 With `strip_prefix: true` (the default) the replica sees `/<rest>` (and the query string), else the whole
 original path. `/proxy/services/<project>/<run>` without its slash is redirected (308) to the slash form.
 A service with `auth: true` (the default) needs `Authorization: Bearer <a Ferry token>`; a refused request
-never reaches a replica and is not counted for autoscaling. Every other request is counted, then
-forwarded (gateway.forwarding: held while the service has no ready replica).
+never reaches a replica and is not counted for autoscaling, nor is one over the service's `rate_limits`
+(429). Every other request is counted and forwarded (gateway.forwarding: held while the service has no
+ready replica).
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ class ServicesApi:
         refused = await self._access.refusal(request, service, plain_error)
         if refused is not None:
             return refused
-        self._access.count(service)
         forward_authorization = await self._access.forwards_authorization(request, service)
         target = origin_form(request.raw_path)[0]  # an absolute-form request's too (still percent-encoded)
         if on_path and service.settings.strip_prefix:

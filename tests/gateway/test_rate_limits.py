@@ -80,6 +80,20 @@ async def test_a_burst_over_the_limit_gets_429_and_reaches_no_replica(
     assert len(replica.requests) == 3
 
 
+async def test_requests_over_the_limit_are_not_counted_for_autoscaling(
+    harness: Harness, http: aiohttp.ClientSession, fast_path: bool
+) -> None:
+    run_id = add_service(harness.store, auth=False, rate_limits=[{"rps": PER_MINUTE, "burst": 1}])
+    replica = await harness.replica("one")
+    add_replica(harness.store, run_id, "r-0", replica.url)
+    _, proxy_url = await harness.gateway(dataclasses.replace(FAST, fast_path=fast_path))
+    url = f"{proxy_url}/proxy/services/main/app/x"
+    assert await statuses(http, url, 12) == [200, 200] + [429] * 10
+    await eventually(lambda: harness.store.request_count(run_id, 0) >= 2)
+    await asyncio.sleep(5 * FAST.flush_interval)  # several flushes: any count of the 429s would be written
+    assert harness.store.request_count(run_id, 0) == 2
+
+
 async def test_a_header_key_limits_each_value_of_the_header(
     harness: Harness, http: aiohttp.ClientSession, fast_path: bool
 ) -> None:
@@ -150,6 +164,9 @@ async def test_a_models_requests_are_limited_by_the_replicas_path(
             found.append((response.status, (await response.json()).get("error", {}).get("message", "")))
     assert [status for status, _ in found] == [200, 200, 429]
     assert found[2][1].startswith("too many requests to main/app under /v1/chat/")
+    async with http.post(url, json=body) as response:
+        assert response.status == 429
+        assert (await response.json())["error"]["type"] == "rate_limit_error"  # OpenAI's, for its clients
     assert len(replica.requests) == 2
 
 
