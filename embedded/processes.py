@@ -73,6 +73,34 @@ def port_free(port: int) -> bool:
         return True
 
 
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process `pid` itself holds a listening TCP socket on `port` (Linux's /proc). A port open
+    to a connect may be another stack's: two stacks started at the same moment can choose the same free
+    port, and only one binds it (docs/chaos.md#temporal-on-another-port)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{inode}]")
+    if not inodes:
+        return False
+    try:
+        descriptors = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for descriptor in descriptors:
+        with contextlib.suppress(OSError):
+            if os.readlink(descriptor) in inodes:
+                return True
+    return False
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

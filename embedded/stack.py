@@ -25,13 +25,14 @@ from pathlib import Path
 
 from core.settings import Settings
 from core.temporal_connection import temporal_namespace
-from embedded.devserver import dev_server_command, port_open
+from embedded.devserver import dev_server_command
 from embedded.processes import (
     PRIVATE_UMASK,
     STOP_TIMEOUT,
     NotPrivate,
     free_port,
     job_code,
+    listens_on,
     make_private,
     pid_alive,
     port_free,
@@ -134,7 +135,9 @@ class Stack(StackFiles):
             deadline = time.monotonic() + timeout
             if temporal is not None:
                 ports = (state.port, state.ui_port)
-                self._wait("temporal", temporal, lambda: port_open(state.port), deadline, ports)
+                # Its own listener, not merely an open port: another stack's may have won the port.
+                pid = temporal.pid
+                self._wait("temporal", temporal, lambda: listens_on(pid, state.port), deadline, ports)
             if worker is not None:
                 self._wait("worker", worker, lambda: self._worker_up(state), deadline)
             if proxy is not None:

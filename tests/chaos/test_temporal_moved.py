@@ -1,7 +1,8 @@
 """The Temporal dev server SIGKILLed and its port taken before the next command: the command starts it on
 another port, and the worker and the proxy, which knew it by its old address, start again with the new one
 (embedded/stack.py, docs/chaos.md#temporal-on-another-port). Without that, the worker would poll whatever
-listens at the old address, for ever, and no run would start."""
+listens at the old address, for ever, and no run would start. And a port taken between its choice and the
+dev server's bind (two stacks started at once): the dev server counts as up only on its own listener."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ import signal
 import socket
 from pathlib import Path
 
+import pytest
+
+from embedded.processes import listens_on
+from embedded.stack import Stack
 from tests.chaos.stream import LIMIT, stack_process, until
 from tests.e2e.conftest import Ferry, ferry_env, stack_of, task
 
@@ -46,3 +51,36 @@ def test_a_temporal_started_again_on_another_port_gets_a_worker_and_proxy_that_f
     assert now["temporal"]["address"] != old["temporal"]["address"]
     assert now["worker"]["pid"] != old["worker"]["pid"] and now["proxy"]["pid"] != old["proxy"]["pid"]
     assert now["agent"]["pid"] == old["agent"]["pid"]  # the agent knows no Temporal: it stays
+
+
+def test_a_port_another_takes_between_choice_and_bind_is_not_mistaken_for_the_dev_servers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two stacks started at the same moment can choose the same free port: the one whose dev server
+    cannot bind it must not take the other's open port for its own (its worker would poll the other's
+    Temporal). Here the race is made certain: the first choice is a port a squatter listens on."""
+    home = tmp_path / "home"
+    home.mkdir()
+    stack = Stack(home, ferry_env(home))
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        choose = Stack._choose_port
+        chosen: list[int] = []
+
+        def first_the_taken_port(self: Stack, recorded: int | None, default: int) -> int:
+            port = taken if not chosen else choose(self, recorded, default)
+            chosen.append(port)
+            return port
+
+        monkeypatch.setattr(Stack, "_choose_port", first_the_taken_port)
+        try:
+            status = stack.start(timeout=LIMIT)
+            assert status.running
+            assert status.address is not None and status.address != f"127.0.0.1:{taken}"
+            port = int(status.address.rsplit(":", 1)[1])
+            assert listens_on(stack_process(home, "temporal").pid, port)
+            assert chosen[0] == taken
+        finally:
+            stack.stop()
