@@ -35,4 +35,19 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-.venv/bin/pytest -q "$@"
+if [ $# -gt 0 ]; then exec .venv/bin/pytest -q "$@"; fi
+
+# The whole suite as two pytest processes side by side (docs/README.md#the-tests): the embedded stack's
+# tests and the rest.
+stacks=(tests/e2e tests/chaos tests/upgrade)
+logs=$(mktemp -d)
+.venv/bin/pytest -q -p no:cacheprovider --durations=15 "${stacks[@]}" >"$logs/stacks.log" 2>&1 &
+first=$!
+.venv/bin/pytest -q -p no:cacheprovider --durations=15 "${stacks[@]/#/--ignore=}" >"$logs/rest.log" 2>&1 &
+second=$!
+status=0
+wait "$first" || status=$?
+echo "=== ${stacks[*]}"; cat "$logs/stacks.log"
+wait "$second" || status=$?
+echo "=== the rest of tests/"; cat "$logs/rest.log"
+exit "$status"
