@@ -1,6 +1,7 @@
 """A job's secrets filled in at the last moment (docs/secrets.md): by the steps that send the job to its agent
-(activities/jobs.py: PREPARE_TASK its registry credentials, START_JOB its `env`), from the store, opened with
-Ferry's key. Nothing before them holds a value: the workflows and their history carry the references.
+(activities/jobs.py: PREPARE_TASK its registry credentials, START_JOB its `env` and its repos' credentials),
+from the store, opened with Ferry's key. Nothing before them holds a value: the workflows and their history
+carry the references.
 
 What leaves here holds no value either: a failure's message is masked (core.secrets.mask) before Temporal
 and the worker's log see it, and every log record of this process is (core.secrets.LOG_MASKING). A secret
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from temporalio.exceptions import ApplicationError
 
 from core.masking import LOG_MASKING, mask
+from core.repo_credentials import ssh_key_secret, token_secret
 from core.secrets import credentials_secrets, fill_credentials, fill_spec, spec_secrets
 from core.status import JobTerminationReason
 from core.wire.agent_api import ContainerSpec, JobSpec
@@ -35,9 +37,42 @@ class SecretFiller:
 
     async def spec(self, job_submission_id: str, spec: JobSpec) -> JobSpec:
         names = spec_secrets(spec)
-        if not names:
+        if names:
+            spec = fill_spec(spec, await self._open(job_submission_id, names))
+        if spec.repos:
+            spec = await self._repo_credentials(job_submission_id, spec)
+        return spec
+
+    async def _repo_credentials(self, job_submission_id: str, spec: JobSpec) -> JobSpec:
+        """Each cloned repo's token or SSH key, when the project holds one for its URL (`ferry secret
+        repo`, docs/runs.md#private-repos); none for a public repo."""
+        wanted = sorted({name for r in spec.repos for name in (token_secret(r.url), ssh_key_secret(r.url))})
+        project = await asyncio.to_thread(self._project, job_submission_id)
+        records = await asyncio.to_thread(self._store.list_secrets, project, wanted)
+        if not records:
             return spec
-        return fill_spec(spec, await self._open(job_submission_id, names))
+        try:
+            keys = self._keys()
+            values = {record.name: open_secret(keys, record) for record in records}
+        except SealError as err:
+            raise ApplicationError(
+                f"cannot open the credentials of the job's repos: {err}",
+                type=JobTerminationReason.TERMINATED_BY_SERVER.name,
+                non_retryable=True,
+            ) from None
+        lines = [line for value in values.values() for line in [value, *value.splitlines()]]
+        self._values.update(lines)
+        LOG_MASKING.add(lines)
+        repos = [
+            repo.model_copy(
+                update={
+                    "token": values.get(token_secret(repo.url)),
+                    "ssh_key": values.get(ssh_key_secret(repo.url)),
+                }
+            )
+            for repo in spec.repos
+        ]
+        return spec.model_copy(update={"repos": repos})
 
     async def container(
         self, job_submission_id: str, container: ContainerSpec | None

@@ -14,7 +14,8 @@ import shutil
 from pathlib import Path
 
 from agent.records import TaskPaths
-from core.files_manifest import FILES_IN_ARCHIVE, FILES_MANIFEST, Placed, read_manifest
+from core.files_manifest import FILES_IN_ARCHIVE, FILES_MANIFEST, Placed, placed_at, read_manifest
+from core.wire.repo_clone import RepoClone
 
 ROOT_HOME = "/root"
 
@@ -39,17 +40,24 @@ def move_out_of_code(paths: TaskPaths) -> None:
         unpacked.rename(target)
 
 
-def placed_files(paths: TaskPaths) -> list[Placed]:
-    """Each of the job's `files`, in the configuration's order; [] for a job without them."""
+def placed_files(paths: TaskPaths, key: str = "files") -> list[Placed]:
+    """Each of the job's `files` (or local `repos` placed as they are), in the configuration's order; []
+    for a job without them."""
     manifest = files_dir(paths) / posixpath.relpath(FILES_MANIFEST, FILES_IN_ARCHIVE)
     try:
         text = manifest.read_text()
     except FileNotFoundError:
         return []
     try:
-        return read_manifest(text)
+        return read_manifest(text, key)
     except ValueError as exc:
-        raise FilesError(f"files: {exc}") from exc
+        raise FilesError(f"{key}: {exc}") from exc
+
+
+def placed_repos(paths: TaskPaths, clones: list[RepoClone]) -> list[Placed]:
+    """Where the job's `repos` are, but the one that is its code (docs/runs.md#repos): the local ones
+    placed as `files` are, then the cloned ones. A container binds those outside the code."""
+    return [*placed_files(paths, "repos"), *(placed_at(clone.place) for clone in clones)]
 
 
 def host_paths(paths: TaskPaths, placed: list[Placed]) -> list[str]:

@@ -14,6 +14,7 @@ from agent.executors.environment import write_mpi_hostfile
 from agent.files import move_out_of_code
 from agent.logs import OffsetOutOfRange, log_size, read_log
 from agent.records import TaskPaths, TaskRecord, load_job_spec, save_job_spec
+from agent.repos import RepoCloneError, clone_repos
 from agent.tasks import BadTaskRequest, TaskConflict, TaskRegistry
 from agent.volumes import VolumeError, link_volumes, unlink_paths
 from core.status import JobTerminationReason
@@ -77,6 +78,7 @@ def _prepare(
         extract_archive(paths.code_archive, paths.workdir)
         paths.code_archive.unlink()
         move_out_of_code(paths)  # `files` at an absolute or home path: the task's own (agent/files.py)
+    clone_repos(paths, spec.repos)  # after the code and `files`: if_exists sees them (docs/runs.md#repos)
     write_mpi_hostfile(paths.mpi_hostfile, spec.cluster_info)  # before a container's binds are made
     # A container gets its volumes as bind mounts; host processes see them through links.
     links = link_volumes(record.volumes, paths.workdir) if record.container is None else []
@@ -118,7 +120,7 @@ async def _prepare_and_start(registry: TaskRegistry, record: TaskRecord) -> None
     executor = registry.executors.for_task(record)
     try:
         cwd, record.linked_paths = await asyncio.to_thread(_prepare, executor, paths, record, spec)
-    except CodeArchiveError as exc:
+    except (CodeArchiveError, RepoCloneError) as exc:
         registry.finalize(record, JobTerminationReason.EXECUTOR_ERROR, str(exc), exit_status=None)
         return
     except VolumeError as exc:

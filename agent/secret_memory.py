@@ -1,6 +1,7 @@
 """A task's secrets as the agent keeps them: in memory only, never under its data dir (docs/secrets.md).
 
-A job's JobSpec.secrets and a container's registry credentials arrive filled in (activities/secrets.py);
+A job's JobSpec.secrets, its repos' credentials (docs/runs.md#private-repos) and a container's registry
+credentials arrive filled in (activities/secrets.py);
 agent.records writes the job spec with each secret's name and an empty value, and the record with empty
 credentials (HELD_CREDENTIALS), and keeps the values here, by task directory. A restarted agent has none:
 a job that runs already has its environment (its process, or its container, got it at its start), but one
@@ -10,11 +11,13 @@ logs and in a task's termination message.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.masking import LOG_MASKING, mask
 from core.wire.agent_api import ContainerSpec, JobSpec, RegistryCredentials, TaskSubmitRequest
+from core.wire.repo_clone import RepoClone
 
 # What the record on disk says in place of a container's credentials: there were some, held in memory.
 HELD_CREDENTIALS = RegistryCredentials(username="", password="")
@@ -28,10 +31,22 @@ LOST = (
 class _Held:
     secrets: dict[str, str] = field(default_factory=dict)
     registry_auth: RegistryCredentials | None = None
+    repos: dict[int, RepoClone] = field(default_factory=dict)  # by index: a clone's credentials
 
     def values(self) -> list[str]:
         credentials = [] if self.registry_auth is None else [self.registry_auth.password]
-        return [*self.secrets.values(), *credentials]
+        return [*self.secrets.values(), *credentials, *_repo_values(self.repos.values())]
+
+
+def _repo_values(repos: Iterable[RepoClone]) -> list[str]:
+    """A clone's token, and each line of its key: masked wherever they would be printed."""
+    return [line for repo in repos for value in repo.credentials() for line in [value, *value.splitlines()]]
+
+
+def _without_values(repo: RepoClone) -> RepoClone:
+    """A clone as it is written: "" for each credential it has (held in memory), None for none."""
+    blank = {name: "" for name in ("token", "ssh_key") if getattr(repo, name)}
+    return repo.model_copy(update=blank) if blank else repo
 
 
 _held: dict[Path, _Held] = {}
@@ -55,16 +70,26 @@ def written_container(root: Path, container: ContainerSpec | None) -> ContainerS
 
 def written_spec(root: Path, spec: JobSpec) -> JobSpec:
     """A job spec as it is written: its secrets held here, their names alone on disk."""
-    _hold(root).secrets = dict(spec.secrets)
-    LOG_MASKING.add(spec.secrets.values())
-    return spec.model_copy(update={"secrets": dict.fromkeys(spec.secrets, "")})
+    held = _hold(root)
+    held.secrets = dict(spec.secrets)
+    if any(repo.credentials() for repo in spec.repos):
+        held.repos = {repo.index: repo for repo in spec.repos if repo.credentials()}
+    LOG_MASKING.add([*spec.secrets.values(), *_repo_values(spec.repos)])
+    repos = [_without_values(repo) for repo in spec.repos]
+    return spec.model_copy(update={"secrets": dict.fromkeys(spec.secrets, ""), "repos": repos})
 
 
 def read_spec(root: Path, spec: JobSpec) -> JobSpec:
     """A job spec as it is read back: its secrets' values, when this agent holds them (else none)."""
     held = _held.get(root)
     secrets = {name: held.secrets[name] for name in spec.secrets if name in held.secrets} if held else {}
-    return spec.model_copy(update={"secrets": secrets})
+    repos = [_read_repo(held, repo) for repo in spec.repos]
+    return spec.model_copy(update={"secrets": secrets, "repos": repos})
+
+
+def _read_repo(held: _Held | None, repo: RepoClone) -> RepoClone:
+    kept = held.repos.get(repo.index) if held is not None else None
+    return repo if kept is None else repo.model_copy(update={"token": kept.token, "ssh_key": kept.ssh_key})
 
 
 def lost(root: Path, container: ContainerSpec | None, spec_file: Path) -> bool:
@@ -74,10 +99,13 @@ def lost(root: Path, container: ContainerSpec | None, spec_file: Path) -> bool:
     if container is not None and container.registry_auth == HELD_CREDENTIALS and held.registry_auth is None:
         return True
     try:
-        names = JobSpec.model_validate_json(spec_file.read_bytes()).secrets
+        written = JobSpec.model_validate_json(spec_file.read_bytes())
     except FileNotFoundError:
         return False
-    return any(name not in held.secrets for name in names)
+    held_repo = any(
+        "" in (repo.token, repo.ssh_key) and repo.index not in held.repos for repo in written.repos
+    )
+    return held_repo or any(name not in held.secrets for name in written.secrets)
 
 
 def same_request(a: TaskSubmitRequest, b: TaskSubmitRequest) -> bool:

@@ -12,7 +12,14 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from activities.code import MissingCodeSource, RepoTooLarge, code_sources, pack_repo, repo_id
+from activities.code import (
+    CodeSources,
+    MissingCodeSource,
+    RepoTooLarge,
+    code_sources,
+    pack_repo,
+    repo_id,
+)
 from cli.errors import FerryError, RunActive, RunNotFound, RunStuck
 from cli.fleet_api import FleetAPI, choose_fleet
 from cli.pipeline_tasks import task_run
@@ -261,15 +268,15 @@ class FerryAPI:
         """The job's code in the store: `repo_dir` (the configuration file's directory), or the repo and
         files the configuration names (docs/runs.md#code); its hash, and its name (repo_id)."""
         try:
-            root, extra = repo_dir, list[tuple[Path, str]]()
+            sources = CodeSources(repo_dir, [], [], repo_id(repo_dir))
             if configuration is not None:
-                root, extra = code_sources(
+                sources = code_sources(
                     repo_dir, configuration.repos, configuration.files, configuration.working_dir
                 )
-            archive = await asyncio.to_thread(pack_repo, root, extra)
+            archive = await asyncio.to_thread(pack_repo, sources.root, sources.extra, sources.repos)
         except (RepoTooLarge, MissingCodeSource) as err:
             raise FerryError(str(err)) from None  # the user's to fix: said as it is, nothing submitted
-        return await asyncio.to_thread(self.store.put_code, archive), repo_id(root)
+        return await asyncio.to_thread(self.store.put_code, archive), sources.name
 
     def pipeline_task(self, record: RunRecord, task: int | None) -> RunRecord:
         """A pipeline's task run (cli.pipeline_tasks.task_run)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -62,6 +63,36 @@ def _read_value(name: str) -> str:
     if not value:
         raise CommandError("the value is empty: type it at the prompt, or pipe it to stdin", USAGE_EXIT)
     return value
+
+
+@secret_app.command("repo")
+@one_line_errors
+def secret_repo(
+    url: str = typer.Argument(
+        ..., metavar="URL", help="The repo's URL, as `repos` names it.", show_default=False
+    ),
+    ssh_key: Path | None = typer.Option(
+        None, "--ssh-key", metavar="FILE", help="An SSH private key to clone with, in place of a token."
+    ),
+) -> None:
+    """A private repo's credentials (dstack's `dstack init --token`, `--git-identity`): an HTTPS token
+    typed at a prompt that does not echo it, or piped to stdin; or an SSH private key's file. Kept as a
+    sealed secret named after the URL; a job cloning that URL gets it (docs/runs.md#private-repos)."""
+    from cli.context import Context
+    from cli.errors import USAGE_EXIT, CommandError
+    from cli.secret_api import set_repo_credential
+
+    if ssh_key is not None:
+        try:
+            value = ssh_key.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise CommandError(f"--ssh-key: cannot read {ssh_key}: {err}", USAGE_EXIT) from None
+    else:
+        value = _read_value(f"the token for {url}")
+    ctx = Context.from_env()
+    name = set_repo_credential(ctx.store(), ctx.project, url, value, ssh_key=ssh_key is not None)
+    kind = "SSH key" if ssh_key is not None else "token"
+    typer.echo(f"{kind} for {url} stored as secret {name}", err=True)
 
 
 @secret_app.command("list")

@@ -12,6 +12,7 @@ import time
 
 from cli.errors import FerryError, NotFound
 from core.configuration import BaseRunConfiguration
+from core.repo_credentials import repo_key, ssh_key_secret, token_secret
 from core.secrets import check_secret_name, check_secret_value, configuration_secrets
 from store import SecretRecord, Store
 from store.keys import Keys, process_keys
@@ -32,6 +33,19 @@ def set_secret(store: Store, project: str, name: str, value: str, keys: Keys | N
     created = store.get_secret(project, name) is None
     store.put_secret(seal_secret(keys or process_keys(), project, name, value, time.time()))
     return created
+
+
+def set_repo_credential(store: Store, project: str, url: str, value: str, *, ssh_key: bool) -> str:
+    """A private repo's token (or SSH private key) stored as the secret its URL names
+    (docs/runs.md#private-repos), the other kind for the same repo deleted; the secret's name."""
+    if not repo_key(url).split("://", 1)[-1].strip("/"):
+        raise FerryError(f"{url!r} is not a repo's URL")
+    name, other = (
+        (ssh_key_secret(url), token_secret(url)) if ssh_key else (token_secret(url), ssh_key_secret(url))
+    )
+    set_secret(store, project, name, value)
+    store.delete_secret(project, other)
+    return name
 
 
 def list_secrets(store: Store, project: str) -> list[SecretRecord]:

@@ -44,15 +44,18 @@ def placed_at(archive_name: str) -> Placed:
     raise ValueError(f"{archive_name!r} is not a placed file")
 
 
-def manifest(archive_names: list[str]) -> bytes:
+def manifest(archive_names: list[str], repos: list[str] | None = None) -> bytes:
     """The archive's FILES_MANIFEST: where each of `files` is in it, in the configuration's order (the
-    agent sets FERRY_FILE_<n> from it). Paths only: never a file's contents."""
-    return json.dumps({"files": archive_names}, sort_keys=True).encode()
+    agent sets FERRY_FILE_<n> from it), and each local repo placed like them (docs/runs.md#repos).
+    Paths only: never a file's contents."""
+    listed: dict[str, list[str]] = {"files": archive_names, **({"repos": repos} if repos else {})}
+    return json.dumps(listed, sort_keys=True).encode()
 
 
-def read_manifest(text: str) -> list[Placed]:
-    """FILES_MANIFEST's entries, placed (placed_at); ValueError for one that is not what manifest writes."""
-    names = json.loads(text).get("files")
+def read_manifest(text: str, key: str = "files") -> list[Placed]:
+    """FILES_MANIFEST's entries of `files` (or of `repos`), placed (placed_at); ValueError for one that
+    is not what manifest writes."""
+    names = json.loads(text).get(key, [] if key == "repos" else None)
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
-        raise ValueError("the files manifest is not a list of paths")
+        raise ValueError(f"the files manifest's {key} is not a list of paths")
     return [placed_at(name) for name in names]

@@ -38,8 +38,9 @@ from agent.containers.output import ContainerOutput
 from agent.containers.pulls import PullProgress
 from agent.executors.base import Executor, JobCheck, JobContext, JobHandle, JobLiveness
 from agent.executors.environment import JobPlaces, job_environment
-from agent.files import container_binds, container_home, container_path, placed_files
+from agent.files import container_binds, container_home, container_path, placed_files, placed_repos
 from agent.records import TaskPaths, TaskRecord, write_atomically
+from core.files_manifest import Placed
 from core.wire.agent_api import ContainerSpec, JobSpec, python_image
 
 logger = logging.getLogger(__name__)
@@ -119,8 +120,9 @@ class ContainerExecutor(Executor):
         paths.workdir.mkdir(exist_ok=True)
         image = self._image(container)
         self._pull(engine, image, record)
-        home = self._home(engine, image, container.user, paths)
-        placed = placed_files(paths)  # the code is unpacked by now (agent.jobs._prepare)
+        # The code is unpacked and the repos cloned by now (agent.jobs._prepare).
+        placed = placed_files(paths) + placed_repos(paths, spec.repos)
+        home = self._home(engine, image, container.user, placed)
         env = self._environment(record, spec, home, paths)
         traits = EngineTraits(kind=engine.kind, cdi_gpus=cdi_names_nvidia_gpus())
         try:
@@ -181,9 +183,10 @@ class ContainerExecutor(Executor):
         finally:
             record.progress = None
 
-    def _home(self, engine: Engine, image: str, user: str | None, paths: TaskPaths) -> str | None:
-        """The container's home, where `~` of `files` goes: asked of the image only when one does."""
-        if not any((entry.destination or "").startswith("~") for entry in placed_files(paths)):
+    def _home(self, engine: Engine, image: str, user: str | None, placed: list[Placed]) -> str | None:
+        """The container's home, where `~` of `files` and `repos` goes: asked of the image only when one
+        does."""
+        if not any((entry.destination or "").startswith("~") for entry in placed):
             return None
         try:
             config = engine.api.inspect_image(image).get("Config") or {}

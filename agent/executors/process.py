@@ -24,7 +24,7 @@ from pathlib import Path
 from agent import network
 from agent.executors.base import Executor, JobCheck, JobContext, JobHandle, JobLiveness
 from agent.executors.environment import JobPlaces, host_base_environment, job_environment
-from agent.files import files_dir, host_paths, placed_files
+from agent.files import files_dir, host_paths, placed_files, placed_repos
 from agent.records import TaskPaths, TaskRecord
 from core.wire.agent_api import JobSpec
 
@@ -55,12 +55,13 @@ def working_directory(paths: TaskPaths, spec: JobSpec) -> Path:
 def _places(paths: TaskPaths, spec: JobSpec) -> JobPlaces:
     cwd = str(working_directory(paths, spec))
     placed = placed_files(paths)
+    repos = placed_repos(paths, spec.repos)  # outside the code: found under FERRY_FILES_DIR
     return JobPlaces(
         repo_dir=str(paths.workdir),
         working_dir=cwd,
         mpi_hostfile=str(paths.mpi_hostfile),
         files=tuple(host_paths(paths, placed)),
-        files_dir=str(files_dir(paths)) if any(entry.under_files for entry in placed) else None,
+        files_dir=str(files_dir(paths)) if any(e.under_files for e in placed + repos) else None,
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, NamedTuple, Self
 
 from pydantic import Field, model_validator
 
-from core.configuration.code_sources import FileMapping, RepoSpec, repos_placed
+from core.configuration.code_sources import FileMapping, RepoSpec
 from core.configuration.durations import OptionalDuration
 from core.configuration.fields import (
     Commands,
@@ -69,17 +69,15 @@ CLOUD_FIELDS_NOT_ACTED_ON = frozenset(
 # Fields of every run that Ferry accepts but does not act on yet (each run type adds its own). `nvcc`:
 # Ferry runs the user's `image` (or the official one of `python`), or `commands` on the host, and has no
 # images of its own (docs/containers.md); `docker: true` is refused instead (core.configuration.runnable).
-# `files` are all placed (docs/runs.md#files). The container's settings are acted on in a container
-# only, with `image` or `python` (see asks_for); `image`, `python` and `volumes` always
-# (docs/containers.md, docs/volumes.md).
+# `files`, `repos` and `single_branch` are all acted on (docs/runs.md#files, docs/runs.md#repos). The
+# container's settings are acted on in a container only, with `image` or `python` (see asks_for); `image`,
+# `python` and `volumes` always (docs/containers.md, docs/volumes.md).
 CONTAINER_FIELDS = frozenset({"user", "privileged", "entrypoint", "registry_auth", "resources.shm_size"})
 RUN_FIELDS_NOT_ACTED_ON = (
     CLOUD_FIELDS_NOT_ACTED_ON
     | CONTAINER_FIELDS
     | {
         "nvcc",
-        "repos",
-        "single_branch",
         "creation_policy",
         # A run goes to a fleet, whose scheduler picks the instance (docs/fleets.md).
         "instances",
@@ -253,8 +251,6 @@ class BaseRunConfiguration(ConfigModel):
         return {key: environ[key] if value is None else value for key, value in self.env.items()}
 
     def asks_for(self, field: str) -> bool:
-        if field == "repos":
-            return not repos_placed(self.repos)  # one local repo at the working dir: the job's code
         if field in CONTAINER_FIELDS and (self.image is not None or self.python is not None):
             return False  # the container executor acts on it
         return super().asks_for(field)

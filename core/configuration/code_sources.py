@@ -1,17 +1,18 @@
 """`repos` and `files`: what of the user's machine goes with a run, in dstack's forms (docs/runs.md#code).
 
 Ferry sends one directory with every run, the job's code (its working directory on the instance). By
-default it is the configuration file's directory. `repos: [PATH]` (or `{local_path: PATH}`) names another
-local directory, relative to the configuration file's. `files: [LOCAL[:PATH]]` adds files or directories:
-at PATH in the code when it is under the working directory, else (an absolute PATH, `~/...`, or one that
-goes up out of it) beside the code in the archive, for the agent to place (docs/runs.md#files). What Ferry
-cannot place — a repo by `url` (a clone on the instance), a repo at another path, several repos — stays in
-the warning line.
+default it is the configuration file's directory. The first local repo of `repos` at the working directory
+replaces it; every other local repo is placed as a `files` mapping LOCAL:PATH would be, and a repo by `url`
+is cloned on the instance by the agent, at the place archive_path gives (docs/runs.md#repos).
+`files: [LOCAL[:PATH]]` adds files or directories: at PATH in the code when it is under the working
+directory, else (an absolute PATH, `~/...`, or one that goes up out of it) beside the code in the archive,
+for the agent to place (docs/runs.md#files).
 """
 
 from __future__ import annotations
 
 import posixpath
+import re
 from enum import StrEnum
 from typing import Any
 
@@ -34,11 +35,15 @@ class RepoExistsAction(StrEnum):
 
 
 def _split_mapping(value: str) -> list[str]:
-    """`a:b` as dstack splits it: a URL's `scheme://` or `user@host:` keeps its colon."""
-    parts = value.split(":")
-    if len(parts) > 1 and ("@" in parts[0] or parts[1].startswith("//")):
-        parts = [f"{parts[0]}:{parts[1]}", *parts[2:]]
-    return parts
+    """`a:b` as dstack splits it: a URL's `scheme://host:port` or `user@host:` keeps its colons."""
+    start = 0
+    if "://" in value:
+        slash = value.find("/", value.index("://") + 3)
+        start = len(value) if slash < 0 else slash
+    elif "@" in value.split(":", 1)[0] and ":" in value:
+        start = value.index(":") + 1
+    head, colon, rest = value[start:].partition(":")
+    return [value[:start] + head, *(rest.split(":") if colon else [])]
 
 
 class RepoSpec(ConfigModel):
@@ -66,7 +71,16 @@ class RepoSpec(ConfigModel):
     def _local_or_url(self) -> RepoSpec:
         if (self.local_path is None) == (self.url is None):
             raise ValueError("give either `local_path` or `url`")
+        if (self.url or "").startswith("-") or (self.branch or "").startswith("-"):
+            raise ValueError("a url or a branch cannot start with `-`")
+        if self.hash is not None and not _HASH.match(self.hash):
+            raise ValueError(f"hash: {self.hash!r} is not a commit hash (4 to 64 hexadecimal digits)")
+        _check_destination(self.path)
         return self
+
+    def as_file(self) -> FileMapping:
+        """Where it goes, as the `files` mapping of the same path (a URL's source is never read)."""
+        return FileMapping(local_path=self.local_path or self.url or "", path=self.path)
 
 
 class FileMapping(ConfigModel):
@@ -89,26 +103,51 @@ class FileMapping(ConfigModel):
 
     @model_validator(mode="after")
     def _placeable(self) -> FileMapping:
-        if self.path.startswith("~") and not _is_home(self.path):
-            raise ValueError(f"{self.path}: only the job's own home, `~/...`, can be named with `~`")
-        if _is_home(self.path) and _up_out(posixpath.normpath(self.path[1:].lstrip("/") or ".")):
-            raise ValueError(f"{self.path}: goes up (`..`) out of the home")
-        if posixpath.isabs(self.path) and posixpath.normpath(self.path) in ("/", "//"):
-            raise ValueError(f"{self.path}: a file or directory cannot replace the root directory")
+        _check_destination(self.path)
         return self
 
 
-def code_repo(repos: list[RepoSpec]) -> str | None:
-    """The local directory Ferry sends as the job's code instead of the configuration's: `repos` of one
-    local repo checked out at the working directory. None: the configuration file's own directory."""
-    if len(repos) == 1 and repos[0].local_path is not None and _is_here(repos[0].path):
-        return repos[0].local_path
+def _check_destination(path: str) -> None:
+    if path.startswith("~") and not _is_home(path):
+        raise ValueError(f"{path}: only the job's own home, `~/...`, can be named with `~`")
+    if _is_home(path) and _up_out(posixpath.normpath(path[1:].lstrip("/") or ".")):
+        raise ValueError(f"{path}: goes up (`..`) out of the home")
+    if posixpath.isabs(path) and posixpath.normpath(path) in ("/", "//"):
+        raise ValueError(f"{path}: a file or directory cannot replace the root directory")
+
+
+_HASH = re.compile(r"^[0-9a-fA-F]{4,64}$")
+
+
+def code_repo(repos: list[RepoSpec]) -> int | None:
+    """The index of the local repo Ferry sends as the job's code instead of the configuration file's
+    directory: the first local repo at the working directory. None: no such repo."""
+    for index, repo in enumerate(repos):
+        if repo.local_path is not None and _is_here(repo.path):
+            return index
     return None
 
 
-def repos_placed(repos: list[RepoSpec]) -> bool:
-    """Whether Ferry does what `repos` asks (code_repo); else it is named in the warning line."""
-    return not repos or code_repo(repos) is not None
+def code_is_empty(repos: list[RepoSpec]) -> bool:
+    """Whether the job's code starts empty: a repo by `url` is cloned at the working directory, and no
+    local repo is there (the configuration file's directory is then not sent, as dstack sends none)."""
+    return code_repo(repos) is None and any(r.url is not None and _is_here(r.path) for r in repos)
+
+
+def placed_repos(repos: list[RepoSpec]) -> list[tuple[int, RepoSpec]]:
+    """The local repos placed as `files` are (every one but code_repo's), with their index in `repos`."""
+    code = code_repo(repos)
+    return [(i, repo) for i, repo in enumerate(repos) if repo.local_path is not None and i != code]
+
+
+def cloned_repos(repos: list[RepoSpec]) -> list[tuple[int, RepoSpec]]:
+    """The repos by `url`, cloned on the instance by the agent, with their index in `repos`."""
+    return [(i, repo) for i, repo in enumerate(repos) if repo.url is not None]
+
+
+def single_branch(configured: bool | None, run_type: str) -> bool:
+    """dstack's default: false for a dev environment, true for a task or a service."""
+    return configured if configured is not None else run_type != "dev-environment"
 
 
 def destination(mapping: FileMapping, working_dir: str | None) -> str:

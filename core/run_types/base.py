@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
 from core.configuration import BaseRunConfiguration
+from core.configuration.code_sources import archive_path, cloned_repos, single_branch
 from core.configuration.resources import allocation
 from core.wire.agent_api import (
     BYTES_PER_GB,
@@ -21,6 +22,7 @@ from core.wire.agent_api import (
     Resources,
     python_image,
 )
+from core.wire.repo_clone import RepoClone
 from core.wire.services import ServiceJob
 
 # `stop_duration: off` means no limit on a graceful stop; the agent still needs a number of seconds.
@@ -88,7 +90,25 @@ class RunConfigurator(ABC, Generic[ConfigurationT]):
             max_duration=configuration.max_duration,
             stop_duration=_agent_grace(configuration.stop_duration),
             inactivity_duration=self.inactivity_duration(),
+            repos=self.cloned_repos(),
         )
+
+    def cloned_repos(self) -> list[RepoClone]:
+        """The `repos` by url, as the agent clones them (docs/runs.md#repos): credentials come later."""
+        configuration = self.configuration
+        branch = single_branch(configuration.single_branch, getattr(configuration, "type", "task"))
+        return [
+            RepoClone(
+                index=index,
+                url=repo.url or "",
+                branch=repo.branch,
+                hash=repo.hash,
+                place=archive_path(repo.as_file(), configuration.working_dir),
+                if_exists=repo.if_exists.value,
+                single_branch=branch,
+            )
+            for index, repo in cloned_repos(configuration.repos)
+        ]
 
     def image(self) -> str | None:
         """The image each job runs in: `image`, or the one of `python`; None: on the host."""

@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from core.compat import StrEnum
 from core.status import JobStatus, JobTerminationReason
+from core.wire.repo_clone import RepoClone
 
 AGENT_SERVICE_NAME = "ferry-agent"
 
@@ -307,6 +308,9 @@ class JobSpec(_Model):
         le=MAX_SECONDS,
         description="seconds with no SSH connection into the job after which the agent ends it "
         "(INACTIVITY_DURATION_EXCEEDED); None: never",
+    )
+    repos: list[RepoClone] = Field(
+        default_factory=list, description="`repos` by url, cloned before the job starts (docs/runs.md#repos)"
     )
 
 

@@ -101,7 +101,7 @@ def test_repos_and_files_choose_and_extend_the_code(tmp_path: Path, monkeypatch:
         }
     )
     assert isinstance(task, TaskConfiguration)
-    root, extra = code.code_sources(config_dir, task.repos, task.files, task.working_dir)
+    root, extra, _, _ = code.code_sources(config_dir, task.repos, task.files, task.working_dir)
     assert root == project
     assert [(source.name, target) for source, target in extra] == [
         ("token", "src/secrets/token"),
@@ -120,16 +120,16 @@ def test_repos_and_files_choose_and_extend_the_code(tmp_path: Path, monkeypatch:
 
 
 @pytest.mark.parametrize(
-    ("repos", "warned"),
+    "repos",
     [
-        (["."], False),
-        ([{"local_path": ".."}], False),
-        (["..:/my-repo"], True),  # checked out elsewhere than the working dir
-        (["https://github.com/dstackai/dstack"], True),  # a clone on the instance
-        ([".", ".."], True),
+        ["."],
+        [{"local_path": ".."}],
+        ["..:/my-repo"],  # checked out elsewhere than the working dir: placed as `files` are
+        ["https://github.com/dstackai/dstack"],  # a clone on the instance
+        [".", ".."],
     ],
 )
-def test_which_repos_ferry_places(repos: list[object], warned: bool) -> None:
-    task = parse_configuration({"type": "task", "commands": ["x"], "repos": repos})
+def test_every_form_of_repos_is_acted_on(repos: list[object]) -> None:
+    task = parse_configuration({"type": "task", "commands": ["x"], "repos": repos, "single_branch": True})
     assert isinstance(task, TaskConfiguration)
-    assert ("repos" in task.unsupported_fields()) is warned
+    assert task.unsupported_fields() == []

@@ -394,13 +394,13 @@ def test_known_field_names_include_nested_models() -> None:
 
 def test_unsupported_fields_in_declaration_order() -> None:
     config = task("spot_policy: auto\nrepos: [https://x.io/r]\nprivileged: true\nnvcc: true\ntags: {}\n")
-    assert config.unsupported_fields() == ["nvcc", "privileged", "repos", "spot_policy"]
+    assert config.unsupported_fields() == ["nvcc", "privileged", "spot_policy"]  # repos: docs/runs.md#repos
     # `python` runs the job in a container, where `privileged` is acted on (docs/containers.md#python).
     assert task("privileged: true\npython: '3.11'\n").unsupported_fields() == []
     loaded = load_configuration_text(
         "type: task\ncommands: [x]\nspot_policy: auto\nrepos: [..:/r]\n", "x.yml"
     )
-    assert loaded.warning() == "x.yml: warning: Ferry does not act on yet: repos, spot_policy"
+    assert loaded.warning() == "x.yml: warning: Ferry does not act on yet: spot_policy"
 
 
 def test_no_warning_for_supported_fields() -> None:
