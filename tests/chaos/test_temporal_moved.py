@@ -80,7 +80,8 @@ def test_a_port_another_takes_between_choice_and_bind_is_not_mistaken_for_the_de
             assert status.running
             assert status.address is not None and status.address != f"127.0.0.1:{taken}"
             port = int(status.address.rsplit(":", 1)[1])
-            assert listens_on(stack_process(home, "temporal").pid, port)
+            temporal = stack_process(home, "temporal").pid
+            assert temporal is not None and listens_on(temporal, port)
             assert chosen[0] == taken
         finally:
             stack.stop()
