@@ -300,16 +300,6 @@ class ServiceRequestsRecord(SQLModel, table=True):
     count: int
 
 
-class UserRecord(SQLModel, table=True):
-    """A user and the hash of their token (`ferry token`): what a service with `auth` asks for."""
-
-    __tablename__ = "users"
-
-    name: str = Field(primary_key=True)
-    token_hash: str = Field(index=True, unique=True)  # sha256 hex of the token
-    created_at: float = Field(default_factory=time.time)
-
-
 class SecretRecord(SQLModel, table=True):
     """A project's secret (`ferry secret`, docs/secrets.md): its value sealed with Ferry's key
     (store/keys.py), bound to its id, so that the store never holds it in clear nor a row passes for
@@ -347,3 +337,9 @@ class BackendRecord(SQLModel, table=True):
     def configuration_data(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.configuration)
         return data
+
+
+# Users, projects and members (docs/teams.md): their own module, registered with the others.
+from store.team_models import MemberRecord as MemberRecord  # noqa: E402
+from store.team_models import ProjectRecord as ProjectRecord  # noqa: E402
+from store.team_models import UserRecord as UserRecord  # noqa: E402

@@ -36,6 +36,7 @@ from store.run_deletion import RunDeletion
 from store.secret_repository import SecretRecords
 from store.service_repository import ServiceRecords
 from store.sql import insert_ignore, row_of, upsert
+from store.team_repository import TeamRecords
 from store.volume_repository import VolumeRecords
 
 _RUNS: Table = RunRecord.__table__  # type: ignore[attr-defined]
@@ -65,10 +66,13 @@ class RecordNotFoundError(LookupError):
     """An update named a record that is not stored."""
 
 
-class Store(FleetRecords, ServiceRecords, VolumeRecords, SecretRecords, BackendRecords, RunDeletion):
+class Store(
+    FleetRecords, ServiceRecords, VolumeRecords, SecretRecords, BackendRecords, TeamRecords, RunDeletion
+):
     """The store's API over one engine (see store.opening.open_store); fleets and instances: FleetRecords;
-    services, proxies and users: ServiceRecords; named volumes: VolumeRecords; secrets: SecretRecords;
-    backends: BackendRecords; forgetting a finished run: RunDeletion."""
+    services and proxies: ServiceRecords; named volumes: VolumeRecords; secrets: SecretRecords;
+    backends: BackendRecords; users, projects and members: TeamRecords; forgetting a finished run:
+    RunDeletion."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

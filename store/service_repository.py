@@ -1,4 +1,4 @@
-"""The store's services: replicas the proxies route to, the proxies, drains, request counts and tokens.
+"""The store's services: replicas the proxies route to, the proxies, drains and request counts.
 
 A mixin of `Store` (store.repository), like FleetRecords: idempotent writes, as activities and proxies may
 repeat them. See docs/services.md.
@@ -22,7 +22,6 @@ from store.models import (
     RunRecord,
     ServiceReplicaRecord,
     ServiceRequestsRecord,
-    UserRecord,
 )
 from store.sql import dialect_insert, insert_ignore, row_of, upsert
 
@@ -30,7 +29,6 @@ _REPLICAS: Table = ServiceReplicaRecord.__table__  # type: ignore[attr-defined]
 _GATEWAYS: Table = GatewayRecord.__table__  # type: ignore[attr-defined]
 _DRAINS: Table = ReplicaDrainRecord.__table__  # type: ignore[attr-defined]
 _REQUESTS: Table = ServiceRequestsRecord.__table__  # type: ignore[attr-defined]
-_USERS: Table = UserRecord.__table__  # type: ignore[attr-defined]
 
 # RunStatus.finished_statuses(), spelled out: core.status is light, but the store keeps its imports few.
 _FINISHED = ("terminated", "aborted", "failed", "done")
@@ -159,23 +157,6 @@ class ServiceRecords(ABC):
     def prune_requests(self, before_second: int) -> None:
         with self._writer.begin() as connection:
             connection.execute(delete(_REQUESTS).where(_REQUESTS.c.second < before_second))
-
-    # Users
-
-    def put_user(self, name: str, token_hash: str) -> None:
-        """The user's token is now the one with this hash (a new user, or a new token)."""
-        with self._writer.begin() as connection:
-            row = {"name": name, "token_hash": token_hash, "created_at": time.time()}
-            upsert(connection, _USERS, row, keep=())
-
-    def get_user(self, name: str) -> UserRecord | None:
-        with self._session() as session:
-            return session.get(UserRecord, name)
-
-    def user_for_token_hash(self, token_hash: str) -> str | None:
-        statement = select(UserRecord.name).where(col(UserRecord.token_hash) == token_hash)
-        with self._session() as session:
-            return session.exec(statement).first()
 
 
 def _add_count(connection: Connection, row: dict[str, Any]) -> None:

@@ -30,6 +30,8 @@ TABLES = {
     "replica_drains",
     "service_requests",
     "users",
+    "projects",
+    "members",
     "volumes",
     "secrets",
     "queued_jobs",

@@ -1,0 +1,41 @@
+"""The store's users, projects and members (docs/teams.md): who may use a shared Ferry, and where.
+
+A user's token is kept as its SHA-256 hash only (NULL: revoked, until an admin gives them a new one); their
+`role` is the global one (core.teams.roles.GlobalRole). A member is a user in one project with a project
+role (core.teams.roles.ProjectRole). No foreign keys, as in every table (store.models).
+"""
+
+import time
+
+from sqlmodel import Field, SQLModel
+
+
+class UserRecord(SQLModel, table=True):
+    """A user, their global role and the hash of their token (what the API and every proxy check)."""
+
+    __tablename__ = "users"
+
+    name: str = Field(primary_key=True)
+    token_hash: str | None = Field(default=None, index=True, unique=True)  # sha256 hex; None: revoked
+    role: str = Field(default="user", sa_column_kwargs={"server_default": "user"})
+    created_at: float = Field(default_factory=time.time)
+
+
+class ProjectRecord(SQLModel, table=True):
+    """A project: what runs, fleets, backends, volumes, secrets and schedules belong to."""
+
+    __tablename__ = "projects"
+
+    name: str = Field(primary_key=True)
+    created_by: str | None = None  # None: made by a migration, for what an existing home held
+    created_at: float = Field(default_factory=time.time)
+
+
+class MemberRecord(SQLModel, table=True):
+    """A user's role in one project."""
+
+    __tablename__ = "members"
+
+    project: str = Field(primary_key=True)
+    user_name: str = Field(primary_key=True, index=True)
+    role: str

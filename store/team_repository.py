@@ -1,0 +1,138 @@
+"""The store's users, projects and members (docs/teams.md): who the API's callers are and where they belong.
+
+A mixin of `Store` (store.repository). Tokens are stored as their hashes only; a revoked token's user keeps
+their name, role and memberships, with no token until given a new one.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+
+import sqlalchemy as sa
+from sqlalchemy import Engine, Table
+from sqlmodel import Session, col, select
+
+from core.teams.roles import Caller, GlobalRole, ProjectRole
+from store.sql import insert_ignore, upsert
+from store.team_models import MemberRecord, ProjectRecord, UserRecord
+
+_USERS: Table = UserRecord.__table__  # type: ignore[attr-defined]
+_PROJECTS: Table = ProjectRecord.__table__  # type: ignore[attr-defined]
+_MEMBERS: Table = MemberRecord.__table__  # type: ignore[attr-defined]
+
+
+class TeamRecords(ABC):
+    """Users, projects and members; `Store` provides the engine and sessions."""
+
+    engine: Engine
+    _writer: Engine
+
+    @abstractmethod
+    def _session(self) -> AbstractContextManager[Session]: ...
+
+    # Users
+
+    def put_user(self, name: str, token_hash: str) -> None:
+        """The user's token is now the one with this hash (a new user, or a new token). The first user of a
+        store with no admin becomes its global admin (docs/teams.md#the-first-user)."""
+        with self._writer.begin() as connection:
+            row = {"name": name, "token_hash": token_hash, "created_at": time.time()}
+            upsert(connection, _USERS, row, keep=("created_at",))
+            admins = sa.select(sa.func.count()).select_from(_USERS).where(_USERS.c.role == GlobalRole.ADMIN)
+            if connection.execute(admins).scalar_one() == 0:
+                connection.execute(
+                    sa.update(_USERS).where(_USERS.c.name == name).values(role=GlobalRole.ADMIN)
+                )
+
+    def add_user(self, name: str, role: GlobalRole, token_hash: str) -> bool:
+        """Whether the user was added (False: one of that name exists, and is left as it is)."""
+        with self._writer.begin() as connection:
+            if connection.execute(sa.select(_USERS.c.name).where(_USERS.c.name == name)).first() is not None:
+                return False
+            row = {"name": name, "token_hash": token_hash, "role": role.value, "created_at": time.time()}
+            insert_ignore(connection, _USERS, [row], key=("name",))
+        return True
+
+    def get_user(self, name: str) -> UserRecord | None:
+        with self._session() as session:
+            return session.get(UserRecord, name)
+
+    def list_users(self) -> list[UserRecord]:
+        with self._session() as session:
+            return list(session.exec(select(UserRecord).order_by(col(UserRecord.name))).all())
+
+    def set_user_role(self, name: str, role: GlobalRole) -> bool:
+        """Whether there was such a user."""
+        with self._writer.begin() as connection:
+            changed = connection.execute(
+                sa.update(_USERS).where(_USERS.c.name == name).values(role=role.value)
+            )
+        return bool(changed.rowcount)
+
+    def set_token_hash(self, name: str, token_hash: str | None) -> bool:
+        """The user's token is now the one with this hash (None: revoked, no token opens anything as them).
+        Whether there was such a user."""
+        with self._writer.begin() as connection:
+            update = sa.update(_USERS).where(_USERS.c.name == name).values(token_hash=token_hash)
+            return bool(connection.execute(update).rowcount)
+
+    def user_for_token_hash(self, token_hash: str) -> str | None:
+        statement = select(UserRecord.name).where(col(UserRecord.token_hash) == token_hash)
+        with self._session() as session:
+            return session.exec(statement).first()
+
+    def admins(self) -> frozenset[str]:
+        statement = select(UserRecord.name).where(col(UserRecord.role) == GlobalRole.ADMIN.value)
+        with self._session() as session:
+            return frozenset(session.exec(statement).all())
+
+    def caller_for_token_hash(self, token_hash: str) -> Caller | None:
+        """The API's caller for a token: who, their global role and their projects; None for a token that
+        opens nothing (unknown or revoked)."""
+        with self._session() as session:
+            user = session.exec(select(UserRecord).where(col(UserRecord.token_hash) == token_hash)).first()
+            if user is None:
+                return None
+            found = session.exec(select(MemberRecord).where(col(MemberRecord.user_name) == user.name)).all()
+            projects = {member.project: ProjectRole(member.role) for member in found}
+        return Caller(user.name, GlobalRole(user.role), projects)
+
+    # Projects and members
+
+    def add_project(self, name: str, created_by: str | None) -> bool:
+        """Whether the project was made (False: it exists)."""
+        with self._writer.begin() as connection:
+            if connection.execute(sa.select(_PROJECTS.c.name).where(_PROJECTS.c.name == name)).first():
+                return False
+            row = {"name": name, "created_by": created_by, "created_at": time.time()}
+            insert_ignore(connection, _PROJECTS, [row], key=("name",))
+        return True
+
+    def list_projects(self) -> list[ProjectRecord]:
+        with self._session() as session:
+            return list(session.exec(select(ProjectRecord).order_by(col(ProjectRecord.name))).all())
+
+    def delete_project(self, name: str) -> bool:
+        """Whether there was such a project; its memberships go with it."""
+        with self._writer.begin() as connection:
+            connection.execute(sa.delete(_MEMBERS).where(_MEMBERS.c.project == name))
+            return bool(connection.execute(sa.delete(_PROJECTS).where(_PROJECTS.c.name == name)).rowcount)
+
+    def set_member(self, project: str, user: str, role: ProjectRole) -> None:
+        """The user is now a member of the project with this role."""
+        with self._writer.begin() as connection:
+            row = {"project": project, "user_name": user, "role": role.value}
+            upsert(connection, _MEMBERS, row, keep=())
+
+    def remove_member(self, project: str, user: str) -> bool:
+        """Whether the user was a member."""
+        with self._writer.begin() as connection:
+            where = (_MEMBERS.c.project == project) & (_MEMBERS.c.user_name == user)
+            return bool(connection.execute(sa.delete(_MEMBERS).where(where)).rowcount)
+
+    def members(self, project: str) -> list[MemberRecord]:
+        statement = select(MemberRecord).where(col(MemberRecord.project) == project)
+        with self._session() as session:
+            return list(session.exec(statement.order_by(col(MemberRecord.user_name))).all())
