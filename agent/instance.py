@@ -1,4 +1,4 @@
-"""The host's CPUs, their architecture, memory and disk."""
+"""The host's CPUs, their architecture, memory, /dev/shm and disk."""
 
 from __future__ import annotations
 
@@ -58,6 +58,15 @@ def slurm_limits(environ: Mapping[str, str]) -> tuple[int | None, int | None]:
     cpus = environ.get("SLURM_CPUS_ON_NODE", "")
     memory = environ.get("SLURM_MEM_PER_NODE", "")
     return (int(cpus) if cpus.isdigit() else None, int(memory) if memory.isdigit() else None)
+
+
+def shm_bytes(path: str = "/dev/shm") -> int | None:
+    """The size of the host's /dev/shm, which a job run on the host shares: placement matches it to the
+    job's `resources.shm_size` (docs/fleets.md#placement-and-blocks); None when the host has none."""
+    try:
+        return shutil.disk_usage(path).total
+    except OSError:
+        return None
 
 
 def disk_usage(path: Path) -> tuple[int, int]:

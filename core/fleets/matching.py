@@ -15,7 +15,8 @@ from core.configuration.resources import GPUSpec, ResourcesSpec, normalise_arch
 
 class InstanceResources(BaseModel):
     """What an instance has. `cpu_arch` is `x86` or `arm` as its agent reports it; None: not known, which
-    satisfies no spec that names an architecture (docs/fleets.md#placement-and-blocks)."""
+    satisfies no spec that names an architecture (docs/fleets.md#placement-and-blocks). `shm_gb`: the
+    size of its /dev/shm; None: not known, which satisfies no host job asking for a `shm_size`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -24,6 +25,7 @@ class InstanceResources(BaseModel):
     disk_gb: float = Field(ge=0)
     gpus: list[GPU] = Field(default_factory=list)
     cpu_arch: str | None = None
+    shm_gb: float | None = Field(default=None, ge=0)
 
     @field_validator("cpu_arch", mode="before")
     @classmethod
@@ -53,6 +55,10 @@ class InstanceResources(BaseModel):
 # --- matching -------------------------------------------------------------------------------------------
 
 
+# A tmpfs sized `1g` reports a few kB less than 1GB on some hosts: a job asking for 1GB fits it.
+_SHM_SLACK_GB = 1 / 1024
+
+
 def _within(value: float, wanted: Range[Any], check_max: bool) -> bool:
     return (wanted.min is None or value >= wanted.min) and (
         not check_max or wanted.max is None or value <= wanted.max
@@ -71,15 +77,19 @@ def matching_gpus(instance: InstanceResources, spec: GPUSpec) -> list[GPU]:
     ]
 
 
-def shortfalls(instance: InstanceResources, spec: ResourcesSpec, *, check_max: bool = True) -> dict[str, str]:
-    """Why `instance` does not fit `spec`, by resource (`cpu`, `cpu_arch`, `memory`, `disk`, `gpu`,
-    `gpu_memory`, in that order); {} when it fits.
+def shortfalls(
+    instance: InstanceResources, spec: ResourcesSpec, *, check_max: bool = True, host: bool = False
+) -> dict[str, str]:
+    """Why `instance` does not fit `spec`, by resource (`cpu`, `cpu_arch`, `memory`, `shm_size`, `disk`,
+    `gpu`, `gpu_memory`, in that order); {} when it fits.
 
     As dstack matches offers, an instance fits a range when its amount is at least the lower bound and,
     with `check_max` (the default), at most the upper bound: `cpu: 4` wants a 4-CPU instance, `cpu: 4..`
     any with 4 or more. `check_max=False` checks lower bounds only (an instance shared between jobs).
     GPUs: with no `gpu` spec any instance fits, GPUs or not; otherwise the number of the instance's GPUs
-    that match the spec must be within its count range, and their memory within `total_memory`."""
+    that match the spec must be within its count range, and their memory within `total_memory`. With
+    `host` (a job run on the host, not in a container, whose --shm-size is its own), `shm_size` is a
+    lower bound on the instance's /dev/shm."""
     reasons: dict[str, str] = {}
     if not _within(instance.cpus, spec.cpu, check_max):
         reasons["cpu"] = f"needs {spec.cpu} CPUs, instance has {format_number(instance.cpus)}"
@@ -91,6 +101,12 @@ def shortfalls(instance: InstanceResources, spec: ResourcesSpec, *, check_max: b
         reasons["memory"] = (
             f"needs {wanted} memory, instance has {format_measured_memory(instance.memory_gb)}"
         )
+    if host and spec.shm_size is not None:
+        shm = instance.shm_gb
+        if shm is None or shm + _SHM_SLACK_GB < spec.shm_size:
+            has = "reports no /dev/shm" if shm is None else f"has {format_measured_memory(shm)}"
+            wanted = format_memory(spec.shm_size)
+            reasons["shm_size"] = f"needs {wanted} of /dev/shm on the host, instance {has}"
     if not _within(instance.disk_gb, spec.disk, check_max):
         wanted = spec.disk.format(format_memory)
         reasons["disk"] = f"needs {wanted} disk, instance has {format_measured_memory(instance.disk_gb)}"

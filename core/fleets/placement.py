@@ -168,7 +168,7 @@ def node_cost(slot: InstanceSlot, node: NodeRequest) -> tuple[int, Resources] | 
     spec: dict[str, str] = {}  # the spec's reasons by resource: the amounts below do not repeat them
     # An instance not yet described (one an elastic fleet is to make) is matched once its agent describes it.
     if node.spec is not None and slot.hardware is not None:
-        spec = shortfalls(slot.hardware, node.spec, check_max=False)
+        spec = shortfalls(slot.hardware, node.spec, check_max=False, host=not node.container)
     reasons += spec.values()
     need, total = node.resources, slot.total
     amounts = (("cpu", "CPUs", need.cpu, total.cpu), ("memory", "GB of memory", need.memory, total.memory))
@@ -273,6 +273,7 @@ def hardware_from_info(info: InstanceInfo) -> InstanceResources:
         disk_gb=info.disk_total_bytes / BYTES_PER_GB,
         gpus=gpus,
         cpu_arch=known_arch(info.cpu_arch),
+        shm_gb=None if info.shm_bytes is None else info.shm_bytes / BYTES_PER_GB,
     )
 
 

@@ -111,6 +111,9 @@ class InstanceInfo(_Model):
     cpu_arch: str | None = Field(
         default=None, description="`x86` or `arm`; None: another, or an agent of 0.1.0 (which did not say)"
     )
+    shm_bytes: int | None = Field(
+        default=None, ge=0, description="the size of the host's /dev/shm; None: none, or an older agent"
+    )
 
 
 class VolumeMount(_Model):
