@@ -71,8 +71,10 @@ CLOUD_FIELDS_NOT_ACTED_ON = frozenset(
 # images of its own (docs/containers.md); `docker: true` is refused instead (core.configuration.runnable).
 # `files`, `repos` and `single_branch` are all acted on (docs/runs.md#files, docs/runs.md#repos). The
 # container's settings are acted on in a container only, with `image` or `python` (see asks_for); `image`,
-# `python` and `volumes` always (docs/containers.md, docs/volumes.md).
-CONTAINER_FIELDS = frozenset({"user", "privileged", "entrypoint", "registry_auth", "resources.shm_size"})
+# `python` and `volumes` always (docs/containers.md, docs/volumes.md). `resources.shm_size` is acted on
+# either way: a container's --shm-size, or the least /dev/shm of a host job's instance (core.fleets.matching);
+# `privileged: true` on the host is refused (core.configuration.runnable).
+CONTAINER_FIELDS = frozenset({"user", "entrypoint", "registry_auth"})
 RUN_FIELDS_NOT_ACTED_ON = (
     CLOUD_FIELDS_NOT_ACTED_ON
     | CONTAINER_FIELDS

@@ -44,15 +44,21 @@ class ConfigModel(BaseModel):
         """Whether this file asks for what `field` (dotted for a nested one) does: the file sets it, and
         not to its "off" form (false, empty, null), which asks for nothing Ferry would fail to do.
 
+        A field of a list's items (`groups.resources.shm_size`) is asked for when one item asks for it.
         Models override it for a field whose default asks for something (a service's `auth`) or whose
         value asks for something only past a point (a range of `replicas`).
         """
-        value: Any = self
-        for part in field.split("."):
-            if not isinstance(value, BaseModel) or part not in value.model_fields_set:
-                return False
-            value = getattr(value, part)
+        return _asks_for(self, field.split("."))
+
+
+def _asks_for(value: Any, parts: list[str]) -> bool:
+    if not parts:
         return _asks_for_something(value)
+    if isinstance(value, list):
+        return any(_asks_for(item, parts) for item in value)
+    if not isinstance(value, BaseModel) or parts[0] not in value.model_fields_set:
+        return False
+    return _asks_for(getattr(value, parts[0]), parts[1:])
 
 
 def _asks_for_something(value: Any) -> bool:

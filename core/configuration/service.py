@@ -18,7 +18,7 @@ from pydantic import AfterValidator, Discriminator, Field, Tag, model_validator
 
 from core.configuration.base import RUN_FIELDS_NOT_ACTED_ON, BaseRunConfiguration, ConfigSummary
 from core.configuration.durations import Duration
-from core.configuration.fields import Commands, Port
+from core.configuration.fields import Commands, Port, Reference
 from core.configuration.interpolation import PROBE, Context, commands_context, substitute
 from core.configuration.model import ConfigFieldError, ConfigModel, shape_of
 from core.configuration.replica_groups import (
@@ -35,7 +35,7 @@ from core.configuration.specs import ReplicaRange, Replicas
 # (docs/services.md#https).
 SERVICE_FIELDS_NOT_ACTED_ON = (
     RUN_FIELDS_NOT_ACTED_ON
-    | {"gateway", "probes.until_ready"}
+    | {"gateway", "probes.until_ready", "replicas.resources.gpu.compute_capability"}
     | {f"replicas.{field}" for field in GROUP_FIELDS_NOT_ACTED_ON}
 )
 
@@ -167,9 +167,11 @@ def _check_rate_limits(limits: list[RateLimit]) -> list[RateLimit]:
 
 
 _Gateway = Annotated[
-    Annotated[bool, Tag("<bool>")] | Annotated[str, Tag("<string>")],
+    Annotated[bool, Tag("<bool>")] | Annotated[str, Tag("<string>")] | Annotated[Reference, Tag("<map>")],
     Discriminator(
-        shape_of, custom_error_type="gateway_shape", custom_error_message="expected true, false or a name"
+        shape_of,
+        custom_error_type="gateway_shape",
+        custom_error_message="expected true, false, a name or {name, project}",
     ),
 ]
 _ReplicasOrGroups = Annotated[
@@ -289,12 +291,6 @@ class ServiceConfiguration(BaseRunConfiguration):
     def asks_for(self, field: str) -> bool:
         if field == "probes.until_ready":
             return any(probe.until_ready for probe in self.probes)
-        if field.startswith("replicas.") and isinstance(self.replicas, list):
-            name = field.removeprefix("replicas.")
-            return any(
-                name in group.model_fields_set and getattr(group, name) not in (None, False)
-                for group in self.replicas
-            )
         return super().asks_for(field)
 
     def summary(self) -> ConfigSummary:

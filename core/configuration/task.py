@@ -36,7 +36,10 @@ class NodeGroup(ConfigModel):
 
 class TaskConfiguration(BaseRunConfiguration):
     # `ports`: `ferry attach` forwards them to localhost (docs/attach.md); a node group's, those of its nodes.
-    NOT_ACTED_ON: ClassVar[frozenset[str]] = RUN_FIELDS_NOT_ACTED_ON
+    # A node group's `resources` are matched as the task's are (core.fleets.matching).
+    NOT_ACTED_ON: ClassVar[frozenset[str]] = RUN_FIELDS_NOT_ACTED_ON | {
+        "groups.resources.gpu.compute_capability"
+    }
 
     type: Literal["task"] = "task"
     commands: Commands = Field(default_factory=list)

@@ -17,10 +17,11 @@ from core.configuration.durations import OptionalDuration
 from core.configuration.fields import Name
 from core.configuration.model import ConfigModel
 
-# dstack's fields about the cloud disk behind a volume (a Kubernetes one's too).
+# dstack's fields about the cloud disk behind a volume (a Kubernetes one's too); `volume_id` and
+# `claim_name` are refused (core.configuration.runnable).
 VOLUME_FIELDS_NOT_ACTED_ON = frozenset(
-    {"backend", "region", "availability_zone", "size", "volume_id", "auto_cleanup_duration", "tags"}
-    | {"claim_name", "storage_class_name", "access_modes", "read_only"}
+    {"backend", "region", "availability_zone", "size", "auto_cleanup_duration", "tags"}
+    | {"storage_class_name", "access_modes", "read_only"}
 )
 
 

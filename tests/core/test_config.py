@@ -393,10 +393,10 @@ def test_known_field_names_include_nested_models() -> None:
 
 
 def test_unsupported_fields_in_declaration_order() -> None:
-    config = task("spot_policy: auto\nrepos: [https://x.io/r]\nprivileged: true\nnvcc: true\ntags: {}\n")
-    assert config.unsupported_fields() == ["nvcc", "privileged", "spot_policy"]  # repos: docs/runs.md#repos
-    # `python` runs the job in a container, where `privileged` is acted on (docs/containers.md#python).
-    assert task("privileged: true\npython: '3.11'\n").unsupported_fields() == []
+    config = task("spot_policy: auto\nrepos: [https://x.io/r]\nuser: app\nnvcc: true\ntags: {}\n")
+    assert config.unsupported_fields() == ["nvcc", "user", "spot_policy"]  # repos: docs/runs.md#repos
+    # `python` runs the job in a container, where `user` is acted on (docs/containers.md#python).
+    assert task("user: app\npython: '3.11'\n").unsupported_fields() == []
     loaded = load_configuration_text(
         "type: task\ncommands: [x]\nspot_policy: auto\nrepos: [..:/r]\n", "x.yml"
     )

@@ -11,9 +11,7 @@ from core.configuration import (
     DevEnvironmentConfiguration,
     FleetConfiguration,
     ServiceConfiguration,
-    SSHConfig,
     TaskConfiguration,
-    VolumeConfiguration,
 )
 from core.configuration.base import CLOUD_FIELDS_NOT_ACTED_ON
 from core.configuration.loading import (
@@ -23,10 +21,7 @@ from core.configuration.loading import (
     load_configuration_text,
 )
 from core.configuration.model import ConfigModel
-from core.configuration.replica_groups import GROUP_FIELDS_NOT_ACTED_ON, ReplicaGroupSpec
-from core.configuration.resources import GPUSpec, ResourcesSpec
 from core.configuration.runnable import refusals
-from core.configuration.service import ProbeSpec
 
 RUN_TYPES = {
     "task": "type: task\ncommands: [x]\n",
@@ -43,68 +38,13 @@ def warned(text: str) -> list[str]:
     return loaded(text).configuration.unsupported_fields()
 
 
-# --- the audit: every field is acted on or named ------------------------------------------------------
-
-# The fields Ferry acts on, and where: core.run_types (commands, init, env, working_dir, shell, nodes,
-# replicas' minimum, max_duration, stop_duration, resources, volumes), core.runs.submissions and workflows.run
-# (priority, retry, stop_criteria), core.runs.startup (startup_order), cli.fleet_api.choose_fleet (fleets),
-# activities.ssh_config (ssh_config, blocks), activities.code and agent.files (files),
-# core.configuration.runnable (docker: true is refused), core.runs.utilization and workflows.job_utilization
-# (utilization_policy). Every other field must be in the model's
-# NOT_ACTED_ON: a new field has to be put on one side.
-_RUN_ACTED_ON = {
-    "name", "image", "python", "working_dir", "shell", "env", "resources", "volumes", "fleets",
-    "priority", "retry", "max_duration", "stop_duration", "stop_criteria", "schedule", "depends_on",
-    "startup_order", "notifications", "files", "docker", "utilization_policy",
-}  # fmt: skip
-# A task's node groups (`groups`) run as its replica's jobs (core.run_types.task); a dev environment's
-# `setup` runs before its `init`.
-ACTED_ON: dict[type[ConfigModel], set[str]] = {
-    TaskConfiguration: _RUN_ACTED_ON | {"type", "commands", "nodes", "ports", "groups"},
-    ServiceConfiguration: _RUN_ACTED_ON
-    | {"type", "commands", "port", "replicas", "scaling", "probes", "strip_prefix", "auth", "model"}
-    | {"rate_limits"}  # gateway/rate_limits.py
-    | {"https"},  # the URL's scheme on the proxy's domain: core/services/domains.py
-    DevEnvironmentConfiguration: _RUN_ACTED_ON
-    | {"type", "init", "ide", "ports", "inactivity_duration", "setup"},
-    # `nodes` is refused (no cloud backend); an SSH fleet's `resources` is warned about in
-    # FleetConfiguration.unsupported_fields.
-    FleetConfiguration: {"type", "name", "ssh_config", "nodes", "resources", "blocks"},
-    # cli.volume_api: a directory on an instance of a fleet (docs/volumes.md); dstack's disk fields named.
-    VolumeConfiguration: {"type", "name", "fleet", "instance"},
-}
-
-
-@pytest.mark.parametrize("model", list(ACTED_ON), ids=lambda model: model.__name__)
-def test_every_field_is_acted_on_or_named(model: type[ConfigModel]) -> None:
-    named = {entry for entry in model.NOT_ACTED_ON if "." not in entry}  # nested ones: the next test
-    parents = {entry.split(".")[0] for entry in model.NOT_ACTED_ON}
-    assert parents <= set(model.model_fields), "NOT_ACTED_ON names a field the model does not have"
-    assert set(model.model_fields) - named == ACTED_ON[model]
-
-
-def test_nested_names_are_fields_of_the_nested_models() -> None:
-    assert "shm_size" in ResourcesSpec.model_fields
-    assert "network" in SSHConfig.model_fields
-    dotted = {entry for model in ACTED_ON for entry in model.NOT_ACTED_ON if "." in entry}
-    groups = {f"replicas.{name}" for name in GROUP_FIELDS_NOT_ACTED_ON}
-    assert set(GROUP_FIELDS_NOT_ACTED_ON) <= set(ReplicaGroupSpec.model_fields)
-    assert "until_ready" in ProbeSpec.model_fields
-    assert "compute_capability" in GPUSpec.model_fields
-    nested = {
-        "resources.shm_size",
-        "ssh_config.network",
-        "resources.gpu.compute_capability",
-        "probes.until_ready",
-    }
-    assert dotted == nested | groups
-    # The rest of a group's fields are acted on (`router` is refused, core.configuration.replica_groups).
-    acted = {"name", "count", "scaling", "commands", "resources", "router"}
-    assert set(ReplicaGroupSpec.model_fields) - set(GROUP_FIELDS_NOT_ACTED_ON) == acted
+# --- the audit: every field, nested ones included, is acted on, refused or named: test_schema_fields.py ---
 
 
 @pytest.mark.parametrize(
-    "model", [m for m in ACTED_ON if m is not VolumeConfiguration], ids=lambda model: model.__name__
+    "model",
+    [TaskConfiguration, ServiceConfiguration, DevEnvironmentConfiguration, FleetConfiguration],
+    ids=lambda model: model.__name__,
 )
 def test_cloud_fields_are_one_list_shared_by_runs_and_fleets(model: type[ConfigModel]) -> None:
     assert CLOUD_FIELDS_NOT_ACTED_ON <= model.NOT_ACTED_ON
@@ -155,8 +95,9 @@ def test_ports_of_tasks_and_dev_environments() -> None:
 
 
 def test_nested_fields_are_named_with_their_path() -> None:
-    assert warned(RUN_TYPES["task"] + "resources: {cpu: 2.., shm_size: 1GB}\n") == ["resources.shm_size"]
-    assert warned(RUN_TYPES["task"] + "resources: {cpu: 2..}\n") == []
+    gpu = "resources: {gpu: {count: 1, compute_capability: 7.5}}\n"
+    assert warned(RUN_TYPES["task"] + gpu) == ["resources.gpu.compute_capability"]
+    assert warned(RUN_TYPES["task"] + "resources: {cpu: 2.., shm_size: 1GB}\n") == []  # placement
     ssh = "type: fleet\nssh_config:\n  user: u\n  hosts: [a, b]\n"
     assert warned(ssh) == []
     assert warned(ssh + "  network: 10.0.0.0/24\nplacement: cluster\n") == ["ssh_config.network", "placement"]
@@ -178,9 +119,20 @@ def test_an_image_without_commands_runs_its_entrypoint(text: str) -> None:
 
 
 def test_container_settings_are_acted_on_only_with_an_image() -> None:
-    settings = "user: app\nprivileged: true\nentrypoint: /start\nresources: {shm_size: 1GB}\n"
-    assert warned(RUN_TYPES["task"] + settings) == ["user", "privileged", "entrypoint", "resources.shm_size"]
-    assert warned(RUN_TYPES["task"] + "image: busybox\n" + settings) == []
+    settings = "user: app\nentrypoint: /start\nresources: {shm_size: 1GB}\n"
+    assert warned(RUN_TYPES["task"] + settings) == ["user", "entrypoint"]
+    assert warned(RUN_TYPES["task"] + "image: busybox\n" + settings + "privileged: true\n") == []
+
+
+def test_privileged_on_the_host_is_refused() -> None:
+    # docs/containers.md#privileged: a host process runs as the agent's user.
+    [refusal] = loaded(RUN_TYPES["task"] + "privileged: true\n", "bad.yml").refusals()
+    assert str(refusal) == (
+        "bad.yml:3: privileged: a job without `image` or `python` runs on the host as the agent's user, "
+        "which Ferry cannot make privileged: set `image` (or `python`) to run it in a privileged container"
+    )
+    assert loaded(RUN_TYPES["task"] + "privileged: false\n").refusals() == []
+    assert loaded(RUN_TYPES["task"] + "python: '3.12'\nprivileged: true\n").refusals() == []
 
 
 def test_blank_commands_are_refused() -> None:

@@ -56,6 +56,7 @@ FERRY_CANNOT = {
     "Ferry cannot register a cloud disk": 1,
     "the 4 nodes cannot share volume": 1,  # a named volume is attached to one job at a time
     "docker: Ferry does not give a job a container engine": 6,  # dstack's Docker in the job
+    "privileged: a job without `image` or `python` runs on the host": 2,  # docs/containers.md#privileged
 }
 
 
@@ -91,8 +92,8 @@ def test_the_warning_line_names_only_what_ferry_does_not_do() -> None:
     leaves this list)."""
     warned = Counter(field for entry in FILES.values() for field in set(entry.get("warned", [])))
     assert set(warned) <= {
-        "repos", "resources.shm_size", "nvcc", "utilization_policy", "dstack",
-        "placement", "size", "backend", "region", "rate_limits", "privileged", "spot_policy",
+        "repos", "nvcc", "utilization_policy", "dstack", "nodes.target",
+        "placement", "size", "backend", "region", "rate_limits", "spot_policy",
         "gateway", "https", "env", "backends", "instances", "storage_class_name", "access_modes",
         "instance_types", "availability_zones",  # a cloud's, on a fleet with `nodes` (docs/backends.md)
     }  # fmt: skip
