@@ -1,13 +1,16 @@
 """Git remotes for tests of `repos` (docs/runs.md#repos): a bare repository with two branches served by
-`git daemon` (git://, no credentials), and one served by `git http-backend` behind a small HTTP server
-that asks for a token by basic authentication (a private remote)."""
+`git daemon` (git://, no credentials), one served by `git http-backend` behind a small HTTP server that
+asks for a token by basic authentication, and any served over SSH by an `sshd` of the test's own that
+takes one key (private remotes)."""
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import getpass
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -153,3 +156,35 @@ def private_http(root: Path, token: str) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def git_sshd(root: Path) -> Iterator[tuple[str, str]]:
+    """An `sshd` on 127.0.0.1 letting in this user with one new key only: yields `ssh://USER@127.0.0.1:PORT`
+    (a repository's absolute path follows) and that key's private part."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name in ("host", "user"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(root / name)], check=True)
+    (root / "authorized_keys").write_text((root / "user.pub").read_text())
+    (root / "authorized_keys").chmod(0o600)
+    port = free_port()
+    (root / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {root / 'host'}\n"
+        f"AuthorizedKeysFile {root / 'authorized_keys'}\nPasswordAuthentication no\n"
+        f"KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nStrictModes no\nUsePAM no\n"
+        f"PidFile {root / 'sshd.pid'}\n"
+    )
+    sshd = subprocess.Popen(
+        [shutil.which("sshd") or "/usr/sbin/sshd", "-D", "-e", "-f", str(root / "sshd_config")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            time.sleep(0.05)
+        yield f"ssh://{getpass.getuser()}@127.0.0.1:{port}", (root / "user").read_text()
+    finally:
+        sshd.terminate()
+        sshd.wait(10)

@@ -1,9 +1,11 @@
 """The agent's clones of `repos` by url (agent/repos.py, docs/runs.md#repos), with the host's own git against
 real remotes (testbed/git_servers.py): branch, hash, single_branch, places, if_exists, a token through
-GIT_ASKPASS, and failures in one line with the credential masked."""
+GIT_ASKPASS, a key through GIT_SSH_COMMAND to an sshd, and failures in one line with the credential
+masked."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from agent.records import TaskPaths
 from agent.repos import NO_GIT, RepoCloneError, clone_repos
 from core.wire.agent_api import JobSpec
 from core.wire.repo_clone import RepoClone
-from testbed.git_servers import Remote, git, git_daemon, make_remote, private_http
+from testbed.git_servers import Remote, git, git_daemon, git_sshd, make_remote, private_http
 
 TOKEN = "tok-7f3a9c1e5b2d4f60"
 
@@ -29,7 +31,7 @@ def remotes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
 
 
 def paths(tmp_path: Path) -> TaskPaths:
-    (tmp_path / "workdir").mkdir()
+    (tmp_path / "workdir").mkdir(parents=True)
     return TaskPaths(tmp_path)
 
 
@@ -79,6 +81,22 @@ def test_a_private_repo_with_its_token_and_without(remotes: tuple[str, str, Remo
         clone_repos(task, [RepoClone(index=1, url=private, place="q")])
     assert str(raised.value).startswith(
         f"repos[1]: git clone {private} failed: fatal: could not read Username"
+    )
+
+
+def test_a_private_repo_over_ssh_with_its_key(remotes: tuple[str, str, Remote], tmp_path: Path) -> None:
+    _, _, remote = remotes
+    with git_sshd(tmp_path / "sshd") as (server, key):
+        url = f"{server}{remote.bare}"
+        task = paths(tmp_path / "task")
+        before = set(Path(tempfile.gettempdir()).glob("ferry-git-*"))
+        clone_repos(task, [RepoClone(index=0, url=url, place="r", branch="dev", ssh_key=key)])
+        assert (task.workdir / "r" / "dev.txt").read_text() == "on dev\n"
+        assert set(Path(tempfile.gettempdir()).glob("ferry-git-*")) == before  # the key's directory removed
+        with pytest.raises(RepoCloneError) as raised:
+            clone_repos(task, [RepoClone(index=1, url=url, place="s")])  # no key: refused
+    assert str(raised.value).startswith(
+        f"repos[1]: git clone {url} failed: fatal: Could not read from remote"
     )
 
 

@@ -1,20 +1,21 @@
 """dstack's `repos` end to end through `ferry apply` on the embedded stack (docs/runs.md#repos): a host
 process's job clones from a `git daemon` the test serves (the default branch with --single-branch, a
-branch, a hash, a path outside the code, if_exists: skip) and a private remote behind basic
-authentication with the token `ferry secret repo` stored, which then shows in no log, event, `ferry ps`,
-file under FERRY_HOME or answer of the Web UI's API; a local repo at another path comes in the archive; a
-clone that fails fails the job with git's reason in one line."""
+branch, a hash, a path outside the code, if_exists: skip), a private remote behind basic authentication
+with the token `ferry secret repo` stored, and one over SSH with the key it stored; neither then shows in
+a log, an event, `ferry ps`, a file under FERRY_HOME or an answer of the Web UI's API; a local repo at
+another path comes in the archive; a clone that fails fails the job with git's reason in one line."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from testbed.git_servers import Remote, git_daemon, make_remote, private_http
+from testbed.git_servers import Remote, git_daemon, git_sshd, make_remote, private_http
 from tests.e2e.conftest import FERRY, ROOT, SMALL, Ferry, last_line
 from tests.e2e.test_secrets_scan import files_holding, holding, ui_answers
 
@@ -22,14 +23,26 @@ TOKEN = "ghp_e2eRepoToken5b7d1c9a3f"
 WRONG = "0123456789abcdef0123456789abcdef01234567"
 
 
+@dataclass(frozen=True)
+class Remotes:
+    public: str  # git://, no credentials
+    private: str  # http://, the token only
+    remote: Remote  # what both serve
+    ssh: str  # ssh://, the key only
+    key: str
+
+
 @pytest.fixture(scope="module")
-def remotes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Remote]]:
-    """A public remote (git://) and a private one (http://, token only), for the module's jobs."""
+def remotes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remotes]:
     root = tmp_path_factory.mktemp("remotes")
     public = make_remote(root, "repo")
-    make_remote(root / "p", "private", "private text\n")
-    with git_daemon(root / "served") as daemon, private_http(root / "p" / "served", TOKEN) as http:
-        yield f"{daemon}/repo.git", f"{http}/private.git", public
+    private = make_remote(root / "p", "private", "private text\n")
+    with (
+        git_daemon(root / "served") as daemon,
+        private_http(root / "p" / "served", TOKEN) as http,
+        git_sshd(root / "sshd") as (sshd, key),
+    ):
+        yield Remotes(f"{daemon}/repo.git", f"{http}/private.git", public, f"{sshd}{private.bare}", key)
 
 
 def write(directory: Path, name: str, body: str) -> str:
@@ -42,10 +55,10 @@ def commands(*lines: str) -> str:
     return "commands:\n" + "".join(f"  - {json.dumps(line)}\n" for line in lines)
 
 
-def test_a_job_clones_public_and_private_repos_and_the_token_is_nowhere(
-    ferry: Ferry, remotes: tuple[str, str, Remote], tmp_path: Path
+def test_a_job_clones_public_and_private_repos_and_the_credentials_are_nowhere(
+    ferry: Ferry, remotes: Remotes, tmp_path: Path
 ) -> None:
-    public, private, remote = remotes
+    public, private, remote = remotes.public, remotes.private, remotes.remote
     stored = subprocess.run(
         [*FERRY, "secret", "repo", private],
         cwd=ROOT,
@@ -55,6 +68,14 @@ def test_a_job_clones_public_and_private_repos_and_the_token_is_nowhere(
     )
     assert stored.returncode == 0, stored.stderr
     assert stored.stderr.decode().startswith(f"token for {private} stored as secret GIT_TOKEN_")
+    key_file = tmp_path / "id_deploy"
+    key_file.write_text(remotes.key)
+    stored_key = ferry("secret", "repo", remotes.ssh, "--ssh-key", str(key_file))
+    assert stored_key.stderr.startswith(f"SSH key for {remotes.ssh} stored as secret GIT_SSH_KEY_"), (
+        stored_key
+    )
+    key_file.unlink()
+    key_lines = remotes.key.splitlines()[2:-1]  # past BEGIN and the header every OpenSSH key shares
     lib = tmp_path / "lib"
     lib.mkdir()
     (lib / "m.py").write_text("local lib\n")
@@ -70,13 +91,15 @@ def test_a_job_clones_public_and_private_repos_and_the_token_is_nowhere(
         f"  - {{url: {public}, branch: dev, path: dev}}\n"
         f"  - {{url: {public}, hash: {remote.first}, path: /opt/ferry-pinned}}\n"
         f"  - {{url: {private}, path: ~/private}}\n"
+        f"  - {{url: {remotes.ssh}, path: /opt/via-ssh, branch: dev}}\n"
         f"  - {{url: {public}, path: dev, if_exists: skip}}\n"
         "  - ../lib:/opt/lib\n"
         + commands(
             "cat a.txt dev/dev.txt",
             "git for-each-ref --format='%(refname)' refs/remotes",
             'git -C "$FERRY_FILES_DIR/abs/opt/ferry-pinned" rev-parse HEAD',
-            'cat "$FERRY_FILES_DIR/home/private/secret.txt" "$FERRY_FILES_DIR/abs/opt/lib/m.py"',
+            'cat "$FERRY_FILES_DIR/home/private/secret.txt" "$FERRY_FILES_DIR/abs/opt/via-ssh/dev.txt"',
+            'cat "$FERRY_FILES_DIR/abs/opt/lib/m.py"',
             'ls -A "$FERRY_FILES_DIR/abs/opt/lib"',
             "ls -A",
         ),
@@ -90,6 +113,7 @@ def test_a_job_clones_public_and_private_repos_and_the_token_is_nowhere(
         "refs/remotes/origin/main",  # --single-branch: a task's default; no origin/dev
         remote.first,
         "private text",
+        "on dev",  # over SSH, with the key
         "local lib",
         ".gitignore",
         "m.py",  # its .gitignore honoured: no run.log
@@ -101,17 +125,15 @@ def test_a_job_clones_public_and_private_repos_and_the_token_is_nowhere(
 
     shown = [ferry(*args) for args in (["logs", "clones"], ["events", "clones"], ["ps", "-a", "--json"])]
     for output in shown:
-        assert holding((output.stdout + output.stderr).encode(), [TOKEN]) == []
-    assert files_holding(ferry.home, [TOKEN]) == []
+        assert holding((output.stdout + output.stderr).encode(), [TOKEN, *key_lines]) == []
+    assert files_holding(ferry.home, [TOKEN, *key_lines]) == []
     ui_url = json.loads(ferry("server", "status", "--json").stdout)["ui_url"]
     for answer in ui_answers(ui_url):
-        assert holding(answer, [TOKEN]) == []
+        assert holding(answer, [TOKEN, *key_lines]) == []
 
 
-def test_a_clone_that_fails_fails_the_job_in_one_line(
-    ferry: Ferry, remotes: tuple[str, str, Remote], tmp_path: Path
-) -> None:
-    public, private, _ = remotes
+def test_a_clone_that_fails_fails_the_job_in_one_line(ferry: Ferry, remotes: Remotes, tmp_path: Path) -> None:
+    public, private = remotes.public, remotes.private
     conf = write(
         tmp_path, "badhash", f"repos:\n  - {{url: {private}, hash: {WRONG}, path: p}}\n" + commands("true")
     )
