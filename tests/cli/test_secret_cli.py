@@ -107,3 +107,23 @@ def test_a_run_s_secrets_are_checked_before_it_is_submitted(home: Path, store: S
         FerryError, match="secrets B, HF_TOKEN are not set in project 'other': ferry secret set"
     ):
         check_secrets(store, "other", [named], "run train")
+
+
+def test_a_repos_token_or_key_is_a_secret_named_after_its_url(
+    home: Path, store: Store, tmp_path: Path
+) -> None:
+    """docs/runs.md#private-repos: one kind per URL, the other deleted; the value read, never an argument."""
+    from core.repo_credentials import ssh_key_secret, token_secret
+
+    url = "https://github.com/org/private"
+    stored = ferry(home, "secret", "repo", url, stdin="ghp_token-value\n")
+    assert (stored.exit_code, stored.stderr) == (0, f"token for {url} stored as secret {token_secret(url)}\n")
+    record = store.get_secret("p", token_secret("https://GitHub.com/org/private.git"))
+    assert record is not None and open_secret(process_keys(), record) == "ghp_token-value"
+    key = tmp_path / "id_deploy"
+    key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nxyz\n-----END OPENSSH PRIVATE KEY-----\n")
+    stored = ferry(home, "secret", "repo", url, "--ssh-key", str(key))
+    assert stored.stderr == f"SSH key for {url} stored as secret {ssh_key_secret(url)}\n"
+    assert [secret.name for secret in store.list_secrets("p")] == [ssh_key_secret(url)]
+    missing = ferry(home, "secret", "repo", url, "--ssh-key", str(tmp_path / "nowhere"))
+    assert missing.exit_code != 0 and "--ssh-key: cannot read" in missing.stderr
