@@ -8,6 +8,7 @@ Every project has a `local` fleet (this machine's agent), started on demand by i
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
@@ -134,7 +135,11 @@ class FleetAPI:
         backend = None
         if not configuration.is_ssh:
             backend = await asyncio.to_thread(backend_for, self.store, self.project, configuration, name)
-        configuration = configuration.model_copy(update={"name": name})
+        try:  # `env` as applied: each bare NAME from this environment (docs/fleets.md#env)
+            env = configuration.resolved_env(os.environ)
+        except ValueError as err:
+            raise FerryError(str(err)) from None
+        configuration = configuration.model_copy(update={"name": name, "env": env})
         existing = await asyncio.to_thread(self.store.get_fleet, self.project, name)
         if existing is not None and existing.status != FleetStatus.DELETED:
             if existing.status == FleetStatus.DELETING:

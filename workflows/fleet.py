@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         apply,
         as_queued,
         deployed,
+        fleet_env,
         instance_name,
         schedule,
         undelivered,
@@ -107,6 +108,7 @@ class FleetWorkflow:
         self._input = inp
         # A continued-as-new fleet takes its book over; a new one deploys its hosts first (`run`).
         self._book = inp.carry if inp.carry is not None else FleetBook(name=inp.name, local=inp.local)
+        self._book = self._book.copy_with(env=fleet_env(inp.configuration))  # docs/fleets.md#env
         spec = elastic_spec(inp.configuration) if inp.configuration is not None else None
         if spec is not None and self._book.provisioning is None:  # a fleet with `nodes`: docs/backends.md
             self._book = self._book.copy_with(provisioning=Provisioning(spec=spec))

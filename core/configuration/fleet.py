@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, Tag, model_validator
@@ -131,7 +132,8 @@ ELASTIC_FIELDS = frozenset({"backends", "spot_policy", "idle_duration", "placeme
 
 
 class FleetConfiguration(ConfigModel):
-    # `env`, `retry` and the termination fields are about the instances a cloud backend would create.
+    # `retry` and the termination fields are about the instances a cloud backend would create. `env` is
+    # given to every job placed on the fleet's instances, under the run's own (core.fleets.book).
     # An SSH fleet's `placement: cluster` is not checked: the hosts are used as they are (see asks_for);
     # `ssh_config.network`: the nodes reach each other at `internal_ip` or the address dialled. A fleet
     # with `nodes` acts on ELASTIC_FIELDS (core.fleets.provisioning); a backend is asked for no /dev/shm
@@ -141,7 +143,6 @@ class FleetConfiguration(ConfigModel):
     NOT_ACTED_ON: ClassVar[frozenset[str]] = CLOUD_FIELDS_NOT_ACTED_ON | {
         "resources.shm_size",
         "nodes.target",
-        "env",
         "ssh_config.network",
         "placement",
         "retry",
@@ -181,6 +182,14 @@ class FleetConfiguration(ConfigModel):
                 ["nodes"], "cannot be used with `ssh_config`: an SSH fleet has one instance per host"
             )
         return self
+
+    def resolved_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """`env` with every bare `NAME` taken from `environ` (as a run's, at apply time); ValueError naming
+        the ones it lacks."""
+        missing = [key for key, value in self.env.items() if value is None and key not in environ]
+        if missing:
+            raise ValueError(f"env: {', '.join(missing)} not set in the environment")
+        return {key: environ[key] if value is None else value for key, value in self.env.items()}
 
     @property
     def is_ssh(self) -> bool:

@@ -75,6 +75,7 @@ class FleetBook(Frozen):
     provisioning: Provisioning | None = Field(
         default=None, description="a fleet with `nodes`: its backend's groups (core.fleets.provisioning)"
     )
+    env: dict[str, str] = Field(default_factory=dict, description="the fleet's `env`, in each placement")
 
     def copy_with(self, **update: Any) -> FleetBook:
         return self.model_copy(update=update)
@@ -406,6 +407,13 @@ def _delete(book: FleetBook) -> Step:
     return book, notices
 
 
+def fleet_env(configuration: FleetConfiguration | None) -> dict[str, str]:
+    """What the fleet's `env` gives each job placed on it (docs/fleets.md#env); bare names were resolved
+    when it was applied (cli.fleet_api), one left over is left out."""
+    env = {} if configuration is None else configuration.env
+    return {key: value for key, value in env.items() if value is not None}
+
+
 def schedule(book: FleetBook, tell_queued: bool = True) -> Step:
     """Grant what fits now (whole replicas, by priority), then tell the replicas that wait, once: unless
     `tell_queued` is False, where the fleet records its queue in the store instead (docs/fleets.md)."""
@@ -433,7 +441,10 @@ def schedule(book: FleetBook, tell_queued: bool = True) -> Step:
                     job_id=placement.job_id,
                     workflow_id=book.notify[placement.job_id],
                     placement=Placement(
-                        instance_name=placement.instance, cluster=cluster, shared=placement.shared
+                        instance_name=placement.instance,
+                        cluster=cluster,
+                        shared=placement.shared,
+                        env=book.env,
                     ),
                 )
             )

@@ -132,7 +132,7 @@ def prepare_task(inp: JobInput, job_id: str, placement: Placement, owner: str | 
         instance_name=placement.instance_name,
         task_name=inp.spec.run_name,
         resources=inp.resources,
-        env=inp.spec.env,
+        env={**placement.env, **inp.spec.env},  # the fleet's, under the job's (docs/fleets.md#env)
         ports=[] if inp.service is None else [inp.service.port],
         network=network,
         authorized_keys=inp.authorized_keys,

@@ -141,6 +141,7 @@ class Placement(Message):
     # Its fleet watches the instance and tells the job when its task ends (docs/jobs.md#the-instance-watch);
     # False in placements of fleets begun before the instance watch: the job then watches its task itself.
     watched: bool = False
+    env: dict[str, str] = Field(default_factory=dict)  # the fleet's `env` (docs/fleets.md#env)
 
 
 class PlacementRefused(Message):

@@ -94,7 +94,7 @@ def test_the_warning_line_names_only_what_ferry_does_not_do() -> None:
     assert set(warned) <= {
         "repos", "nvcc", "utilization_policy", "dstack", "nodes.target",
         "placement", "size", "backend", "region", "rate_limits", "spot_policy",
-        "gateway", "https", "env", "backends", "instances", "storage_class_name", "access_modes",
+        "gateway", "https", "backends", "instances", "storage_class_name", "access_modes",
         "instance_types", "availability_zones",  # a cloud's, on a fleet with `nodes` (docs/backends.md)
     }  # fmt: skip
 

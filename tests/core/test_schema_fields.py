@@ -170,6 +170,7 @@ ACTED_ON = {
     "FleetConfiguration.nodes": "core/fleets/provisioning.py",
     "FleetConfiguration.resources": "core/fleets/provisioning.py",
     "FleetConfiguration.blocks": "core/fleets/book.py",
+    "FleetConfiguration.env": "core/fleets/book.py",
     **{f"FleetNodes.{field}": "core/fleets/provisioning.py" for field in ("min", "max")},
     **{f"SSHConfig.{field}": "activities/ssh_config.py" for field in ("user", "port", "identity_file")},
     "SSHConfig.proxy_jump": "activities/ssh_config.py",
