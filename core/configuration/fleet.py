@@ -134,7 +134,9 @@ ELASTIC_FIELDS = frozenset({"backends", "spot_policy", "idle_duration", "placeme
 class FleetConfiguration(ConfigModel):
     # `retry` and the termination fields are about the instances a cloud backend would create. `env` is
     # given to every job placed on the fleet's instances, under the run's own (core.fleets.book).
-    # An SSH fleet's `placement: cluster` is not checked: the hosts are used as they are (see asks_for);
+    # An SSH fleet's `placement: cluster` stays warned: dstack then finds the network the hosts share and
+    # has their nodes talk over it; Ferry looks for none and places a multi-node task on any of the hosts,
+    # as they are (see asks_for);
     # `ssh_config.network`: the nodes reach each other at `internal_ip` or the address dialled. A fleet
     # with `nodes` acts on ELASTIC_FIELDS (core.fleets.provisioning); a backend is asked for no /dev/shm
     # size (`resources.shm_size`: a job's is matched at placement, docs/fleets.md#placement-and-blocks).
