@@ -73,16 +73,16 @@ def make_remote(root: Path, name: str, private_text: str = "") -> Remote:
 
 
 @contextlib.contextmanager
-def git_daemon(base: Path) -> Iterator[str]:
-    """`git daemon` serving every repository under `base` on 127.0.0.1; yields `git://127.0.0.1:PORT`."""
+def git_daemon(base: Path, address: str = "127.0.0.1") -> Iterator[str]:
+    """`git daemon` serving every repository under `base` on `address`; yields `git://ADDRESS:PORT`."""
     port = free_port()
     daemon = subprocess.Popen(
-        ["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={base}", "--listen=127.0.0.1",
+        ["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={base}", f"--listen={address}",
          f"--port={port}", str(base)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        url = f"git://127.0.0.1:{port}"
+        url = f"git://{address}:{port}"
         for _ in range(100):
             probe = subprocess.run(["git", "ls-remote", f"{url}/"], capture_output=True, timeout=10)
             if probe.returncode == 0 or b"not exported" in probe.stderr or b"remote error" in probe.stderr:
@@ -146,13 +146,13 @@ def _handler(root: Path, token: str) -> type[BaseHTTPRequestHandler]:
 
 
 @contextlib.contextmanager
-def private_http(root: Path, token: str) -> Iterator[str]:
+def private_http(root: Path, token: str, address: str = "127.0.0.1") -> Iterator[str]:
     """Every repository under `root` over HTTP, only to `x-access-token:TOKEN`; yields the base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(root, token))
+    server = ThreadingHTTPServer((address, 0), _handler(root, token))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://{address}:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
