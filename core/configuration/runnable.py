@@ -114,12 +114,14 @@ def _privileged_refusals(configuration: RunConfiguration) -> list[Refusal]:
 
 
 def _files_refusals(configuration: RunConfiguration) -> list[Refusal]:
-    """What no rule of docs/runs.md#files can place: the root directory, or Ferry's own place in the
-    archive. A missing or too large source is said at apply time, where the user's machine is read
-    (activities.code.code_sources)."""
+    """What no rule of docs/runs.md#files can place, of `files` and of `repos` (placed alike): the root
+    directory, or Ferry's own place in the archive. A missing or too large source is said at apply time,
+    where the user's machine is read (activities.code.code_sources)."""
     found = []
-    for index, mapping in enumerate(configuration.files):
-        at = ("files", str(index))
+    mappings = [("files", i, m) for i, m in enumerate(configuration.files)]
+    mappings += [("repos", i, repo.as_file()) for i, repo in enumerate(configuration.repos)]
+    for field, index, mapping in mappings:
+        at = (field, str(index))
         in_code = code_path(mapping, configuration.working_dir)
         if destination(mapping, configuration.working_dir) == "/":
             found.append(Refusal(at, f"{mapping.path} is the root directory: name a path under it"))

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from activities.code import code_sources, pack_repo
-from core.configuration import parse_configuration
+from core.configuration import TaskConfiguration, parse_configuration
 from core.configuration.base import BaseRunConfiguration
 from core.configuration.code_sources import (
     RepoSpec,
@@ -22,6 +22,7 @@ from core.configuration.code_sources import (
     placed_repos,
     single_branch,
 )
+from core.configuration.runnable import refusals
 from core.files_manifest import Placed, manifest, read_manifest
 from core.repo_credentials import repo_key, ssh_key_secret, token_secret, without_password
 from core.run_types import configurator_for
@@ -67,6 +68,15 @@ def test_every_form_parses(form: object, local: str | None, url: str | None, pat
 def test_what_cannot_be_placed_is_refused(form: object, error: str) -> None:
     with pytest.raises(ValidationError, match=error):
         run(repos=[form])
+
+
+def test_a_repo_where_no_rule_places_it_is_refused_before_submission() -> None:
+    conf = run(repos=["https://h/r:.ferry-files/x", "..:../..", "https://h/s:ok"])
+    assert isinstance(conf, TaskConfiguration)
+    assert [(r.path, r.reason) for r in refusals(conf)] == [
+        (("repos", "0"), ".ferry-files/x: .ferry-files is Ferry's own (docs/runs.md#files)"),
+        (("repos", "1"), "../.. is the root directory: name a path under it"),
+    ]
 
 
 def test_which_repo_is_the_code_which_are_placed_and_which_cloned() -> None:
