@@ -21,6 +21,8 @@ from store.team_models import MemberRecord, ProjectRecord, UserRecord
 _USERS: Table = UserRecord.__table__  # type: ignore[attr-defined]
 _PROJECTS: Table = ProjectRecord.__table__  # type: ignore[attr-defined]
 _MEMBERS: Table = MemberRecord.__table__  # type: ignore[attr-defined]
+# The tables whose rows belong to a project (a fixed list: the names go into SQL).
+_HOLDINGS = ("runs", "fleets", "volumes", "secrets", "backends")
 
 
 class TeamRecords(ABC):
@@ -119,6 +121,18 @@ class TeamRecords(ABC):
         with self._writer.begin() as connection:
             connection.execute(sa.delete(_MEMBERS).where(_MEMBERS.c.project == name))
             return bool(connection.execute(sa.delete(_PROJECTS).where(_PROJECTS.c.name == name)).rowcount)
+
+    def project_holdings(self, name: str) -> dict[str, int]:
+        """What the project still holds, by table (runs, fleets, volumes, secrets, backends), only those with
+        rows: a project is deleted only once it holds nothing (docs/teams.md#projects)."""
+        found = {}
+        with self.engine.connect() as connection:
+            for table in _HOLDINGS:
+                statement = sa.text(f"SELECT COUNT(*) FROM {table} WHERE project = :project")
+                count = int(connection.execute(statement, {"project": name}).scalar_one())
+                if count:
+                    found[table] = count
+        return found
 
     def set_member(self, project: str, user: str, role: ProjectRole) -> None:
         """The user is now a member of the project with this role."""

@@ -1,0 +1,27 @@
+"""The API's application (docs/teams.md#the-api): FastAPI over the store; every answer that is not a
+success is `{"detail": "<one line>"}`."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from api.teams_routes import router as teams_router
+from core.version import ferry_version
+from store.repository import Store
+
+
+def make_app(store: Store) -> FastAPI:
+    app = FastAPI(title="Ferry", version=ferry_version())
+    app.state.store = store
+    app.include_router(teams_router)
+    app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
+    return app
+
+
+async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+    """One line for a body or path that does not parse: the first problem, with where it is."""
+    first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
+    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+    return JSONResponse({"detail": f"{where}: {first.get('msg')}" if where else str(first.get("msg"))}, 422)
