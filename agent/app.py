@@ -18,7 +18,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from agent import jobs
 from agent.changes import MAX_CHANGES_WAIT
-from agent.instance import cpu_arch, disk_usage, shm_bytes
+from agent.instance import agent_uid, cpu_arch, disk_usage, shm_bytes
 from agent.logs import OffsetOutOfRange, read_log
 from agent.metrics import MetricsSampler
 from agent.ssh_server import AgentSSHServer
@@ -155,6 +155,7 @@ def create_app(registry: TaskRegistry, token: str, ssh_server: AgentSSHServer | 
             container_engine=registry.executors.container.engine_name,
             cpu_arch=cpu_arch(),
             shm_bytes=shm_bytes(),
+            agent_uid=agent_uid(),
         )
 
     @api.post("/tasks")

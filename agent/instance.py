@@ -1,4 +1,4 @@
-"""The host's CPUs, their architecture, memory, /dev/shm and disk."""
+"""The host's CPUs, their architecture, memory, /dev/shm and disk, and the user the agent runs as."""
 
 from __future__ import annotations
 
@@ -67,6 +67,12 @@ def shm_bytes(path: str = "/dev/shm") -> int | None:
         return shutil.disk_usage(path).total
     except OSError:
         return None
+
+
+def agent_uid() -> int:
+    """The user id this agent runs as, and so every job it runs on the host: placement sends a host job with
+    `privileged: true` only to an agent that runs as root, 0 (docs/containers.md#privileged)."""
+    return os.geteuid()
 
 
 def disk_usage(path: Path) -> tuple[int, int]:

@@ -73,7 +73,8 @@ CLOUD_FIELDS_NOT_ACTED_ON = frozenset(
 # container's settings are acted on in a container only, with `image` or `python` (see asks_for); `image`,
 # `python` and `volumes` always (docs/containers.md, docs/volumes.md). `resources.shm_size` is acted on
 # either way: a container's --shm-size, or the least /dev/shm of a host job's instance (core.fleets.matching);
-# `privileged: true` on the host is refused (core.configuration.runnable).
+# so is `privileged`: a container's --privileged, or on the host an instance whose agent runs as root
+# (core.runs.submissions, core.fleets.matching; docs/containers.md#privileged).
 CONTAINER_FIELDS = frozenset({"user", "entrypoint", "registry_auth"})
 RUN_FIELDS_NOT_ACTED_ON = (
     CLOUD_FIELDS_NOT_ACTED_ON

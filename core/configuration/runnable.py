@@ -46,7 +46,6 @@ def refusals(configuration: AnyConfiguration) -> list[Refusal]:
         found = (
             _working_dir_refusals(configuration)
             + _docker_refusals(configuration)
-            + _privileged_refusals(configuration)
             + _files_refusals(configuration)
             + _shared_volume_refusals(configuration)
             + _reference_refusals(configuration, addresses=isinstance(configuration, ServiceConfiguration))
@@ -97,20 +96,6 @@ DOCKER_REFUSED = (
 
 def _docker_refusals(configuration: RunConfiguration) -> list[Refusal]:
     return [Refusal(("docker",), DOCKER_REFUSED)] if configuration.docker else []
-
-
-# dstack runs every job in a container, and `privileged: true` gives it root's capabilities and the host's
-# devices. A job without `image` or `python` is a process on the host, run as the agent's user: Ferry has
-# no way to give it more than that user has (docs/containers.md#privileged).
-PRIVILEGED_REFUSED = (
-    "a job without `image` or `python` runs on the host as the agent's user, which Ferry cannot make "
-    "privileged: set `image` (or `python`) to run it in a privileged container"
-)
-
-
-def _privileged_refusals(configuration: RunConfiguration) -> list[Refusal]:
-    on_host = configuration.image is None and configuration.python is None
-    return [Refusal(("privileged",), PRIVILEGED_REFUSED)] if configuration.privileged and on_host else []
 
 
 def _files_refusals(configuration: RunConfiguration) -> list[Refusal]:

@@ -16,7 +16,8 @@ from core.configuration.resources import GPUSpec, ResourcesSpec, normalise_arch
 class InstanceResources(BaseModel):
     """What an instance has. `cpu_arch` is `x86` or `arm` as its agent reports it; None: not known, which
     satisfies no spec that names an architecture (docs/fleets.md#placement-and-blocks). `shm_gb`: the
-    size of its /dev/shm; None: not known, which satisfies no host job asking for a `shm_size`."""
+    size of its /dev/shm; None: not known, which satisfies no host job asking for a `shm_size`. `agent_uid`:
+    the user its agent runs as (0: root); None: not known, which takes no host job with `privileged: true`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -26,6 +27,7 @@ class InstanceResources(BaseModel):
     gpus: list[GPU] = Field(default_factory=list)
     cpu_arch: str | None = None
     shm_gb: float | None = Field(default=None, ge=0)
+    agent_uid: int | None = Field(default=None, ge=0)
 
     @field_validator("cpu_arch", mode="before")
     @classmethod
@@ -124,6 +126,18 @@ def shortfalls(
                 f"needs {wanted} of GPU memory in total, matching GPUs have {format_measured_memory(total)}"
             )
     return reasons
+
+
+def privileged_shortfall(instance: InstanceResources) -> str | None:
+    """Why a job run on the host (no `image` or `python`) with `privileged: true` cannot run on `instance`;
+    None when it can. Such a job is a process of the agent's user: only where that is root has it every
+    privilege of the host, at least what a privileged container gets (every capability, every device:
+    docs/containers.md#privileged). An agent that does not say (an older release) takes no such job."""
+    uid = instance.agent_uid
+    if uid == 0:
+        return None
+    has = "does not say which user it runs as" if uid is None else f"runs as uid {uid}"
+    return f"privileged: true runs on the host only where the agent runs as root; instance's agent {has}"
 
 
 def unsatisfied(instance: InstanceResources, spec: ResourcesSpec, *, check_max: bool = True) -> list[str]:

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from core.configuration.gpus import GPU
 from core.configuration.resources import known_arch
-from core.fleets.matching import InstanceResources, shortfalls
+from core.fleets.matching import InstanceResources, privileged_shortfall, shortfalls
 from core.wire.agent_api import BYTES_PER_GB, InstanceInfo, Resources
 from core.wire.base import Frozen
 from core.wire.job_messages import NodeRequest, PlacementRequest
@@ -170,6 +170,9 @@ def node_cost(slot: InstanceSlot, node: NodeRequest) -> tuple[int, Resources] | 
     if node.spec is not None and slot.hardware is not None:
         spec = shortfalls(slot.hardware, node.spec, check_max=False, host=not node.container)
     reasons += spec.values()
+    # `privileged: true` on the host: only where the agent runs as root (docs/containers.md#privileged).
+    if node.privileged and not node.container and slot.hardware is not None:
+        reasons += filter(None, [privileged_shortfall(slot.hardware)])
     need, total = node.resources, slot.total
     amounts = (("cpu", "CPUs", need.cpu, total.cpu), ("memory", "GB of memory", need.memory, total.memory))
     for resource, what, want, have in (*amounts, ("gpu", "GPUs", need.gpu, total.gpu)):
@@ -274,6 +277,7 @@ def hardware_from_info(info: InstanceInfo) -> InstanceResources:
         gpus=gpus,
         cpu_arch=known_arch(info.cpu_arch),
         shm_gb=None if info.shm_bytes is None else info.shm_bytes / BYTES_PER_GB,
+        agent_uid=info.agent_uid,
     )
 
 

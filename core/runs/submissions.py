@@ -116,6 +116,9 @@ def replica_enqueue(
                 spec=node.configuration.resources,
                 instance=instance,
                 container=container,
+                # On the host, `privileged: true` is a placement requirement (docs/containers.md#privileged);
+                # in a container it is the container's --privileged (the container spec).
+                privileged=node.configuration.privileged and not container,
             )
             for job, instance, node in zip(job_ids, only, nodes, strict=True)
         ],

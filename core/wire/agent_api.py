@@ -114,6 +114,12 @@ class InstanceInfo(_Model):
     shm_bytes: int | None = Field(
         default=None, ge=0, description="the size of the host's /dev/shm; None: none, or an older agent"
     )
+    agent_uid: int | None = Field(
+        default=None,
+        ge=0,
+        description="the user id the agent runs as (0: root, which may run a host job with "
+        "`privileged: true`); None: an older agent",
+    )
 
 
 class VolumeMount(_Model):

@@ -33,6 +33,10 @@ class NodeRequest(Frozen):
     container: bool = Field(
         default=False, description="runs in a container: only on an instance with an engine"
     )
+    privileged: bool = Field(
+        default=False,
+        description="`privileged: true` on the host (not in a container): only where the agent runs as root",
+    )
 
 
 class PlacementRequest(Frozen):

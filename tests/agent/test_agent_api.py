@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import os
 import subprocess
 import sys
 import tarfile
@@ -139,6 +140,7 @@ async def test_instance_info_reports_the_host(client: AgentClient) -> None:
     assert info.disk_total_bytes >= info.disk_free_bytes > 0
     assert info.gpus == []
     assert info.total.cpu == info.cpus
+    assert info.agent_uid == os.geteuid()  # as placement reads it for `privileged: true` on the host
 
 
 async def test_job_runs_and_reports_done(client: AgentClient) -> None:

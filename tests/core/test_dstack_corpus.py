@@ -56,7 +56,6 @@ FERRY_CANNOT = {
     "Ferry cannot register a cloud disk": 1,
     "the 4 nodes cannot share volume": 1,  # a named volume is attached to one job at a time
     "docker: Ferry does not give a job a container engine": 6,  # dstack's Docker in the job
-    "privileged: a job without `image` or `python` runs on the host": 2,  # docs/containers.md#privileged
 }
 
 

@@ -69,7 +69,9 @@ ACTED_ON = {
     },
     "BaseRunConfiguration.user": "core/run_types/base.py",  # with `image` or `python`: docs/containers.md
     "BaseRunConfiguration.entrypoint": "core/run_types/base.py",
-    "BaseRunConfiguration.privileged": "core/run_types/base.py",
+    # On the host, a placement requirement (NodeRequest.privileged); a container's --privileged in
+    # core/run_types/base.py (docs/containers.md#privileged).
+    "BaseRunConfiguration.privileged": "core/runs/submissions.py",
     "BaseRunConfiguration.registry_auth": "core/run_types/base.py",
     "RegistryAuth.username": "core/run_types/base.py",
     "RegistryAuth.password": "core/run_types/base.py",
@@ -192,7 +194,6 @@ ACTED_ON = {
 RUN_TYPES = ("task", "service", "dev-environment")
 REFUSED: dict[tuple[str, str], tuple[str, Any, str]] = {
     ("run", "docker"): ("docker", True, "Ferry does not give a job a container engine"),
-    ("run", "privileged"): ("privileged", True, "runs on the host as the agent's user"),  # no image
     ("service", "replicas.router"): ("replicas.router", {"type": "sglang"}, "balances across every group"),
     ("service", "model.chat_template"): ("model", {"name": "m", "chat_template": "t"}, "format: tgi"),
     ("service", "model.eos_token"): ("model", {"name": "m", "eos_token": "e"}, "format: tgi"),
