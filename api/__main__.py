@@ -1,24 +1,51 @@
-"""`python -m api [--host H] [--port P] [--database-url URL]`: Ferry's API (docs/teams.md#the-api), served by
-uvicorn over the store (FERRY_DATABASE_URL, or FERRY_HOME's SQLite by default)."""
+"""`python -m api serve [--host H] [--port P]`: Ferry's API (docs/teams.md#the-api), served by uvicorn over
+the store (--database-url, else FERRY_DATABASE_URL, else FERRY_HOME's SQLite).
+
+`python -m api first-admin NAME`: a deployment's first global admin, made on its store and their token
+printed once; refused once the store has an admin (docs/teams.md#the-first-user)."""
 
 from __future__ import annotations
 
 import argparse
+import secrets
+import sys
 
-import uvicorn
-
-from api.app import make_app
+from core.services.replicas import token_hash
+from core.teams.roles import GlobalRole
 from store.opening import open_store
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m api")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8400)
     parser.add_argument("--database-url", default=None)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the API")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8400)
+    first = commands.add_parser("first-admin", help="make the store's first global admin")
+    first.add_argument("name")
     args = parser.parse_args(argv)
-    app = make_app(open_store(args.database_url))
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    store = open_store(args.database_url)
+    if args.command == "first-admin":
+        admins = store.admins()
+        if admins:
+            print(
+                f"python -m api first-admin: the store has an admin already ({', '.join(sorted(admins))})",
+                file=sys.stderr,
+            )
+            return 2
+        token = secrets.token_urlsafe(32)
+        if not store.add_user(args.name, GlobalRole.ADMIN, token_hash(token)):
+            store.set_user_role(args.name, GlobalRole.ADMIN)
+            store.set_token_hash(args.name, token_hash(token))
+        print(token)
+        return 0
+    import uvicorn
+
+    from api.app import make_app
+
+    uvicorn.run(make_app(store), host=args.host, port=args.port, log_level="warning", access_log=False)
+    return 0
 
 
-main()
+sys.exit(main())

@@ -18,6 +18,9 @@ USAGE = 2
 NOT_FOUND = 3
 # The Temporal server cannot be reached, or the embedded stack cannot be started.
 UNREACHABLE = 4
+# Ferry's API refused the caller: not logged in, a token unknown or revoked (401), or a role that does not
+# allow what was asked (403; docs/teams.md#roles).
+DENIED = 5
 # Ctrl-C: `apply` detached from its run, or a command interrupted (128 + SIGINT).
 INTERRUPTED = 130
 
@@ -32,5 +35,6 @@ TABLE: tuple[tuple[str, int, str], ...] = (
         "no such run, fleet, volume or secret; `server status`, `server upgrade`: not running",
     ),
     ("UNREACHABLE", UNREACHABLE, "the Temporal server cannot be reached, or the embedded stack not started"),
+    ("DENIED", DENIED, "not logged in, a token unknown or revoked, or a role that does not allow it"),
     ("INTERRUPTED", INTERRUPTED, "Ctrl-C (`apply` leaves its run running)"),
 )

@@ -21,6 +21,7 @@ from cli.fleet import fleet_app
 from cli.schedules import schedule_app
 from cli.secret import secret_app
 from cli.server_commands import server_app, worker
+from cli.teams import login, member_app, project_app, user_app
 from cli.volume import volume_app
 from core.status import RunStatus
 
@@ -29,7 +30,7 @@ HELP = (
     "Without FERRY_TEMPORAL_ADDRESS, commands use the embedded stack under FERRY_HOME (default ~/.ferry), "
     "started in the background when needed: see `ferry server`.\n\n"
     "Exit codes: 0 ok, 1 failed (a run, a wait that timed out), 2 usage error or refused, 3 not found, "
-    "4 server unreachable (docs/cli.md)."
+    "4 server unreachable, 5 denied by Ferry's API (docs/cli.md)."
 )
 
 _SDK_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"  # the SDK's native module: its Rust runtime
@@ -92,6 +93,10 @@ app.add_typer(schedule_app, name="schedule")
 app.add_typer(volume_app, name="volume")
 app.add_typer(secret_app, name="secret")
 app.add_typer(backend_app, name="backend")
+app.add_typer(user_app, name="user")
+app.add_typer(project_app, name="project")
+app.add_typer(member_app, name="member")
+app.command()(login)
 
 RUN = typer.Argument(..., metavar="RUN", help="The run's name (or id).", show_default=False)
 REPLICA = typer.Option(None, "--replica", help="Only this replica.", show_default=False)

@@ -40,7 +40,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     migrate(engine)
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "api", "--port", str(port), "--database-url", url],
+        [sys.executable, "-m", "api", "--database-url", url, "serve", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

@@ -43,7 +43,7 @@ def test_services(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert set(services) == {
         "postgresql", "temporal", "temporal-search-attributes", "temporal-ui", "ferry-db", "ferry-worker",
-        "ferry-proxy",
+        "ferry-proxy", "ferry-api",
     }  # fmt: skip
     assert services["temporal"]["image"].startswith("temporalio/auto-setup:")
     assert services["temporal"]["environment"]["DB"] == "postgres12"
@@ -72,3 +72,13 @@ def test_ferry_search_attributes_are_registered(compose: dict[str, Any]) -> None
     assert "search-attribute create" in script and "--type Keyword" in script
     # The embedded dev server registers the same ones the workflows set.
     assert tuple(key.name for key in SEARCH_ATTRIBUTES) == SEARCH_ATTRIBUTE_NAMES
+
+
+def test_the_api_is_served_on_ferrys_store(compose: dict[str, Any]) -> None:
+    api = compose["services"]["ferry-api"]
+    assert api["command"] == ["python", "-m", "api", "serve", "--host", "0.0.0.0", "--port", "8400"]
+    assert (
+        api["environment"]["FERRY_DATABASE_URL"]
+        == compose["services"]["ferry-worker"]["environment"]["FERRY_DATABASE_URL"]
+    )
+    assert [(port["target"], port["published"]) for port in api["ports"]] == [(8400, 8400)]
