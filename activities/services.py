@@ -5,6 +5,9 @@
   workflow logs each change and calls it again; a lost worker's attempt is retried elsewhere (heartbeats).
   A replica on a backend's compute node is registered with `via` (the backend's id) and probed through
   the backend's login node, as the proxies reach it (docs/services.md#replicas-behind-a-login-node).
+  A ready replica of a service's router group also keeps its router's workers in step with the other
+  groups' ready replicas (activities.service_router); a change, or what the router refuses, is returned
+  once as the readiness' detail, which the job logs.
 - `drain_replica` takes the replica out of rotation and waits until every live proxy says it has no
   request in flight to it, so that stopping its job cuts none.
 - `unregister_replica` removes it once its job has ended.
@@ -30,6 +33,7 @@ from activities.agent_client import AgentError
 from activities.handover import hands_over
 from activities.instances import InstanceDirectory
 from activities.jobs import heartbeating
+from activities.service_router import SYNC_EVERY, RouterSync
 from activities.ssh_tunnel import LocalTunnel
 from core.backends.slurm import slurm_backend_name
 from core.configuration.service import ProbeSpec
@@ -89,6 +93,7 @@ class ServiceActivities:
         self._store = store
         self._load_poll = load_poll
         self._login_nodes = login_nodes
+        self._router_notes: dict[str, str] = {}  # router replica id -> the last router line returned
 
     @activity.defn(name=names.PROBE_REPLICA)
     async def probe_replica(self, request: ProbeReplica) -> ReplicaReadiness:
@@ -101,6 +106,8 @@ class ServiceActivities:
             state = ReplicaState(record.state)
             due = [0.0] * len(statuses)
             async with self._probe_route(url, via) as route, httpx.AsyncClient() as http:
+                router = self._router_sync(request, route.url)
+                synced_at = 0.0
                 while True:
                     now = time.monotonic()
                     ready = [i for i, at in enumerate(due) if now >= at]
@@ -119,7 +126,16 @@ class ServiceActivities:
                     state = new
                     if state != request.known:
                         return ReplicaReadiness(state=state, detail=_detail(probes, statuses))
-                    await asyncio.sleep(max(min(due) - time.monotonic(), 0.01))
+                    wake = min(due)
+                    if router is not None and state == ReplicaState.READY:
+                        if time.monotonic() - synced_at >= SYNC_EVERY:
+                            synced_at = time.monotonic()
+                            line = (await router.step(http)).summary()
+                            if line is not None and line != self._router_notes.get(request.job_submission_id):
+                                self._router_notes[request.job_submission_id] = line
+                                return ReplicaReadiness(state=state, detail=line)
+                        wake = min(wake, synced_at + SYNC_EVERY)
+                    await asyncio.sleep(max(wake - time.monotonic(), 0.01))
 
     @activity.defn(name=names.DRAIN_REPLICA)
     async def drain_replica(self, request: DrainReplica) -> DrainResult:
@@ -140,6 +156,7 @@ class ServiceActivities:
 
     @activity.defn(name=names.UNREGISTER_REPLICA)
     async def unregister_replica(self, job_submission_id: str) -> None:
+        self._router_notes.pop(job_submission_id, None)
         await asyncio.to_thread(self._store.remove_replica, job_submission_id)
 
     @activity.defn(name=names.WATCH_LOAD)
@@ -181,6 +198,13 @@ class ServiceActivities:
             address = instance.address if instance is not None and instance.address else "127.0.0.1"
         return f"http://{address}:{port}"
 
+    def _router_sync(self, request: ProbeReplica, url: str) -> RouterSync | None:
+        """The router's worker sync, for a replica of the service's router group (None for any other)."""
+        service = request.service
+        if service.router_group is None or service.group != service.router_group:
+            return None
+        return RouterSync(self._store, request.run_id, service.router_group, url)
+
     def _via(self, instance_name: str) -> str | None:
         """The backend whose login node reaches the instance (a node of an elastic fleet's allocation), by
         its id; None for an instance reached directly (docs/backends.md)."""
@@ -212,7 +236,8 @@ class ServiceActivities:
     def _register(self, request: ProbeReplica, url: str, via: str | None) -> ServiceReplicaRecord:
         """The replica's record, registered now unless an earlier attempt did."""
         stored = self._store.get_replica(request.job_submission_id)
-        if stored is not None and stored.url == url and stored.via == via:
+        group = request.service.group
+        if stored is not None and stored.url == url and stored.via == via and stored.group_name == group:
             return stored
         record = ServiceReplicaRecord(
             id=request.job_submission_id,
@@ -222,6 +247,7 @@ class ServiceActivities:
             deployment_num=request.service.deployment_num,
             url=url,
             via=via,
+            group_name=group,
             state=request.known,
         )
         self._store.register_replica(record)

@@ -3,8 +3,10 @@
 The directory builds a new one in a thread whenever the store's rows change and swaps it in whole, so a
 request reads one consistent table with plain dict lookups and never waits on the store. Each run's
 configuration (the JSON of its normalised ServiceConfiguration) is parsed once per configuration string,
-tolerantly: only `auth`, `strip_prefix`, `model` and `rate_limits` matter here, and a value of the wrong
-shape falls back to the safe default (auth on; a malformed limit is skipped: gateway.rate_limits).
+tolerantly: only `auth`, `strip_prefix`, `model`, `rate_limits` and the router group (`replicas[i].router`)
+matter here, and a value of the wrong shape falls back to the safe default (auth on; a malformed limit is
+skipped: gateway.rate_limits). A service with a router group gets its requests on that group's replicas
+only; the router sends them on to the others (docs/services.md#a-router-group).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from core.services.replicas import ReplicaState, service_path
+from core.services.routers import routed_replicas
 from gateway.rate_limits import RateLimitRule, parse_rules
 from store.models import RunRecord, ServiceReplicaRecord
 
@@ -30,6 +33,7 @@ class Replica:
     run_id: str
     url: str  # http://host:port, no trailing slash
     state: str  # a ReplicaState value
+    group: str | None = None  # its replica group
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,7 @@ class ServiceSettings:
     strip_prefix: bool = True
     model: ModelRoute | None = None
     rate_limits: tuple[RateLimitRule, ...] = ()  # docs/services.md#rate-limits
+    router_group: str | None = None  # the group that gets every request (docs/services.md#a-router-group)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +61,7 @@ class Service:
     settings: ServiceSettings
     created: int  # when the run was submitted, unix seconds (the model's `created`)
     replicas: tuple[Replica, ...]
-    ready: tuple[Replica, ...]  # those that get new requests
+    ready: tuple[Replica, ...]  # those that get new requests (of a router group's, the router's only)
 
     @property
     def key(self) -> ServiceKey:
@@ -94,7 +99,19 @@ def parse_settings(configuration: str) -> ServiceSettings:
         strip_prefix=data.get("strip_prefix") is not False,
         model=_model_route(data.get("model")),
         rate_limits=parse_rules(data.get("rate_limits")),
+        router_group=_router_group(data.get("replicas")),
     )
+
+
+def _router_group(value: Any) -> str | None:
+    """The name of the replica group with a `router`, if `replicas` lists groups and one has it."""
+    if not isinstance(value, list):
+        return None
+    for group in value:
+        if isinstance(group, dict) and isinstance(group.get("router"), dict):
+            name = group.get("name")
+            return name if isinstance(name, str) else None
+    return None
 
 
 def _model_route(value: Any) -> ModelRoute | None:
@@ -139,7 +156,13 @@ def build_table(
     by_run: dict[str, list[Replica]] = {}
     draining = set()
     for record in replicas:
-        replica = Replica(id=record.id, run_id=record.run_id, url=record.url.rstrip("/"), state=record.state)
+        replica = Replica(
+            id=record.id,
+            run_id=record.run_id,
+            url=record.url.rstrip("/"),
+            state=record.state,
+            group=record.group_name,
+        )
         by_run.setdefault(record.run_id, []).append(replica)
         if record.state == ReplicaState.DRAINING:
             draining.add(record.id)
@@ -147,14 +170,19 @@ def build_table(
     models: dict[tuple[str, str], Service] = {}
     for run in runs:
         run_replicas = tuple(by_run.get(run.id, ()))
+        settings = cache.settings(run)
         service = Service(
             run_id=run.id,
             project=run.project,
             run_name=run.run_name,
-            settings=cache.settings(run),
+            settings=settings,
             created=int(run.submitted_at),
             replicas=run_replicas,
-            ready=tuple(r for r in run_replicas if r.state == ReplicaState.READY),
+            ready=tuple(
+                r
+                for r in run_replicas
+                if r.state == ReplicaState.READY and routed_replicas(settings.router_group, r.group)
+            ),
         )
         services[service.key] = service
         if service.settings.model is not None:
@@ -167,5 +195,5 @@ def rows_signature(runs: list[RunRecord], replicas: list[ServiceReplicaRecord]) 
     """What the table depends on: an unchanged signature means the table need not be rebuilt."""
     return (
         tuple((r.id, r.project, r.run_name, r.submitted_at, r.configuration) for r in runs),
-        tuple((r.id, r.run_id, r.url, r.state) for r in replicas),
+        tuple((r.id, r.run_id, r.url, r.state, r.group_name) for r in replicas),
     )

@@ -256,6 +256,9 @@ class ServiceReplicaRecord(SQLModel, table=True):
     # of a private network (docs/services.md#replicas-behind-a-login-node).
     via: str | None = None
     state: str  # a core.services.replicas.ReplicaState value: probing, ready, unready or draining
+    # Its replica group: of a service with a router group, the proxies route to that group's replicas only
+    # (docs/services.md#a-router-group). NULL: the single form, or registered before groups were kept.
+    group_name: str | None = None
     probes: str = Field(default="[]", sa_type=Text)  # JSON list of core.services.probes.ProbeStatus
     registered_at: float = Field(default_factory=time.time)
     updated_at: float = Field(default_factory=time.time)

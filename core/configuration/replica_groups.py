@@ -1,7 +1,9 @@
 """A service's replicas: one homogeneous set (`replicas: 2`, `replicas: 1..4` with `scaling`) or, in
 dstack's newer form, a list of replica groups, each with its own count, `scaling`, `commands` and
 `resources` (docs/services.md#replica-groups). Every group serves the same service behind the proxy; each
-group's count follows the service's load by its own `scaling.target`.
+group's count follows the service's load by its own `scaling.target`. One group may be the service's router
+(`router: {type: sglang}`): the proxy sends every request to it, and the worker registers the other groups'
+ready replicas with it (docs/services.md#a-router-group).
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ def _check_group_name(value: str) -> str:
 GroupName = Annotated[str, AfterValidator(_check_group_name)]
 
 
+class RouterSpec(ConfigModel):
+    """A replica group that runs a router in front of the service's other groups (dstack's `router`)."""
+
+    type: Literal["sglang", "dynamo"] = "sglang"
+
+
 class ScalingSpec(ConfigModel):
     """How the autoscaler picks a replica count within `replicas`: keep `metric` near `target` per replica."""
 
@@ -64,7 +72,7 @@ class ReplicaGroupSpec(ConfigModel):
     scaling: ScalingSpec | None = None
     commands: Commands = Field(default_factory=list)
     resources: ResourcesSpec | None = None  # None: the service's
-    router: dict[str, Any] | None = None
+    router: RouterSpec | None = None
     image: str | None = None
     python: str | float | None = None
     nvcc: bool | None = None
@@ -85,10 +93,12 @@ class ReplicaGroupSpec(ConfigModel):
     @model_validator(mode="after")
     def _check_group(self) -> ReplicaGroupSpec:
         check_scaling(self.count, self.scaling, ["count"])
-        if self.router is not None:
-            # A router group takes every request and forwards it to the others (prefill/decode): the
-            # proxy would have to send traffic to it alone. Running it as a plain group would be wrong.
-            raise ConfigFieldError(["router"], "not supported: Ferry's proxy balances across every group")
+        if self.router is not None and self.router.type == "dynamo":
+            # Dynamo's workers find its frontend through etcd/NATS at an address dstack injects
+            # (DSTACK_ROUTER_INTERNAL_IP) once the router replica is placed; Ferry injects none.
+            raise ConfigFieldError(
+                ["router", "type"], "not supported: dynamo (its workers need the router's address injected)"
+            )
         return self
 
 
@@ -100,6 +110,7 @@ class ServiceGroup(ConfigModel):
     scaling: ScalingSpec | None
     commands: list[str]
     resources: ResourcesSpec
+    router: RouterSpec | None = None
 
     @property
     def starting_count(self) -> int:
@@ -124,3 +135,17 @@ def check_groups(groups: list[ReplicaGroupSpec]) -> None:
     for index, group in enumerate(groups):
         if not group.commands and group.image is None:
             raise ConfigFieldError(["replicas", index, "commands"], "required: each group lists its commands")
+    check_router(groups)
+
+
+def check_router(groups: list[ReplicaGroupSpec]) -> None:
+    """As dstack: at most one group is the router, and it has exactly one replica."""
+    routers = [index for index, group in enumerate(groups) if group.router is not None]
+    if len(routers) > 1:
+        raise ConfigFieldError(
+            ["replicas", routers[1], "router"], f"only one group may be the router (group {routers[0]} is)"
+        )
+    if routers:
+        count = groups[routers[0]].count
+        if count.min != 1 or count.max != 1:
+            raise ConfigFieldError(["replicas", routers[0], "count"], "a router group has exactly 1 replica")

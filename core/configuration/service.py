@@ -249,9 +249,16 @@ class ServiceConfiguration(BaseRunConfiguration):
                 scaling=group.scaling,
                 commands=list(group.commands),
                 resources=group.resources or self.resources,
+                router=group.router,
             )
             for group in self.replicas
         ]
+
+    @property
+    def router_group(self) -> str | None:
+        """The name of the group whose replicas get the service's requests and route them to the other
+        groups' (docs/services.md#a-router-group); None when every group serves requests."""
+        return next((group.name for group in self.groups if group.router is not None), None)
 
     def group(self, name: str | None) -> ServiceGroup:
         """The group `name` (None: the single form); KeyError when there is no such group."""

@@ -8,6 +8,8 @@ from core.wire.services import ServiceJob
 
 
 class ServiceConfigurator(RunConfigurator[ServiceConfiguration]):
+    group: str | None = None  # the group of the replicas it configures (for_group)
+
     def replica_count(self) -> int:
         return sum(group.starting_count for group in self.configuration.groups)
 
@@ -17,9 +19,11 @@ class ServiceConfigurator(RunConfigurator[ServiceConfiguration]):
         if group is None:
             return self
         spec = self.configuration.group(group)
-        return ServiceConfigurator(
+        configurator = ServiceConfigurator(
             self.configuration.model_copy(update={"commands": spec.commands, "resources": spec.resources})
         )
+        configurator.group = group
+        return configurator
 
     def nodes_per_replica(self) -> int:
         return 1
@@ -28,4 +32,9 @@ class ServiceConfigurator(RunConfigurator[ServiceConfiguration]):
         return list(self.configuration.commands)
 
     def service_job(self) -> ServiceJob:
-        return ServiceJob(port=self.configuration.port.container_port, probes=list(self.configuration.probes))
+        return ServiceJob(
+            port=self.configuration.port.container_port,
+            probes=list(self.configuration.probes),
+            group=self.group,
+            router_group=self.configuration.router_group,
+        )

@@ -39,6 +39,9 @@ class ServiceJob(Message):
     port: int
     probes: list[ProbeSpec] = Field(default_factory=list)
     deployment_num: int = 0
+    group: str | None = None  # the replica's group (None: the single form)
+    # The group that routes the service's requests to the others (docs/services.md#a-router-group)
+    router_group: str | None = None
 
 
 class ProbeReplica(Message):

@@ -51,7 +51,8 @@ DSTACK_REFUSES = {
 
 # What Ferry cannot do yet, refused with the reason, and how many files of the corpus ask for it.
 FERRY_CANNOT = {
-    "router: not supported: Ferry's proxy balances across every group": 8,  # a prefill/decode router
+    # Dynamo's router: its workers need the router's address injected (docs/services.md#a-router-group)
+    "router.type: not supported: dynamo": 2,
     "Ferry cannot register a Kubernetes volume claim": 2,
     "Ferry cannot register a cloud disk": 1,
     "the 4 nodes cannot share volume": 1,  # a named volume is attached to one job at a time
@@ -95,6 +96,7 @@ def test_the_warning_line_names_only_what_ferry_does_not_do() -> None:
         "placement", "size", "backend", "region", "rate_limits", "spot_policy",
         "gateway", "https", "backends", "instances", "storage_class_name", "access_modes",
         "instance_types", "availability_zones",  # a cloud's, on a fleet with `nodes` (docs/backends.md)
+        "replicas.image", "replicas.python",  # a replica group's (docs/services.md#replica-groups)
     }  # fmt: skip
 
 

@@ -65,7 +65,11 @@ def test_groups_parse_with_names_by_position_and_either_spelling_of_the_count() 
         ),
         ("  - {count: 1..2, commands: [a]}\n", "svc.yml:4: replicas.0.count: a range of replicas needs"),
         ("  - {count: 1, replicas: 2, commands: [a]}\n", "give the group's count once"),
-        ("  - {count: 1, commands: [a], router: {type: sglang}}\n", "replicas.0.router: not supported"),
+        (
+            "  - {count: 2, commands: [a], router: {type: sglang}}\n",
+            "svc.yml:4: replicas.0.count: a router group",
+        ),
+        ("  - {count: 1, commands: [a], router: {type: dynamo}}\n", "replicas.0.router.type: not supported"),
         ("  - {count: 1}\n", "svc.yml:4: replicas.0.commands: required: each group lists its commands"),
         ("  []\n", "svc.yml:3: replicas: an empty list"),
     ],

@@ -148,6 +148,8 @@ ACTED_ON = {
     "ReplicaGroupSpec.resources": "core/configuration/service.py",
     "ReplicaGroupSpec.count": "core/configuration/service.py",
     "ReplicaGroupSpec.scaling": "core/configuration/service.py",
+    "ReplicaGroupSpec.router": "core/run_types/service.py::router_group",  # docs/services.md#a-router-group
+    "RouterSpec.type": "core/configuration/replica_groups.py",
     **{f"ScalingSpec.{field}": "core/services/autoscaler.py" for field in ("target", "scale_up_delay")},
     "ScalingSpec.scale_down_delay": "core/services/autoscaler.py",
     "ScalingSpec.window": "activities/services.py",
@@ -194,7 +196,8 @@ ACTED_ON = {
 RUN_TYPES = ("task", "service", "dev-environment")
 REFUSED: dict[tuple[str, str], tuple[str, Any, str]] = {
     ("run", "docker"): ("docker", True, "Ferry does not give a job a container engine"),
-    ("service", "replicas.router"): ("replicas.router", {"type": "sglang"}, "balances across every group"),
+    # `router: {type: sglang}` is acted on (docs/services.md#a-router-group); dynamo's is refused
+    ("service", "replicas.router.type"): ("replicas.router", {"type": "dynamo"}, "not supported: dynamo"),
     ("service", "model.chat_template"): ("model", {"name": "m", "chat_template": "t"}, "format: tgi"),
     ("service", "model.eos_token"): ("model", {"name": "m", "eos_token": "e"}, "format: tgi"),
     ("volume", "volume_id"): ("volume_id", "vol-1", "Ferry cannot register a cloud disk"),
@@ -374,7 +377,6 @@ SPELLINGS = {
     "instances.fleet.project": "instances: [{fleet: {name: lab, project: main}, instance: 0}]\n",
     "gateway.name": "gateway: {name: gw, project: main}\n",
     "gateway.project": "gateway: {name: gw, project: main}\n",
-    "replicas.router.type": None,  # the router is refused whole (REFUSED)
 }
 
 
