@@ -7,12 +7,17 @@ printed once; refused once the store has an admin (docs/teams.md#the-first-user)
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
 import sys
+from typing import TYPE_CHECKING
 
 from core.services.replicas import token_hash
 from core.teams.roles import GlobalRole
 from store.opening import open_store
+
+if TYPE_CHECKING:
+    import uvicorn
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     serve = commands.add_parser("serve", help="serve the API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8400)
+    serve.add_argument("--ready-file", default=None, help="written with this process's pid once it listens")
     first = commands.add_parser("first-admin", help="make the store's first global admin")
     first.add_argument("name")
     args = parser.parse_args(argv)
@@ -40,12 +46,32 @@ def main(argv: list[str] | None = None) -> int:
             store.set_token_hash(args.name, token_hash(token))
         print(token)
         return 0
+    import asyncio
+
     import uvicorn
 
     from api.app import make_app
 
-    uvicorn.run(make_app(store), host=args.host, port=args.port, log_level="warning", access_log=False)
+    config = uvicorn.Config(
+        make_app(store), host=args.host, port=args.port, log_level="warning", access_log=False
+    )
+    asyncio.run(_serve(uvicorn.Server(config), args.ready_file))
     return 0
+
+
+async def _serve(server: uvicorn.Server, ready_file: str | None) -> None:
+    """Serve until SIGTERM; the ready file written once the port is bound (embedded/stack.py waits on it)."""
+    import asyncio
+
+    serving = asyncio.create_task(server.serve())
+    while not server.started and not serving.done():
+        await asyncio.sleep(0.01)
+    if server.started and ready_file is not None:
+        from embedded.processes import private_opener
+
+        with open(ready_file, "w", opener=private_opener) as out:
+            out.write(str(os.getpid()))
+    await serving
 
 
 sys.exit(main())

@@ -1,6 +1,7 @@
 """How the CLI reaches Ferry's API (docs/teams.md#logging-in): the server's URL and the user's token, from
-FERRY_API_URL and FERRY_TOKEN or the file `ferry login` keeps (FERRY_HOME/login.json, read by its owner
-only); every refusal becomes the command's one line and its exit code (cli/exit_codes.py)."""
+FERRY_API_URL and FERRY_TOKEN, or the file `ferry login` keeps (FERRY_HOME/login.json, read by its owner
+only), or else the embedded stack's API with this user's token; every refusal becomes the command's one
+line and its exit code (cli/exit_codes.py)."""
 
 from __future__ import annotations
 
@@ -46,8 +47,29 @@ def login() -> tuple[str, str]:
             kept = {}
         url, token = url or kept.get("url"), token or kept.get("token")
     if not (url and token):
-        raise CommandError(NOT_LOGGED_IN, exit_codes.DENIED)
+        embedded = _embedded_login()
+        if embedded is None:
+            raise CommandError(NOT_LOGGED_IN, exit_codes.DENIED)
+        return embedded
     return url.rstrip("/"), token
+
+
+def _embedded_login() -> tuple[str, str] | None:
+    """Without a login, on the embedded stack (no FERRY_TEMPORAL_ADDRESS): its API and this user's token
+    (`ferry token`'s); the store's first user is its admin (docs/teams.md#the-first-user)."""
+    from cli.api import default_user
+    from cli.context import Context
+    from cli.services import TOKEN_FILE, user_token
+    from embedded.stack import Stack
+
+    ctx = Context.from_env()
+    if ctx.settings.temporal_address is not None:
+        return None
+    status = Stack(ctx.settings.home).start()
+    url = next((p.address for p in status.processes if p.name == "api"), None)
+    if url is None:
+        return None
+    return url, user_token(ctx.store(), ctx.settings.home / TOKEN_FILE, default_user())
 
 
 def call(

@@ -79,7 +79,7 @@ def stop() -> None:
 
 
 def upgrade() -> int:
-    """Replace the running stack's worker, agent and proxy with this release's; the runs go on."""
+    """Replace the running stack's worker, agent, proxy and API with this release's; the runs go on."""
     from embedded.stack import StackNotRunning
 
     ctx = Context.from_env()

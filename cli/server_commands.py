@@ -75,7 +75,7 @@ def server_stop() -> None:
 @server_app.command("upgrade")
 @one_line_errors
 def server_upgrade() -> None:
-    """Replace the running stack's worker, agent and proxy with this Ferry's, without stopping its runs
+    """Replace the running stack's worker, agent, proxy and API with this Ferry's, without stopping its runs
     (docs/upgrades.md); exits 3 if the stack is not running."""
     from cli.server import upgrade
 

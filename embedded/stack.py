@@ -1,16 +1,16 @@
-"""The embedded stack: a Temporal dev server, one worker, the services proxy and the local agent, under
-FERRY_HOME/stack.
+"""The embedded stack: a Temporal dev server, one worker, the services proxy, Ferry's API and the local
+agent, under FERRY_HOME/stack.
 
 `ensure_stack` is what every command that needs Temporal calls when no FERRY_TEMPORAL_ADDRESS is set:
 it starts whatever part of the stack is not running (in the background, detached, so that it outlives
 the command) and returns the dev server's address. `ferry server` runs the same stack in the foreground.
 
-Files under FERRY_HOME/stack: stack.json (ports and pids), temporal.pid, worker.pid, proxy.pid,
-worker.ready and proxy.ready (each the process's pid, written once it polls or listens), temporal.db (the
-dev server's SQLite), *.log. The agent keeps its own files under FERRY_HOME/agent (embedded.local_agent);
-one that died is started again by the next `start`, or by the worker as soon as it needs it, and its jobs
-go on (docs/jobs.md#a-restarted-agent). Everything under FERRY_HOME is private to the user (directories
-0700, files 0600): checked, and fixed where it is not, whenever the stack is started.
+Files under FERRY_HOME/stack: stack.json (ports and pids), temporal.pid, worker.pid, proxy.pid, api.pid,
+worker.ready, proxy.ready and api.ready (each the process's pid, written once it polls or listens),
+temporal.db (the dev server's SQLite), *.log. The agent keeps its own files under FERRY_HOME/agent
+(embedded.local_agent); one that died is started again by the next `start`, or by the worker as soon as it
+needs it, and its jobs go on (docs/jobs.md#a-restarted-agent). Everything under FERRY_HOME is private to the
+user (directories 0700, files 0600): checked, and fixed where it is not, whenever the stack is started.
 Light to import: no Temporal SDK at module level.
 """
 
@@ -55,6 +55,7 @@ __all__ = [
 DEFAULT_PORT = 7233
 DEFAULT_UI_PORT = 8233
 DEFAULT_PROXY_PORT = 8300  # the services proxy (gateway/): http://127.0.0.1:8300/proxy/services/...
+DEFAULT_API_PORT = 8400  # Ferry's API (api/, docs/teams.md): http://127.0.0.1:8400/api/...
 START_TIMEOUT = 60.0
 PORT_ATTEMPTS = 3  # starts of a process whose free port another took before it could bind it
 # An upgraded worker's graceful shutdown (worker.main: 5 s at most for activities other than the watches,
@@ -100,6 +101,7 @@ class Stack(StackFiles):
             temporal: subprocess.Popen[bytes] | None = None
             worker: subprocess.Popen[bytes] | None = None
             proxy: subprocess.Popen[bytes] | None = None
+            api: subprocess.Popen[bytes] | None = None
             if not self._temporal_up(state):
                 if state is not None:
                     terminate(state.temporal_pid, self._temporal_marker())  # alive without its port
@@ -109,6 +111,8 @@ class Stack(StackFiles):
                     proxy_port=state.proxy_port if state else None,
                     worker_pid=state.worker_pid if state else None,
                     proxy_pid=state.proxy_pid if state else None,
+                    api_port=state.api_port if state else None,
+                    api_pid=state.api_pid if state else None,
                 )
                 if state is not None and moved.port != state.port:
                     # Its port was taken while it was down: the worker and the proxy know it by its old
@@ -128,6 +132,10 @@ class Stack(StackFiles):
                 terminate(state.proxy_pid, self._proxy_marker())  # alive but never ready
                 state.proxy_port = self._choose_port(state.proxy_port, DEFAULT_PROXY_PORT)
                 proxy = self._spawn_proxy(state)
+            if not self._api_up(state):
+                terminate(state.api_pid, self._api_marker())  # alive but never ready
+                state.api_port = self._choose_port(state.api_port, DEFAULT_API_PORT)
+                api = self._spawn_api(state)
             self._write_state(state)
             agent = self._agent()
             if agent is None or not pid_alive(agent.pid, self._agent_marker()):
@@ -142,25 +150,30 @@ class Stack(StackFiles):
                 self._wait("worker", worker, lambda: self._worker_up(state), deadline)
             if proxy is not None:
                 self._wait("proxy", proxy, lambda: self._proxy_up(state), deadline, (state.proxy_port,))
+            if api is not None:
+                self._wait("api", api, lambda: self._api_up(state), deadline, (state.api_port,))
         return self.status()
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> list[str]:
-        """Stop the proxy and the worker, then the dev server, then the agent; the names of those that were
-        running."""
+        """Stop the API, the proxy and the worker, then the dev server, then the agent; the names of those
+        that were running."""
         stopped: list[str] = []
         with self._locked():
             state = self._read_state()
             if state is not None:
+                if terminate(state.api_pid, self._api_marker(), timeout):
+                    stopped.append("api")
                 if terminate(state.proxy_pid, self._proxy_marker(), timeout):
                     stopped.append("proxy")
                 if terminate(state.worker_pid, self._worker_marker(), timeout):
                     stopped.append("worker")
                 if terminate(state.temporal_pid, self._temporal_marker(), timeout):
                     stopped.append("temporal")
-                stopped_pids = {"temporal_pid": None, "worker_pid": None, "proxy_pid": None}
+                stopped_pids = {"temporal_pid": None, "worker_pid": None, "proxy_pid": None, "api_pid": None}
                 self._write_state(state.model_copy(update=stopped_pids))
             self.ready_file.unlink(missing_ok=True)
             self.proxy_ready_file.unlink(missing_ok=True)
+            self.api_ready_file.unlink(missing_ok=True)
             agent = self._agent()
             if agent is not None:
                 if terminate(agent.pid, self._agent_marker(), timeout):
@@ -169,7 +182,7 @@ class Stack(StackFiles):
         return stopped
 
     def upgrade(self, timeout: float = START_TIMEOUT, say: Callable[[str], object] = print) -> StackStatus:
-        """Replace the running stack's worker, agent and proxy with processes of the code that calls this,
+        """Replace the running stack's worker, agent, proxy and API with processes of the calling code,
         leaving the dev server and the runs' jobs as they are (docs/upgrades.md#upgrading-the-embedded-stack).
         The new worker polls before the old one is sent SIGTERM, so no workflow or activity task waits for a
         worker; the old one's activities still running after its graceful shutdown are retried on the new
@@ -210,6 +223,15 @@ class Stack(StackFiles):
             self._write_state(state)
             self._wait("proxy", proxy, lambda: self._proxy_up(state), deadline, (state.proxy_port,))
             say(f"proxy: pid {old_proxy} replaced by pid {proxy.pid} ({took()})")
+
+            old_api = state.api_pid
+            terminate(old_api, self._api_marker())
+            if state.api_port is None:  # a stack of a Ferry before the API
+                state.api_port = self._choose_port(None, DEFAULT_API_PORT)
+            api = self._spawn_api(state)
+            self._write_state(state)
+            self._wait("api", api, lambda: self._api_up(state), deadline, (state.api_port,))
+            say(f"api: pid {old_api or '-'} replaced by pid {api.pid} ({took()})")
         return self.status()
 
     def _spawn_proxy(self, state: StackState) -> subprocess.Popen[bytes]:
@@ -218,6 +240,17 @@ class Stack(StackFiles):
         proxy = self._spawn("proxy", self._proxy_command(state), env=self._worker_env(state))
         state.proxy_pid = proxy.pid
         return proxy
+
+    def _spawn_api(self, state: StackState) -> subprocess.Popen[bytes]:
+        """A new API on `state.api_port` over the stack's store, its pid in `state`."""
+        assert state.api_port is not None
+        self.api_ready_file.unlink(missing_ok=True)
+        command = [sys.executable, "-m", "api", "serve", "--port", str(state.api_port)]
+        api = self._spawn(
+            "api", [*command, "--ready-file", str(self.api_ready_file)], env=self._worker_env(state)
+        )
+        state.api_pid = api.pid
+        return api
 
     def _start_agent(self, timeout: float) -> int:
         """The local agent, started if none runs (embedded.local_agent); its pid."""

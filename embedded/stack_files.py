@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core.temporal_connection import without_security
 from embedded.devserver import port_open
-from embedded.processes import pid_alive, private_dir, private_opener
+from embedded.processes import listens_on, pid_alive, private_dir, private_opener
 from embedded.stack_state import AgentFile, ProcessStatus, StackState, StackStatus
 
 
@@ -25,6 +25,7 @@ def ready_pid(ready_file: Path) -> int | None:
 
 
 def proxy_url(port: int) -> str:
+    """The loopback URL of the stack's process on `port` (the proxy's, the API's)."""
     return f"http://127.0.0.1:{port}"
 
 
@@ -56,6 +57,10 @@ class StackFiles:
     def proxy_ready_file(self) -> Path:
         return self.dir / "proxy.ready"
 
+    @property
+    def api_ready_file(self) -> Path:
+        return self.dir / "api.ready"
+
     def log(self, name: str) -> Path:
         return self.home / "agent" / "agent.log" if name == "agent" else self.dir / f"{name}.log"
 
@@ -75,6 +80,7 @@ class StackFiles:
             ("temporal", state.temporal_pid),
             ("worker", state.worker_pid),
             ("proxy", state.proxy_pid),
+            ("api", state.api_pid),
         ):
             pid_file = self.dir / f"{name}.pid"
             if pid is None:
@@ -107,6 +113,9 @@ class StackFiles:
     def _proxy_marker(self) -> str:
         return str(self.proxy_ready_file)
 
+    def _api_marker(self) -> str:
+        return str(self.api_ready_file)
+
     def _agent_marker(self) -> str:
         return str(self.home / "agent" / "token")
 
@@ -128,6 +137,14 @@ class StackFiles:
         if state is None or not pid_alive(state.proxy_pid, self._proxy_marker()):
             return False
         return ready_pid(self.proxy_ready_file) == state.proxy_pid
+
+    def _api_up(self, state: StackState | None) -> bool:
+        """Alive, and listening on its port itself (another stack's process may have won the port)."""
+        if state is None or state.api_port is None or state.api_pid is None:
+            return False
+        if not pid_alive(state.api_pid, self._api_marker()):
+            return False
+        return ready_pid(self.api_ready_file) == state.api_pid and listens_on(state.api_pid, state.api_port)
 
     def status(self) -> StackStatus:
         state = self._read_state()
@@ -155,6 +172,13 @@ class StackFiles:
                 log=str(self.log("proxy")),
             ),
             ProcessStatus(
+                name="api",
+                pid=state.api_pid if state else None,
+                alive=self._api_up(state),
+                address=proxy_url(state.api_port) if state and state.api_port else None,
+                log=str(self.log("api")),
+            ),
+            ProcessStatus(
                 name="agent",
                 pid=agent.pid if agent else None,
                 alive=agent is not None and pid_alive(agent.pid, self._agent_marker()),
@@ -164,7 +188,10 @@ class StackFiles:
         ]
         return StackStatus(
             home=str(self.home),
-            running=all(p.alive for p in processes),
+            # A stack started by a Ferry before the API has none until it is upgraded or started again.
+            running=all(
+                p.alive for p in processes if p.name != "api" or (state and state.api_port is not None)
+            ),
             address=f"127.0.0.1:{state.port}" if state and temporal_up else None,
             ui_url=f"http://127.0.0.1:{state.ui_port}" if state and temporal_up else None,
             processes=processes,

@@ -18,6 +18,8 @@ class StackState(BaseModel):
     temporal_pid: int | None = None
     worker_pid: int | None = None
     proxy_pid: int | None = None
+    api_port: int | None = None  # None: a stack.json of a Ferry before the API (docs/teams.md); one is chosen
+    api_pid: int | None = None
 
 
 class AgentFile(BaseModel):

@@ -23,7 +23,7 @@ from store.repository import Store
 Figures = dict[str, float]
 # Seconds for what finished jobs give back to be back: the fleet writes its view of an instance after.
 SETTLE_LIMIT = 120.0
-STACK_PROCESSES = 4  # temporal, worker, proxy, agent
+STACK_PROCESSES = 5  # temporal, worker, proxy, api, agent
 
 # The figures that must be 0 (counts of things gone wrong).
 ZERO_GOALS = (

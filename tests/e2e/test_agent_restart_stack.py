@@ -156,7 +156,7 @@ def test_the_foreground_server_starts_a_killed_agent_again(tmp_path: Path) -> No
             stack.stop()
     assert server.returncode == 0, err
     assert "ferry server: the agent exited" in err and "starting it again" in err
-    assert out.endswith("stopped: proxy, worker, temporal, agent\n")
+    assert out.endswith("stopped: api, proxy, worker, temporal, agent\n")
 
 
 def test_a_live_agent_is_never_doubled_and_a_dead_one_comes_back_on_its_port(tmp_path: Path) -> None:

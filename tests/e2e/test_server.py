@@ -24,11 +24,27 @@ def test_start_status_stop(tmp_path: Path) -> None:
         assert address.startswith("127.0.0.1:") and ui_url.startswith("http://127.0.0.1:")
         assert address in started.stdout and ui_url in started.stdout
         pids = {p["name"]: p["pid"] for p in status["processes"]}
-        assert set(pids) == {"temporal", "worker", "proxy", "agent"}
+        assert set(pids) == {"temporal", "worker", "proxy", "api", "agent"}
         proxy = next(p for p in status["processes"] if p["name"] == "proxy")
         assert proxy["address"].startswith("http://127.0.0.1:") and proxy["address"] in started.stdout
         assert httpx.get(proxy["address"] + "/healthz", trust_env=False).text == "ok"
-        for name in ("temporal", "worker", "proxy"):
+        api = next(p for p in status["processes"] if p["name"] == "api")
+        assert api["address"].startswith("http://127.0.0.1:") and api["address"] in started.stdout
+        # Without a login, the CLI reaches the stack's API as this home's user, its first: an admin.
+        users = ferry("user", "list", "--json")
+        assert users.returncode == 0, users.stderr
+        assert [(u["name"], u["role"]) for u in json.loads(users.stdout)] == [("tester", "admin")]
+        assert ferry("project", "add", "research").returncode == 0
+        assert ferry("project", "list").stdout.split() == [
+            "NAME",
+            "CREATED",
+            "BY",
+            "main",
+            "-",
+            "research",
+            "tester",
+        ]
+        for name in ("temporal", "worker", "proxy", "api"):
             assert (tmp_path / "stack" / f"{name}.pid").read_text().strip() == str(pids[name])
         assert (tmp_path / "stack" / "temporal.db").exists()
         # Idempotent: a second start finds everything running and starts nothing.
@@ -37,7 +53,7 @@ def test_start_status_stop(tmp_path: Path) -> None:
         assert {p["name"]: p["pid"] for p in again["processes"]} == pids
     finally:
         stopped = ferry("server", "stop")
-    assert stopped.stdout == "stopped: proxy, worker, temporal, agent\n"
+    assert stopped.stdout == "stopped: api, proxy, worker, temporal, agent\n"
     assert not any(pid_alive(pid) for pid in pids.values())
     assert ferry("server", "status").returncode == 3  # not running
     refused = ferry("server", "upgrade")  # tests/upgrade upgrades a running one
@@ -67,5 +83,5 @@ def test_foreground_server_stops_its_stack_on_sigterm(tmp_path: Path) -> None:
             server.kill()
             stack.stop()
     assert server.returncode == 0, err
-    assert "running" in out and out.endswith("stopped: proxy, worker, temporal, agent\n")
+    assert "running" in out and out.endswith("stopped: api, proxy, worker, temporal, agent\n")
     assert not any(pid_alive(pid) for pid in pids)
