@@ -39,6 +39,7 @@ from core.backends.slurm import slurm_backend_name
 from core.configuration.service import ProbeSpec
 from core.services.autoscaler import desired_replicas
 from core.services.probes import PORT_PROBE, ProbeStatus, replica_state
+from core.services.routers import RouterNote, next_note
 from core.wire import activity_names as names
 from core.wire.services import (
     DrainReplica,
@@ -93,7 +94,7 @@ class ServiceActivities:
         self._store = store
         self._load_poll = load_poll
         self._login_nodes = login_nodes
-        self._router_notes: dict[str, str] = {}  # router replica id -> the last router line returned
+        self._router_notes: dict[str, RouterNote] = {}  # router replica id -> the last line returned
 
     @activity.defn(name=names.PROBE_REPLICA)
     async def probe_replica(self, request: ProbeReplica) -> ReplicaReadiness:
@@ -130,10 +131,18 @@ class ServiceActivities:
                     if router is not None and state == ReplicaState.READY:
                         if time.monotonic() - synced_at >= SYNC_EVERY:
                             synced_at = time.monotonic()
-                            line = (await router.step(http)).summary()
-                            if line is not None and line != self._router_notes.get(request.job_submission_id):
-                                self._router_notes[request.job_submission_id] = line
-                                return ReplicaReadiness(state=state, detail=line)
+                            step = await router.step(http)
+                            last = self._router_notes.get(request.job_submission_id)
+                            if step.trouble is None and last is not None and last.trouble:
+                                # It went well: the same trouble coming back is logged again (not
+                                # sooner than TROUBLE_EVERY after the last, should the router flap).
+                                last = self._router_notes[request.job_submission_id] = RouterNote(
+                                    line="", at=last.at, trouble=True
+                                )
+                            note = next_note(last, step.summary(), step.trouble is not None, time.time())
+                            if note is not None:
+                                self._router_notes[request.job_submission_id] = note
+                                return ReplicaReadiness(state=state, detail=note.line)
                         wake = min(wake, synced_at + SYNC_EVERY)
                     await asyncio.sleep(max(wake - time.monotonic(), 0.01))
 

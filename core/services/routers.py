@@ -100,3 +100,28 @@ def routed_replicas(router_group: str | None, group: str | None) -> bool:
     """Whether the proxies send requests to a replica of `group`: every replica when the service has no
     router group, else the router group's only."""
     return router_group is None or group == router_group
+
+
+TROUBLE_EVERY = 60.0  # seconds: a router's trouble that keeps changing is logged at most this often
+
+
+@dataclass(frozen=True, slots=True)
+class RouterNote:
+    """The last router line a router replica's job logged."""
+
+    line: str
+    at: float
+    trouble: bool
+
+
+def next_note(last: RouterNote | None, line: str | None, trouble: bool, now: float) -> RouterNote | None:
+    """The note to log after a sync step whose summary is `line` (None: nothing happened), or None to log
+    nothing: a change is always logged; a trouble once, and another trouble no sooner than TROUBLE_EVERY
+    after the last (a router's answer may differ each time); the same trouble again once a step went well."""
+    if line is None:
+        return None
+    if last is not None and line == last.line:
+        return None
+    if trouble and last is not None and last.trouble and now - last.at < TROUBLE_EVERY:
+        return None
+    return RouterNote(line=line, at=now, trouble=trouble)

@@ -14,7 +14,16 @@ from core.configuration.loading import ConfigurationError, load_configuration_te
 from core.configuration.runnable import refusals
 from core.runs.lifecycle import submit_run
 from core.runs.submissions import job_input
-from core.services.routers import listed_workers, normalize_url, plan_sync, routed_replicas, worker_of
+from core.services.routers import (
+    TROUBLE_EVERY,
+    RouterNote,
+    listed_workers,
+    next_note,
+    normalize_url,
+    plan_sync,
+    routed_replicas,
+    worker_of,
+)
 from gateway.routing_table import SettingsCache, build_table, parse_settings
 from store.models import RunRecord, ServiceReplicaRecord
 from tests.core.test_run_lifecycle import T0, run_input
@@ -170,3 +179,16 @@ def test_the_plan_adds_what_the_router_lacks_and_removes_what_is_gone() -> None:
     assert plan_sync(listed_workers({"workers": [{"id": "1", "url": "http://a:1"}]}), ["http://a:1/"]).empty
     assert plan_sync(listed_workers({}), ["http://b:1", "http://a:1"]).add == ("http://a:1", "http://b:1")
     assert listed_workers([]) == [] and normalize_url(" http://a:1/x/ ") == "http://a:1/x"
+
+
+def test_a_change_is_logged_and_a_trouble_once_then_at_most_every_minute() -> None:
+    added = next_note(None, "router: added http://a:1", False, 100.0)
+    assert added == RouterNote("router: added http://a:1", 100.0, False)
+    assert next_note(added, None, False, 101.0) is None  # nothing happened
+    assert next_note(added, "router: added http://a:1", False, 101.0) is None  # the same line
+    refused = next_note(added, "router: refused worker http://b:1: 400 id 1", True, 102.0)
+    assert refused is not None and refused.trouble
+    assert next_note(refused, "router: refused worker http://b:1: 400 id 2", True, 103.0) is None
+    later = next_note(refused, "router: refused worker http://b:1: 400 id 3", True, 102.0 + TROUBLE_EVERY)
+    assert later is not None and later.at == 102.0 + TROUBLE_EVERY
+    assert next_note(refused, "router: removed http://a:1", False, 103.0) is not None  # a change: at once
