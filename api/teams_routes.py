@@ -25,7 +25,7 @@ from core.services.replicas import token_hash
 from core.settings import DEFAULT_PROJECT
 from core.teams.roles import Action, Caller, GlobalRole, ProjectRole, keeps_an_admin, visible_projects
 from store.repository import Store
-from store.team_models import UserRecord
+from store.team_models import UserRecord, has_token
 
 # Every answer that is not a success is one line (api.auth.Refused; the app's 422): documented so.
 router = APIRouter(
@@ -37,7 +37,7 @@ def _user_info(user: UserRecord) -> UserInfo:
     return UserInfo(
         name=user.name,
         role=GlobalRole(user.role),
-        has_token=user.token_hash is not None,
+        has_token=has_token(user),
         created_at=user.created_at,
     )
 

@@ -1,13 +1,21 @@
 """The store's users, projects and members (docs/teams.md): who may use a shared Ferry, and where.
 
-A user's token is kept as its SHA-256 hash only (NULL: revoked, until an admin gives them a new one); their
-`role` is the global one (core.teams.roles.GlobalRole). A member is a user in one project with a project
-role (core.teams.roles.ProjectRole). No foreign keys, as in every table (store.models).
+A user's token is kept as its SHA-256 hash only (REVOKED and a random tail once revoked, until an admin
+gives them a new one); their `role` is the global one (core.teams.roles.GlobalRole). A member is a user in
+one project with a project role (core.teams.roles.ProjectRole). No foreign keys, as in every table
+(store.models).
 """
 
 import time
 
 from sqlmodel import Field, SQLModel
+
+# A revoked user's token_hash: no token hashes to it (a SHA-256 hex has no `:`); unique by its random tail.
+REVOKED = "revoked:"
+
+
+def has_token(user: "UserRecord") -> bool:
+    return not user.token_hash.startswith(REVOKED)
 
 
 class UserRecord(SQLModel, table=True):
@@ -16,7 +24,7 @@ class UserRecord(SQLModel, table=True):
     __tablename__ = "users"
 
     name: str = Field(primary_key=True)
-    token_hash: str | None = Field(default=None, index=True, unique=True)  # sha256 hex; None: revoked
+    token_hash: str = Field(index=True, unique=True)  # sha256 hex, or REVOKED and a random tail
     role: str = Field(default="user", sa_column_kwargs={"server_default": "user"})
     created_at: float = Field(default_factory=time.time)
 

@@ -1,11 +1,12 @@
 """The store's users, projects and members (docs/teams.md): who the API's callers are and where they belong.
 
 A mixin of `Store` (store.repository). Tokens are stored as their hashes only; a revoked token's user keeps
-their name, role and memberships, with no token until given a new one.
+their name, role and memberships, with a hash no token has (store.team_models.REVOKED) until given a new one.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
@@ -16,7 +17,7 @@ from sqlmodel import Session, col, select
 
 from core.teams.roles import Caller, GlobalRole, ProjectRole
 from store.sql import insert_ignore, upsert
-from store.team_models import MemberRecord, ProjectRecord, UserRecord
+from store.team_models import REVOKED, MemberRecord, ProjectRecord, UserRecord
 
 _USERS: Table = UserRecord.__table__  # type: ignore[attr-defined]
 _PROJECTS: Table = ProjectRecord.__table__  # type: ignore[attr-defined]
@@ -76,8 +77,9 @@ class TeamRecords(ABC):
     def set_token_hash(self, name: str, token_hash: str | None) -> bool:
         """The user's token is now the one with this hash (None: revoked, no token opens anything as them).
         Whether there was such a user."""
+        stored = token_hash if token_hash is not None else REVOKED + secrets.token_hex(16)
         with self._writer.begin() as connection:
-            update = sa.update(_USERS).where(_USERS.c.name == name).values(token_hash=token_hash)
+            update = sa.update(_USERS).where(_USERS.c.name == name).values(token_hash=stored)
             return bool(connection.execute(update).rowcount)
 
     def user_for_token_hash(self, token_hash: str) -> str | None:

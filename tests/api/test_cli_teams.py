@@ -29,6 +29,8 @@ def ferry(home: Path, *args: str, stdin: str | None = None, **env: str) -> Resul
         "FERRY_TOKEN": "",
         "FERRY_PROJECT": "",
         "COLUMNS": "",
+        # Not the embedded stack, whose API the CLI would call without a login (tests/e2e/test_server.py).
+        "FERRY_TEMPORAL_ADDRESS": "127.0.0.1:1",
     }
     return runner.invoke(app, list(args), input=stdin, env={**base, **env})
 

@@ -1,4 +1,4 @@
-"""Users with a global role (a revoked one has no token), projects, and members with a project role
+"""Users with a global role, projects, and members with a project role
 (docs/teams.md). An existing home keeps working: its first user becomes the global admin, every project its
 records name (and `main`) is made, and its other users become managers of each (they could act on all).
 
@@ -26,8 +26,9 @@ _OWNED = ("runs", "fleets", "instances", "volumes", "secrets", "backends")
 
 def upgrade() -> None:
     with op.batch_alter_table("users") as batch:
+        # A revoked token is a hash no token has (store.team_models.REVOKED), not NULL: the column stays as
+        # the previous release has it (docs/upgrades.md: migrations only add).
         batch.add_column(sa.Column("role", _STR(), nullable=False, server_default="user"))
-        batch.alter_column("token_hash", existing_type=_STR(), nullable=True)
     op.create_table(
         "projects",
         sa.Column("name", _STR(), nullable=False),
@@ -70,7 +71,5 @@ def downgrade() -> None:
     op.drop_index("ix_members_user_name", table_name="members")
     op.drop_table("members")
     op.drop_table("projects")
-    op.execute("DELETE FROM users WHERE token_hash IS NULL")
     with op.batch_alter_table("users") as batch:
-        batch.alter_column("token_hash", existing_type=_STR(), nullable=False)
         batch.drop_column("role")
