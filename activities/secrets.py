@@ -22,7 +22,7 @@ from core.repo_credentials import ssh_key_secret, token_secret
 from core.secrets import credentials_secrets, fill_credentials, fill_spec, spec_secrets
 from core.status import JobTerminationReason
 from core.wire.agent_api import ContainerSpec, JobSpec
-from store import Store
+from store import SecretRecord, Store
 from store.keys import Keys, SealError, process_keys
 from store.secret_repository import open_secret
 
@@ -51,16 +51,9 @@ class SecretFiller:
         records = await asyncio.to_thread(self._store.list_secrets, project, wanted)
         if not records:
             return spec
-        try:
-            keys = self._keys()
-            values = {record.name: open_secret(keys, record) for record in records}
-        except SealError as err:
-            raise ApplicationError(
-                f"cannot open the credentials of the job's repos: {err}",
-                type=JobTerminationReason.TERMINATED_BY_SERVER.name,
-                non_retryable=True,
-            ) from None
-        lines = [line for value in values.values() for line in [value, *value.splitlines()]]
+        values = self._opened(records, "the credentials of the job's repos")
+        # A key's lines each masked too: a log may quote one line of it.
+        lines = [line for value in values.values() for line in value.splitlines()]
         self._values.update(lines)
         LOG_MASKING.add(lines)
         repos = [
@@ -113,12 +106,17 @@ class SecretFiller:
                 type=JobTerminationReason.TERMINATED_BY_SERVER.name,
                 non_retryable=True,
             )
+        return self._opened(records, "the job's secrets")
+
+    def _opened(self, records: list[SecretRecord], what: str) -> dict[str, str]:
+        """The records' values by name, each masked from now on in what this process logs or raises; a
+        non-retryable ApplicationError naming `what` when Ferry's key cannot open them."""
         try:
             keys = self._keys()
             values = {record.name: open_secret(keys, record) for record in records}
         except SealError as err:
             raise ApplicationError(
-                f"cannot open the job's secrets: {err}",
+                f"cannot open {what}: {err}",
                 type=JobTerminationReason.TERMINATED_BY_SERVER.name,
                 non_retryable=True,
             ) from None

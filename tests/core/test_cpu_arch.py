@@ -10,9 +10,9 @@ from core.configuration.resources import ResourcesSpec, known_arch
 from core.fleets.matching import InstanceResources, shortfalls
 from core.fleets.offers import Fit, offer
 from core.fleets.placement import InstanceSlot, hardware_from_info, node_cost
-from core.fleets.scheduling import SchedulerState
 from core.wire.agent_api import InstanceInfo, Resources
 from core.wire.job_messages import NodeRequest, PlacementRequest
+from tests.core.placement_lab import lab, placed_on
 
 
 def hardware(arch: str | None) -> InstanceResources:
@@ -29,18 +29,6 @@ def job(cpu: str | int = 1, rid: str = "r") -> PlacementRequest:
     spec = ResourcesSpec.model_validate({"cpu": cpu, "memory": "1GB.."})
     node = NodeRequest(job_id=f"{rid}/j0", resources=Resources(cpu=1, memory=1), spec=spec)
     return PlacementRequest(request_id=rid, nodes=[node])
-
-
-def lab(*slots: InstanceSlot) -> SchedulerState:
-    state = SchedulerState()
-    for one in slots:
-        state = state.add_instance(one)
-    return state
-
-
-def placed_on(state: SchedulerState, request: PlacementRequest) -> list[str]:
-    _, grants = state.enqueue(request).schedule()
-    return [placement.instance for grant in grants for placement in grant.placements]
 
 
 # --- matching -------------------------------------------------------------------------------------------

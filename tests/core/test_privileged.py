@@ -12,10 +12,10 @@ from core.configuration.loading import load_configuration_text
 from core.fleets.matching import InstanceResources, privileged_shortfall
 from core.fleets.offers import offer
 from core.fleets.placement import InstanceSlot, hardware_from_info
-from core.fleets.scheduling import SchedulerState
 from core.runs.submissions import replica_enqueue
 from core.wire.agent_api import InstanceInfo, Resources
 from core.wire.job_messages import NodeRequest, PlacementRequest
+from tests.core.placement_lab import lab, placed_on
 
 NOT_ROOT = (
     "privileged: true runs on the host only where the agent runs as root; instance's agent runs as uid 1000"
@@ -46,18 +46,6 @@ def job(*, privileged: bool = True, container: bool = False) -> PlacementRequest
         job_id="r/j0", resources=Resources(cpu=1, memory=1), privileged=privileged, container=container
     )
     return PlacementRequest(request_id="r", nodes=[node])
-
-
-def lab(*slots: InstanceSlot) -> SchedulerState:
-    state = SchedulerState()
-    for one in slots:
-        state = state.add_instance(one)
-    return state
-
-
-def placed_on(state: SchedulerState, request: PlacementRequest) -> list[str]:
-    _, grants = state.enqueue(request).schedule()
-    return [placement.instance for grant in grants for placement in grant.placements]
 
 
 def test_a_privileged_host_job_needs_an_agent_that_runs_as_root() -> None:

@@ -11,9 +11,9 @@ from agent.instance import shm_bytes
 from core.configuration.resources import ResourcesSpec
 from core.fleets.matching import InstanceResources, shortfalls
 from core.fleets.placement import InstanceSlot, hardware_from_info
-from core.fleets.scheduling import SchedulerState
 from core.wire.agent_api import BYTES_PER_GB, InstanceInfo, Resources
 from core.wire.job_messages import NodeRequest, PlacementRequest
+from tests.core.placement_lab import lab, placed_on
 
 SPEC = ResourcesSpec.model_validate({"cpu": "1..", "memory": "1GB..", "disk": "1GB..", "shm_size": "16GB"})
 
@@ -35,18 +35,6 @@ def slot(name: str, shm_gb: float | None) -> InstanceSlot:
 def job(*, container: bool = False) -> PlacementRequest:
     node = NodeRequest(job_id="r/j0", resources=Resources(cpu=1, memory=1), spec=SPEC, container=container)
     return PlacementRequest(request_id="r", nodes=[node])
-
-
-def lab(*slots: InstanceSlot) -> SchedulerState:
-    state = SchedulerState()
-    for one in slots:
-        state = state.add_instance(one)
-    return state
-
-
-def placed_on(state: SchedulerState, request: PlacementRequest) -> list[str]:
-    _, grants = state.enqueue(request).schedule()
-    return [placement.instance for grant in grants for placement in grant.placements]
 
 
 def test_a_host_job_needs_a_dev_shm_at_least_its_shm_size() -> None:
