@@ -23,8 +23,6 @@ import httpx
 import pytest
 import schemathesis
 from agent_harness import AgentProcess, start_agent, stop_agent
-from hypothesis import HealthCheck, given, settings
-from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
@@ -35,6 +33,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from core.wire.agent_api import JobSpec, TaskSubmitRequest
+from tests.fuzzing import fuzz_operation
 
 TOKEN = secrets.token_hex(16)
 # Cases per operation, generation mode and pass; Hypothesis derandomized: every run sends the same ones.
@@ -152,26 +151,12 @@ def fuzz_every_operation(
         if not only(operation.path):
             continue
 
-        @given(case=operation.as_strategy(generation_mode=mode))
-        @settings(
-            max_examples=MAX_EXAMPLES,
-            derandomize=True,
-            database=None,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        )
         def fuzz(case: schemathesis.Case) -> None:
             confine(case, agent.sandbox)
             exercise(case)
             sent[case.operation.label] += 1
 
-        try:
-            fuzz()
-        except Unsatisfiable:
-            # Negative mode, where no input can be invalid: the schema allows any string for a task id
-            # or a header, and some operations have nothing else.
-            if mode != GenerationMode.NEGATIVE:
-                raise
+        fuzz_operation(operation, mode, MAX_EXAMPLES, fuzz)
     return sent
 
 

@@ -12,8 +12,6 @@ from collections.abc import Callable
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
-from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
@@ -25,6 +23,7 @@ from schemathesis.specs.openapi.checks import (
 
 from tests.api.conftest import TOKENS, Api
 from tests.api.test_teams_api import state
+from tests.fuzzing import fuzz_operation
 
 MAX_EXAMPLES = 10
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
@@ -37,24 +36,12 @@ def fuzz_each(api: Api, mode: GenerationMode, exercise: Callable[[schemathesis.C
         assert isinstance(result, Ok), result
         operation = result.ok()
 
-        @given(case=operation.as_strategy(generation_mode=mode))
-        @settings(
-            max_examples=MAX_EXAMPLES,
-            derandomize=True,
-            database=None,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        )
         def fuzz(case: schemathesis.Case) -> None:
             nonlocal sent
             exercise(case)
             sent += 1
 
-        try:
-            fuzz()
-        except Unsatisfiable:
-            if mode != GenerationMode.NEGATIVE:  # some operations take nothing that can be invalid
-                raise
+        fuzz_operation(operation, mode, MAX_EXAMPLES, fuzz)
     return sent
 
 
