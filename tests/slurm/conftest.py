@@ -5,6 +5,7 @@ compute hosts, in network namespaces; skipped where it cannot run (not root, or 
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import time
 import uuid
@@ -122,8 +123,27 @@ async def stack(
             await api.fleets().delete(made.fleet, wait=ALLOCATION_WAIT)
         await until("the fleet's Slurm jobs to end", lambda: not made.our_jobs(), ALLOCATION_WAIT)
     finally:
-        await made.workers.aclose()
+        await stop_workers(made.workers)
         await asyncio.to_thread(wait_no_jobs, slurm)
+
+
+WORKER_STOP = 120.0
+
+
+async def stop_workers(workers: AsyncExitStack) -> None:
+    """The test's workers stopped; if that hangs (seen once, under load, in a full run: the test's teardown
+    waited for ever with no thread busy), a failure naming what was still awaited, not a suite that never
+    ends."""
+    try:
+        await asyncio.wait_for(workers.aclose(), WORKER_STOP)
+    except TimeoutError:
+        stacks = io.StringIO()
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.print_stack(limit=12, file=stacks)
+        raise AssertionError(
+            f"the worker did not stop in {WORKER_STOP:.0f} s; still awaited:\n{stacks.getvalue()}"
+        ) from None
 
 
 from tests.lifecycle.conftest import ferry_home, temporal_address  # noqa: E402, F401
