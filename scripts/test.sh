@@ -11,6 +11,7 @@ python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)  # testbed/debian_roots.py: hosts on Debian 11, 12, 13's own Python
 command -v sftp >/dev/null 2>&1 || need+=(openssh-client)  # ferry attach, tests/agent/test_ssh_*: ssh, scp, sftp
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v git >/dev/null 2>&1 || need+=(git)  # testbed/git_servers.py: repos cloned from git daemon, http-backend, sshd
 command -v slurmctld >/dev/null 2>&1 || need+=(slurm-wlm munge)  # tests/slurm: a real Slurm cluster (testbed/slurm_cluster.py)
 [ -x /usr/sbin/nft ] || need+=(nftables)  # tests/slurm: compute nodes reached only through the login host
 command -v docker-compose >/dev/null || need+=(docker-compose)  # tests/e2e/test_compose.py: `config` only

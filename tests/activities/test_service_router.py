@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from activities.service_router import RouterSync
+from embedded.processes import free_port
 from store.engine import make_engine, migrate
 from store.models import ServiceReplicaRecord
 from store.repository import Store
@@ -32,27 +33,22 @@ def store(tmp_path: Path) -> Iterator[Store]:
     engine.dispose()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def serve() -> Iterator[Callable[..., str]]:
     started: list[subprocess.Popen[bytes]] = []
 
     def start(*args: str) -> str:
-        port = _free_port()
+        port = free_port()
         process = subprocess.Popen([sys.executable, str(SERVER), args[0], str(port), *args[1:]])
         started.append(process)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # a Python process's start, on a loaded machine
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 return f"http://127.0.0.1:{port}"
             except OSError:
-                assert time.monotonic() < deadline
+                assert process.poll() is None, f"{args[0]} exited with {process.returncode}"
+                assert time.monotonic() < deadline, f"{args[0]} did not listen on {port} in 60 s"
                 time.sleep(0.05)
 
     yield start
