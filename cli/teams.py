@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import typer
 
@@ -46,10 +48,18 @@ def _project(project: str | None) -> str:
     return project or os.environ.get("FERRY_PROJECT") or DEFAULT_PROJECT
 
 
-def _lines(rows: list[list[str]]) -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+def _show(path: str, as_json: bool, header: list[str], row: Callable[[dict[str, Any]], list[str]]) -> None:
+    """What the API answers at `path`: its JSON as it is, or a table of one row per item."""
+    from cli.api_client import call
+
+    items = call("GET", path)
+    if as_json:
+        typer.echo(json.dumps(items))
+        return
+    rows = [header, *(row(item) for item in items)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for cells in rows:
+        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip())
 
 
 @one_line_errors
@@ -89,15 +99,11 @@ def user_add(name: str = NAME, admin: bool = typer.Option(False, "--admin", help
 @one_line_errors
 def user_list(as_json: bool = JSON) -> None:
     """Every user, their global role, and whether they have a token."""
-    from cli.api_client import call
+    _show("/api/users", as_json, ["NAME", "ROLE", "TOKEN"], lambda u: [u["name"], u["role"], _token(u)])
 
-    users = call("GET", "/api/users")
-    if as_json:
-        typer.echo(json.dumps(users))
-        return
-    rows = [["NAME", "ROLE", "TOKEN"]]
-    rows += [[u["name"], u["role"], "yes" if u["has_token"] else "revoked"] for u in users]
-    _lines(rows)
+
+def _token(user: dict[str, Any]) -> str:
+    return "yes" if user["has_token"] else "revoked"
 
 
 @user_app.command("set-role")
@@ -152,13 +158,7 @@ def project_add(name: str = PROJECT_NAME) -> None:
 @one_line_errors
 def project_list(as_json: bool = JSON) -> None:
     """The projects you belong to (every one, for an admin)."""
-    from cli.api_client import call
-
-    projects = call("GET", "/api/projects")
-    if as_json:
-        typer.echo(json.dumps(projects))
-        return
-    _lines([["NAME", "CREATED BY"], *([p["name"], p["created_by"] or "-"] for p in projects)])
+    _show("/api/projects", as_json, ["NAME", "CREATED BY"], lambda p: [p["name"], p["created_by"] or "-"])
 
 
 @project_app.command("delete")
@@ -175,13 +175,8 @@ def project_delete(name: str = PROJECT_NAME) -> None:
 @one_line_errors
 def member_list(project: str | None = PROJECT, as_json: bool = JSON) -> None:
     """The project's members and their roles."""
-    from cli.api_client import call
-
-    members = call("GET", f"/api/projects/{_project(project)}/members")
-    if as_json:
-        typer.echo(json.dumps(members))
-        return
-    _lines([["USER", "ROLE"], *([m["user"], m["role"]] for m in members)])
+    path = f"/api/projects/{_project(project)}/members"
+    _show(path, as_json, ["USER", "ROLE"], lambda m: [m["user"], m["role"]])
 
 
 @member_app.command("set")
