@@ -24,4 +24,5 @@ async def _invalid(request: Request, error: RequestValidationError) -> JSONRespo
     """One line for a body or path that does not parse: the first problem, with where it is."""
     first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
     where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
-    return JSONResponse({"detail": f"{where}: {first.get('msg')}" if where else str(first.get("msg"))}, 422)
+    message = str(first.get("msg")).removeprefix("Value error, ")  # pydantic's prefix for a validator's own
+    return JSONResponse({"detail": f"{where}: {message}" if where else message}, 422)

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from core.teams.roles import GlobalRole, ProjectRole
 
 # A user's or a project's name: what a command line and a URL path carry without quoting.
-NAME_PATTERN = r"^[a-z][a-z0-9_.-]{0,63}$"
+_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+
+
+def _checked_name(value: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError(
+            f"invalid name {value!r}: use 1 to 64 lowercase letters, digits, '_', '.' and '-', "
+            "starting with a letter"
+        )
+    return value
+
+
+Name = Annotated[str, AfterValidator(_checked_name)]
 
 
 class Message(BaseModel):
@@ -34,7 +49,7 @@ class UserInfo(Message):
 
 
 class NewUser(Message):
-    name: str = Field(pattern=NAME_PATTERN)
+    name: Name
     role: GlobalRole = GlobalRole.USER
 
 
@@ -56,7 +71,7 @@ class ProjectInfo(Message):
 
 
 class NewProject(Message):
-    name: str = Field(pattern=NAME_PATTERN)
+    name: Name
 
 
 class MemberInfo(Message):
