@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Sequence
+from datetime import timedelta
 
 from pydantic import BaseModel, ConfigDict
 
@@ -25,6 +26,14 @@ EVENT_HEADER = "X-Ferry-Event"
 DELIVERY_HEADER = "X-Ferry-Delivery"
 SIGNATURE_HEADER = "X-Ferry-Signature"
 SIGNATURE_PREFIX = "sha256="
+
+# A delivery is retried for up to DELIVERY_DEADLINE from its first attempt; once given up, its webhook is
+# failing: each later delivery gets one attempt, and one that fails gives up those queued behind it too.
+DELIVERY_DEADLINE = timedelta(hours=1)
+LAST_TRY = timedelta(seconds=10)  # what a delivery carried past its deadline still gets
+# A NotifyWorkflow continues as new past this many history events (or when Temporal suggests it).
+HISTORY_LIMIT = 2000
+GIVEN_UP_KEPT = 100  # the given-up deliveries a result names (it counts them all)
 
 
 class Notification(BaseModel):
@@ -62,16 +71,28 @@ class Delivery(BaseModel):
     notification: Notification
 
 
+class NotifyResult(BaseModel):
+    delivered: int = 0
+    given_up: list[str] = []  # "<delivery id> <url>" of the last GIVEN_UP_KEPT deliveries given up
+    given_up_total: int = 0
+
+
+class NotifyCarry(BaseModel):
+    """What a NotifyWorkflow that continues as new hands over besides its queues."""
+
+    failing: list[str] = []  # webhooks given up on and not delivered to since: one attempt each
+    since: dict[str, float] = {}  # per webhook, when its first queued delivery was first tried
+    result: NotifyResult = NotifyResult()
+
+
 class NotifyBatch(BaseModel):
-    """Deliveries handed to a run's NotifyWorkflow (workflows/notify.py)."""
+    """Deliveries handed to a run's NotifyWorkflow (workflows/notify.py): by the run, or by the notifier
+    itself when it continues as new (its queues in order, and `carry`)."""
 
     deliveries: list[Delivery]
     last: bool = False  # the run has finished: nothing follows
-
-
-class NotifyResult(BaseModel):
-    delivered: int = 0
-    given_up: list[str] = []  # "<delivery id> <url>" of each delivery given up
+    carry: NotifyCarry | None = None
+    history_limit: int | None = None  # continue as new past this many history events (None: HISTORY_LIMIT)
 
 
 class RunIdentity(BaseModel):
@@ -180,3 +201,79 @@ def headers(delivery: Delivery, key: str | None) -> dict[str, str]:
 def notify_workflow_id(run_workflow_id: str, run_id: str) -> str:
     """The one NotifyWorkflow of a run (a run's workflow id is reused by a later run of the same name)."""
     return f"{run_workflow_id}/notify/{run_id}"
+
+
+class WebhookLanes:
+    """A NotifyWorkflow's state (docs/runs.md#notifications): each webhook's queue, in the run's order, and
+    whether it is failing. The workflow posts each queue's head and says how it went; a failing webhook
+    costs one attempt per batch of its deliveries, never an hour each, and no other webhook waits for it."""
+
+    def __init__(self, batch: NotifyBatch) -> None:
+        carry = batch.carry or NotifyCarry()
+        self.queues: dict[str, list[Delivery]] = {}
+        self.last = False
+        self.failing = set(carry.failing)
+        self.since = dict(carry.since)
+        self.result = carry.result.model_copy(deep=True)
+        self.history_limit = batch.history_limit or HISTORY_LIMIT
+        self.new: list[str] = []  # webhooks queued to for the first time here, in order: a lane each
+        self.take(batch)
+
+    def take(self, batch: NotifyBatch) -> None:
+        for delivery in batch.deliveries:
+            if delivery.url not in self.queues:
+                self.queues[delivery.url] = []
+                self.new.append(delivery.url)
+            self.queues[delivery.url].append(delivery)
+        self.last = self.last or batch.last
+
+    def head(self, url: str) -> Delivery | None:
+        queue = self.queues[url]
+        return queue[0] if queue else None
+
+    def done(self) -> bool:
+        """The run has finished and every notification is delivered or given up."""
+        return self.last and not any(self.queues.values())
+
+    def deadline(self, url: str, now: float) -> timedelta | None:
+        """How long the head of `url`'s queue may still be retried from `now`; None: one attempt only (the
+        webhook is failing)."""
+        if url in self.failing:
+            return None
+        since = self.since.setdefault(url, now)
+        return max(DELIVERY_DEADLINE - timedelta(seconds=now - since), LAST_TRY)
+
+    def delivered(self, url: str) -> None:
+        self.queues[url].pop(0)
+        self.since.pop(url, None)
+        self.failing.discard(url)
+        self.result.delivered += 1
+
+    def given_up(self, url: str, coalesce: bool = True) -> list[Delivery]:
+        """The deliveries given up once `url`'s head fails for good: the head, and when the webhook was
+        already failing the rest of its queue too (`coalesce`; False: the head only, as before)."""
+        queue = self.queues[url]
+        count = len(queue) if coalesce and url in self.failing else 1
+        found, queue[:count] = queue[:count], []
+        self.since.pop(url, None)
+        if coalesce:
+            self.failing.add(url)
+        self.result.given_up_total += len(found)
+        self.result.given_up = [
+            *self.result.given_up,
+            *(f"{d.notification.delivery_id()} {url}" for d in found),
+        ]
+        self.result.given_up = self.result.given_up[-GIVEN_UP_KEPT:]
+        return found
+
+    def continue_due(self, history_length: int, suggested: bool) -> bool:
+        return not self.done() and (suggested or history_length >= self.history_limit)
+
+    def carried(self) -> NotifyBatch:
+        """The input of the NotifyWorkflow that continues this one: its queues in order, and its state."""
+        return NotifyBatch(
+            deliveries=[delivery for queue in self.queues.values() for delivery in queue],
+            last=self.last,
+            carry=NotifyCarry(failing=sorted(self.failing), since=self.since, result=self.result),
+            history_limit=self.history_limit,
+        )

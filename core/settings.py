@@ -50,6 +50,9 @@ class Settings(BaseModel):
     # FERRY_GATEWAY_DOMAIN: the services proxy's domain (docs/deployment.md#https-on-a-domain): the proxy
     # routes `<run>.<domain>` by Host, and the CLI shows a service's URL on it (core.services.domains).
     gateway_domain: str | None = None
+    # FERRY_WEBHOOKS_ALLOW_PRIVATE: 1 posts notifications to loopback and private addresses, 0 refuses them;
+    # None (unset): the embedded stack does, a deployment's worker does not (docs/deployment.md#webhooks).
+    webhooks_allow_private: bool | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -71,6 +74,7 @@ class Settings(BaseModel):
             else None,
             workflow_sandbox=env.get("FERRY_WORKFLOW_SANDBOX", "").lower() in ("1", "true", "yes"),
             gateway_domain=(env.get("FERRY_GATEWAY_DOMAIN") or "").strip().lower().strip(".") or None,
+            webhooks_allow_private=_yes_no(env.get("FERRY_WEBHOOKS_ALLOW_PRIVATE")),
         )
 
     def temporal_connection(self, embedded_address: str | None = None) -> TemporalConnection:
@@ -87,3 +91,10 @@ class Settings(BaseModel):
             self.temporal_namespace,
             embedded=self.temporal_address is None,
         )
+
+
+def _yes_no(value: str | None) -> bool | None:
+    """None when unset or empty; True for 1, true or yes; False for anything else (the safe side)."""
+    if not (value or "").strip():
+        return None
+    return (value or "").strip().lower() in ("1", "true", "yes")

@@ -31,6 +31,7 @@ from activities.ssh import HostPool
 from activities.ssh_config import DeployOptions
 from activities.stuck_stop import StuckStopActivities
 from activities.volumes import VolumeActivities
+from core.configuration.notifications import private_webhooks_allowed
 from core.settings import TASK_QUEUE, Settings, fleet_task_queue
 from core.wire.volumes import HostDirs
 from embedded.local_agent import agent_data_dir, local_agent_client
@@ -61,7 +62,11 @@ AGENT_REQUEST_TIMEOUT = 5.0
 
 
 def activities_for(
-    instances: InstanceDirectory, store: Store, client: Client, task_queue: str
+    instances: InstanceDirectory,
+    store: Store,
+    client: Client,
+    task_queue: str,
+    allow_private_webhooks: bool = False,  # docs/deployment.md#webhooks
 ) -> list[Callable[..., Any]]:
     schedules = ScheduleActivities(client, task_queue)
     watches = RunWatchActivities(client, store)
@@ -75,7 +80,7 @@ def activities_for(
     services = ServiceActivities(instances, store, login_nodes=backends)
     volumes = VolumeActivities(store)
     metrics = MetricsActivities(instances)
-    notifications = NotificationActivities(store)
+    notifications = NotificationActivities(store, allow_private=allow_private_webhooks)
     stuck_stops = StuckStopActivities(client, instances, store)
     signals = SignalActivities(client)
     # A host this worker has not deployed (a fleet older than the worker) is found through the store.
@@ -192,6 +197,7 @@ def build_worker(
     *,
     task_queue: str = TASK_QUEUE,
     sandboxed: bool = False,
+    allow_private_webhooks: bool = False,
 ) -> FerryWorker:
     """The worker. Unsandboxed by default: the SDK's sandbox re-imports each workflow's module for every
     new workflow and runs payload conversion inside it, which cost about a third of the worker's CPU
@@ -200,7 +206,7 @@ def build_worker(
 
     FleetWorkflow is served on both queues: a fleet started before the fleets had their own queue goes on
     where it began until it continues as new onto the fleets' queue."""
-    activities = activities_for(instances, store, client, task_queue)
+    activities = activities_for(instances, store, client, task_queue, allow_private_webhooks)
     runner = SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner()
     common: dict[str, Any] = {
         "activities": activities,
@@ -227,15 +233,25 @@ def build_worker(
     return FerryWorker([main, fleets])
 
 
-async def run_worker(settings: Settings, on_ready: Callable[[], object] | None = None) -> None:
-    """Serves until SIGTERM or SIGINT; `on_ready` is called once the worker polls its task queue."""
+async def run_worker(
+    settings: Settings, on_ready: Callable[[], object] | None = None, embedded: bool = False
+) -> None:
+    """Serves until SIGTERM or SIGINT; `on_ready` is called once the worker polls its task queue.
+    `embedded`: the embedded stack's worker, which posts to private webhooks unless told not to."""
     client = await connect_from_settings(settings)
     store = open_store(settings.database_url)
     # Starting the local agent waits for its healthcheck: not on the event loop.
     instances = await asyncio.to_thread(local_instances, settings)
     try:
         await tell_local_fleets(client, store, instances)  # before any run submitted after this start
-        worker = build_worker(client, instances, store, sandboxed=settings.workflow_sandbox)
+        allow_private = private_webhooks_allowed(settings.webhooks_allow_private, embedded)
+        worker = build_worker(
+            client,
+            instances,
+            store,
+            sandboxed=settings.workflow_sandbox,
+            allow_private_webhooks=allow_private,
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -29,7 +29,7 @@ async def serve_worker(settings: Settings, ready_file: Path) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"no Temporal server at {settings.temporal_address}")
         await asyncio.sleep(0.02)
-    await run_worker(settings, on_ready=lambda: ready_file.write_text(str(os.getpid())))
+    await run_worker(settings, on_ready=lambda: ready_file.write_text(str(os.getpid())), embedded=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,9 +3,11 @@
 The run's workflow decides them at each store write (`Notifier.send`, core.notifications) and hands them
 to its one NotifyWorkflow: a child started with the first ones and ABANDONed, so that it outlives the run,
 then told the rest by signal. The child posts them (activities/notifications.py), each webhook's in order,
-webhooks independently; a delivery still failing after DELIVERY_DEADLINE is given up with a warning in the
-worker's log. It ends once the run's end is delivered (or given up). A run without `notifications` starts
-no child and sends nothing: its history is what it was before notifications.
+webhooks independently (core.notifications.WebhookLanes): a delivery still failing after
+DELIVERY_DEADLINE is given up with a warning in the worker's log, and its webhook is then tried once per
+delivery until one gets through. Past HISTORY_LIMIT events it continues as new with its queues. It ends
+once the run's end is delivered (or given up). A run without `notifications` starts no child and sends
+nothing: its history is what it was before notifications.
 """
 
 from __future__ import annotations
@@ -14,16 +16,19 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, CancelledError, RetryState, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from core.configuration.notifications import NotificationKind
     from core.eventlog import Event
     from core.notifications import (
+        DELIVERY_DEADLINE,
         Delivery,
         NotifyBatch,
         NotifyResult,
         RunIdentity,
+        WebhookLanes,
         deliveries,
         notifications_of,
         notify_workflow_id,
@@ -35,52 +40,61 @@ with workflow.unsafe.imports_passed_through():
     from workflows import activity_stubs, retry_policies
     from workflows.handles import settle
 
-DELIVERY_DEADLINE = timedelta(hours=1)  # schedule-to-close: the retries of one delivery, all together
 ATTEMPT_TIMEOUT = timedelta(seconds=30)
+ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)  # a failing webhook's
+# docs/upgrades.md: a failing webhook's queue given up at once, and continue-as-new past HISTORY_LIMIT.
+_BOUNDED = "notify-bounded"
 
 
 @workflow.defn
 class NotifyWorkflow:
     @workflow.init
     def __init__(self, batch: NotifyBatch) -> None:
-        self._queues: dict[str, list[Delivery]] = {}  # per webhook URL, in order
-        self._new: list[str] = []  # URLs without their lane yet
-        self._last = False
-        self._result = NotifyResult()
-        self._take(batch)
+        self._lanes = WebhookLanes(batch)
+        self._continuing = False  # lanes stop after their delivery in flight, which is cut short
 
     @workflow.signal
     def notify(self, batch: NotifyBatch) -> None:
-        self._take(batch)
-
-    def _take(self, batch: NotifyBatch) -> None:
-        for delivery in batch.deliveries:
-            if delivery.url not in self._queues:
-                self._queues[delivery.url] = []
-                self._new.append(delivery.url)
-            self._queues[delivery.url].append(delivery)
-        self._last = self._last or batch.last
+        self._lanes.take(batch)
 
     @workflow.run
     async def run(self, batch: NotifyBatch) -> NotifyResult:
-        lanes: list[asyncio.Task[None]] = []
-        while not (self._last and not any(self._queues.values())):
-            lanes += [asyncio.create_task(self._lane(url)) for url in self._new]
-            self._new = []
+        lanes, tasks = self._lanes, list[asyncio.Task[None]]()
+        bounded = workflow.patched(_BOUNDED)
+        while not lanes.done():
+            tasks += [asyncio.create_task(self._lane(url, bounded)) for url in lanes.new]
+            lanes.new = []
             await workflow.wait_condition(
-                lambda: bool(self._new) or (self._last and not any(self._queues.values()))
+                lambda: bool(lanes.new) or lanes.done() or (bounded and self._continue_due())
             )
-        await asyncio.gather(*lanes)
-        return self._result
+            if bounded and self._continue_due():
+                self._continuing = True
+                await asyncio.gather(*tasks)
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                if not lanes.done():
+                    workflow.continue_as_new(lanes.carried())
+        await asyncio.gather(*tasks)
+        return lanes.result
 
-    async def _lane(self, url: str) -> None:
-        queue = self._queues[url]
+    def _continue_due(self) -> bool:
+        info = workflow.info()
+        return self._lanes.continue_due(
+            info.get_current_history_length(), info.is_continue_as_new_suggested()
+        )
+
+    async def _lane(self, url: str, bounded: bool) -> None:
+        lanes = self._lanes
         while True:
-            await workflow.wait_condition(lambda: bool(queue) or self._last)
-            if not queue:
+            await workflow.wait_condition(
+                lambda: lanes.head(url) is not None or lanes.last or self._continuing
+            )
+            delivery = lanes.head(url)
+            if delivery is None or self._continuing:
                 return
-            delivery = queue[0]
-            try:
+            if bounded:
+                await self._deliver(url, delivery)
+                continue
+            try:  # as before _BOUNDED: every delivery retried for DELIVERY_DEADLINE
                 await workflow.execute_activity(
                     activity_stubs.deliver_notification,
                     delivery,
@@ -88,12 +102,41 @@ class NotifyWorkflow:
                     start_to_close_timeout=ATTEMPT_TIMEOUT,
                     retry_policy=retry_policies.NOTIFY,
                 )
-                self._result.delivered += 1
+                lanes.delivered(url)
             except ActivityError as err:
-                given_up = f"{delivery.notification.delivery_id()} {url}"
-                workflow.logger.warning("notification %s given up: %s", given_up, err.cause or err)
-                self._result.given_up.append(given_up)
-            queue.pop(0)
+                self._given_up(url, err, coalesce=False)
+
+    def _stops(self) -> bool:
+        return self._lanes.last or self._continuing
+
+    async def _deliver(self, url: str, delivery: Delivery) -> None:
+        """Post `url`'s head: retried until its deadline, or once while the webhook is failing; cut short
+        (and kept, with its deadline) when this execution continues as new."""
+        deadline = self._lanes.deadline(url, workflow.now().timestamp())
+        handle = workflow.start_activity(
+            activity_stubs.deliver_notification,
+            delivery,
+            schedule_to_close_timeout=deadline or ATTEMPT_TIMEOUT,
+            start_to_close_timeout=ATTEMPT_TIMEOUT,
+            retry_policy=retry_policies.NOTIFY if deadline else ONE_ATTEMPT,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+        await workflow.wait_condition(lambda: handle.done() or self._continuing)
+        if not handle.done():
+            handle.cancel()  # a retry not yet made is dropped; an attempt running ends as it will
+        try:
+            await handle
+            self._lanes.delivered(url)
+        except ActivityError as err:
+            cut = isinstance(err.cause, CancelledError) or err.retry_state == RetryState.CANCEL_REQUESTED
+            if not (self._continuing and cut):
+                self._given_up(url, err)
+
+    def _given_up(self, url: str, err: ActivityError, coalesce: bool = True) -> None:
+        why = err.cause or err
+        for delivery in self._lanes.given_up(url, coalesce):
+            given_up = f"{delivery.notification.delivery_id()} {url}"
+            workflow.logger.warning("notification %s given up: %s", given_up, why)
 
 
 class Notifier:

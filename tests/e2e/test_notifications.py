@@ -1,7 +1,9 @@
 """Notifications end to end (issue 20, docs/runs.md#notifications), on the embedded stack: a real run's
 webhooks reach a real HTTP server in this process, signed with a secret set by `ferry secret set`, in the
 run's order; the first delivery, answered 500, comes again under the same X-Ferry-Delivery id; and a run
-whose receiver is down still ends DONE (its notifications are never in its way).
+whose receiver is down still ends DONE (its notifications are never in its way). The embedded stack posts
+to a receiver on 127.0.0.1 since it allows private webhooks by default; one started with
+FERRY_WEBHOOKS_ALLOW_PRIVATE=0 refuses it and says why (docs/deployment.md#webhooks).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from core.notifications import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, signature_matches
-from tests.e2e.conftest import FERRY, ROOT, Ferry, last_line, task
+from tests.e2e.conftest import FERRY, ROOT, Ferry, ferry_env, last_line, stack_of, task
 
 KEY = "hook-key-7f3a91c2"
 
@@ -132,3 +134,25 @@ def test_a_notification_naming_a_secret_not_set_is_refused(ferry: Ferry, tmp_pat
     refused = ferry("apply", "-y", "-f", task(tmp_path, "unsigned", "echo hi", extra=hook))
     assert refused.returncode != 0
     assert "NOT_SET" in refused.stderr
+
+
+def test_a_stack_that_refuses_private_webhooks_posts_none_and_logs_why(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, receiver: tuple[Receiver, str]
+) -> None:
+    got, url = receiver
+    home = tmp_path_factory.mktemp("ferry-home-refusing")
+    env = {**ferry_env(home), "FERRY_WEBHOOKS_ALLOW_PRIVATE": "0"}  # reaches the stack's worker
+    with stack_of(Ferry(home, env)) as ferry:
+        hook = f"notifications:\n  - url: {url}\n"
+        done = ferry("apply", "-y", "-f", task(tmp_path, "refused", "echo hi", extra=hook))
+        assert done.returncode == 0, done.stderr
+        assert last_line(done.stderr) == "run refused: done (all jobs done)"
+        log = home / "stack" / "worker.log"
+        said = f"{url}: 127.0.0.1 is a loopback address: refused (FERRY_WEBHOOKS_ALLOW_PRIVATE=1 allows"
+        for _ in range(600):  # the refusal reaches the log (a bound, not a timing assertion)
+            text = log.read_text(errors="replace")
+            if said in text:
+                break
+            time.sleep(0.1)
+        assert said in text and "given up" in text, text[-2000:]
+    assert got.requests == []  # not one attempt reached it

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -63,10 +63,11 @@ async def check_patch_guards(
     history: WorkflowHistory,
     patch_id: str,
     diverged: tuple[type[BaseException], ...] = (workflow.NondeterminismError,),
+    workflows: Sequence[type] = WORKFLOWS,
 ) -> None:
     """A history recorded `without_patch(patch_id)` replays on today's workflows, and would not if the
     change the patch guards were made without its guard (the replay fails with one of `diverged`)."""
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=workflows, data_converter=pydantic_data_converter)
     await replayer.replay_workflow(history)
     patched = workflow.patched
     with pytest.MonkeyPatch.context() as mp:
