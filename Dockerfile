@@ -1,5 +1,6 @@
 # A Ferry worker: Ferry's workflows and activities, with the local agent beside it in the container.
-# docker-compose.yml runs two of these against Temporal (PostgreSQL) and Ferry's own PostgreSQL store.
+# docker-compose.yml runs two of these against Temporal (PostgreSQL) and Ferry's own PostgreSQL store, and
+# the same image as the services proxy (python -m gateway) and Ferry's API (python -m api serve).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -19,6 +20,7 @@ COPY worker worker
 COPY embedded embedded
 COPY cli cli
 COPY gateway gateway
+COPY api api
 # psycopg: the driver of FERRY_DATABASE_URL=postgresql+psycopg://...
 RUN pip install . "psycopg[binary]>=3.1" && mkdir -p "$FERRY_HOME"
 

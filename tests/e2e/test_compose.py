@@ -9,6 +9,7 @@ import ipaddress
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,14 @@ def test_two_ferry_workers_built_from_the_dockerfile(compose: dict[str, Any]) ->
     password = SECRETS["FERRY_DB_PASSWORD"]
     assert env["FERRY_DATABASE_URL"] == f"postgresql+psycopg://ferry:{password}@ferry-db:5432/ferry"
     assert worker["depends_on"]["temporal-search-attributes"]["condition"] == "service_completed_successfully"
+
+
+def test_the_image_holds_every_package_ferry_installs() -> None:
+    """The API and the proxy run from the workers' image: each of pyproject's packages is copied in."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = {name.rstrip("*") for name in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    copied = set(re.findall(r"^COPY (\w+) \1$", (ROOT / "Dockerfile").read_text(), re.M))
+    assert packages <= copied, f"not in the Dockerfile: {sorted(packages - copied)}"
 
 
 def test_ferry_search_attributes_are_registered(compose: dict[str, Any]) -> None:
