@@ -33,6 +33,7 @@ DELIVERY_DEADLINE = timedelta(hours=1)
 LAST_TRY = timedelta(seconds=10)  # what a delivery carried past its deadline still gets
 # A NotifyWorkflow continues as new past this many history events (or when Temporal suggests it).
 HISTORY_LIMIT = 2000
+SUGGESTED_FLOOR = 100
 GIVEN_UP_KEPT = 100  # the given-up deliveries a result names (it counts them all)
 
 
@@ -267,7 +268,11 @@ class WebhookLanes:
         return found
 
     def continue_due(self, history_length: int, suggested: bool) -> bool:
-        return not self.done() and (suggested or history_length >= self.history_limit)
+        """Whether to continue as new now. Temporal's suggestion counts only past SUGGESTED_FLOOR events, so
+        that an execution whose carried input alone is large delivers some before it continues."""
+        if self.done():
+            return False
+        return history_length >= self.history_limit or (suggested and history_length >= SUGGESTED_FLOOR)
 
     def carried(self) -> NotifyBatch:
         """The input of the NotifyWorkflow that continues this one: its queues in order, and its state."""

@@ -106,9 +106,6 @@ class NotifyWorkflow:
             except ActivityError as err:
                 self._given_up(url, err, coalesce=False)
 
-    def _stops(self) -> bool:
-        return self._lanes.last or self._continuing
-
     async def _deliver(self, url: str, delivery: Delivery) -> None:
         """Post `url`'s head: retried until its deadline, or once while the webhook is failing; cut short
         (and kept, with its deadline) when this execution continues as new."""

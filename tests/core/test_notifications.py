@@ -26,6 +26,7 @@ from core.notifications import (
     GIVEN_UP_KEPT,
     LAST_TRY,
     SIGNATURE_HEADER,
+    SUGGESTED_FLOOR,
     Delivery,
     NotifyBatch,
     RunIdentity,
@@ -255,7 +256,8 @@ def test_what_a_continued_notifier_carries_is_what_it_had() -> None:
     )
     lanes.deadline("http://b/", 10.0)
     lanes.given_up("http://a/")
-    assert not lanes.continue_due(49, False) and lanes.continue_due(50, False) and lanes.continue_due(3, True)
+    assert not lanes.continue_due(49, False) and lanes.continue_due(50, False)
+    assert not lanes.continue_due(30, True) and lanes.continue_due(SUGGESTED_FLOOR, True)
     carried = lanes.carried()
     assert [(d.url, d.notification.seq) for d in carried.deliveries] == [
         ("http://a/", 2), ("http://b/", 0), ("http://b/", 3)
