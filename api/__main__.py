@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8400)
     serve.add_argument("--ready-file", default=None, help="written with this process's pid once it listens")
+    serve.add_argument("--embedded", action="store_true", help="served by the embedded stack")
+    serve.add_argument("--tls-cert", default=None, help="serve HTTPS with this certificate (PEM)")
+    serve.add_argument("--tls-key", default=None, help="and this private key (PEM)")
     first = commands.add_parser("first-admin", help="make the store's first global admin")
     first.add_argument("name")
     args = parser.parse_args(argv)
@@ -52,11 +55,36 @@ def main(argv: list[str] | None = None) -> int:
 
     from api.app import make_app
 
+    tls_problem = _tls_problem(args.tls_cert, args.tls_key)
+    if tls_problem is not None:
+        print(f"python -m api serve: {tls_problem}", file=sys.stderr)
+        return 2
     config = uvicorn.Config(
-        make_app(store), host=args.host, port=args.port, log_level="warning", access_log=False
+        make_app(store, embedded=args.embedded),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        ssl_certfile=args.tls_cert,
+        ssl_keyfile=args.tls_key,
     )
     asyncio.run(_serve(uvicorn.Server(config), args.ready_file))
     return 0
+
+
+def _tls_problem(cert: str | None, key: str | None) -> str | None:
+    """Why the API cannot serve HTTPS with these files (docs/deployment.md#the-apis-tls); None if it can."""
+    if (cert is None) != (key is None):
+        return "--tls-cert and --tls-key go together"
+    if cert is None or key is None:
+        return None
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as err:
+        return f"--tls-cert {cert} and --tls-key {key} do not load: {err}"
+    return None
 
 
 async def _serve(server: uvicorn.Server, ready_file: str | None) -> None:

@@ -7,15 +7,23 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from api.run_changes import router as run_changes_router
+from api.run_live import router as run_live_router
+from api.run_reads import router as run_reads_router
 from api.teams_routes import router as teams_router
 from core.version import ferry_version
 from store.repository import Store
 
 
-def make_app(store: Store) -> FastAPI:
+def make_app(store: Store, *, embedded: bool = False) -> FastAPI:
+    """`embedded`: served by the embedded stack, one user's machine (docs/deployment.md#webhooks)."""
     app = FastAPI(title="Ferry", version=ferry_version())
     app.state.store = store
+    app.state.embedded = embedded
     app.include_router(teams_router)
+    app.include_router(run_reads_router)
+    app.include_router(run_changes_router)
+    app.include_router(run_live_router)
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
     return app
 

@@ -17,8 +17,9 @@ BAD_TOKEN = "the token is not valid: unknown or revoked (ask an admin for a new 
 class Refused(HTTPException):
     """An answer with one line, `{"detail": ...}`; a 401 asks for a bearer token."""
 
-    def __init__(self, status: int, detail: str) -> None:
-        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
+        if status == 401:
+            headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
         super().__init__(status_code=status, detail=detail, headers=headers)
 
 

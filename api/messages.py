@@ -5,9 +5,15 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from cli.services import ServiceView
+from cli.stuck import StuckWorkflow
+from core.configuration import RunConfiguration
 from core.teams.roles import GlobalRole, ProjectRole
+from core.wire.messages import SSHEndpoint
+from core.wire.run_messages import DeployReply
+from store import RunRecord
 
 # A user's or a project's name: what a command line and a URL path carry without quoting.
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
@@ -33,6 +39,14 @@ class Refusal(Message):
     """Every answer that is not a success: one line, the reason (401, 403, 404, 409, 422)."""
 
     detail: str
+
+
+# What a run route may answer besides its success, each one line (docs/teams.md#the-api): a body that is
+# not JSON (400), no token (401), a role that does not allow it (403), what is not there (404), a conflict
+# (409), code too big (413), a field that does not parse (422), no Temporal reached (503).
+RUN_REFUSALS: dict[int | str, dict[str, object]] = {
+    status: {"model": Refusal} for status in (400, 401, 403, 404, 409, 413, 422, 503)
+}
 
 
 class Me(Message):
@@ -81,3 +95,52 @@ class MemberInfo(Message):
 
 class MemberRole(Message):
     role: ProjectRole
+
+
+class RunSubmission(Message):
+    """A run to start (`ferry apply`): its configuration with `env` as applied where the user applied it,
+    and its code, sent first (`POST /api/projects/{p}/code`)."""
+
+    configuration: RunConfiguration
+    run_name: str | None = None
+    code_hash: str
+    code_name: str
+    authorized_keys: list[str] = Field(
+        default_factory=list
+    )  # the user's, for `ferry attach` (docs/attach.md)
+
+
+class RunChecks(Message):
+    """What `ferry apply` checks before it stops an active run of the name: its dependencies and secrets."""
+
+    configuration: RunConfiguration
+
+
+class StoredCode(Message):
+    code_hash: str
+
+
+class SubmittedRun(Message):
+    run: RunRecord
+    notes: list[str]  # lines to show the user: where a service answers (docs/services.md)
+
+
+class DeployedRun(Message):
+    reply: DeployReply
+    notes: list[str]
+
+
+class LiveAsk(Message):
+    """What `ferry ps` asks beside the store's records: of these runs, which are stuck; of these jobs,
+    their SSH connections (dev environments) and their image pulls."""
+
+    runs: list[str] = Field(default_factory=list, max_length=10_000)
+    connections: list[str] = Field(default_factory=list, max_length=1_000)
+    pulls: list[str] = Field(default_factory=list, max_length=1_000)
+
+
+class LiveNews(Message):
+    services: dict[str, ServiceView]  # by run id: the service's URL and its replicas' probes
+    stuck: dict[str, StuckWorkflow]  # by run id
+    connections: dict[str, SSHEndpoint | None]  # by job id; None: its agent did not answer
+    pulls: dict[str, str]  # by job id

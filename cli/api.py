@@ -12,16 +12,10 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from activities.code import (
-    CodeSources,
-    MissingCodeSource,
-    RepoTooLarge,
-    code_sources,
-    pack_repo,
-    repo_id,
-)
+from cli.code_archive import packed_code, with_environment
 from cli.errors import FerryError, RunActive, RunNotFound, RunStuck
 from cli.fleet_api import FleetAPI, choose_fleet
+from cli.login_file import default_user
 from cli.pipeline_tasks import task_run
 from cli.run_names import generated_name
 from cli.secret_api import check_secrets
@@ -52,10 +46,6 @@ from workflows.search_attributes import pipeline_search_attributes, run_search_a
 from workflows.web_ui import failed_run_result
 
 __all__ = ["FerryAPI", "FerryError", "RunActive", "RunNotFound", "default_user"]
-
-
-def default_user() -> str:
-    return os.environ.get("FERRY_USER") or os.environ.get("USER") or "ferry"
 
 
 class FerryAPI:
@@ -94,22 +84,39 @@ class FerryAPI:
     ) -> RunRecord:
         """Validate-free submission of an already valid configuration: code to the store, run started."""
         name = run_name or configuration.name or generated_name()
+        from core.configuration.loading import ensure_runnable
+
+        ensure_runnable(configuration, f"run {name}")  # refused before anything is stored
+        configuration = with_environment(configuration)
+        code_hash, code_name = await self.store_code(repo_dir, configuration)
+        return await self.submit_stored(
+            configuration, code_hash=code_hash, code_name=code_name, run_name=name, user=user
+        )
+
+    async def submit_stored(
+        self,
+        configuration: RunConfiguration,
+        *,
+        code_hash: str,
+        code_name: str,
+        run_name: str | None = None,
+        user: str | None = None,
+    ) -> RunRecord:
+        """The run started, its code already in the store and its `env` as applied (`with_environment`,
+        where the user applies it): what Ferry's API does with a submission (api/run_changes.py)."""
+        name = run_name or configuration.name or generated_name()
         from core.configuration.loading import ensure_runnable  # here: YAML stays out of `ferry ps`
 
         ensure_runnable(configuration, f"run {name}")  # refused before anything is stored or started
+        if await asyncio.to_thread(self.store.get_code, code_hash) is None:
+            raise FerryError(f"run {name}: its code ({code_hash}) is not in the store: send it first")
         await self.check_secrets([configuration], f"run {name}")
         await self._ensure_name_free(name)
-        try:
-            # `env` as applied, and each `${{ env.NAME }}` filled in (core.configuration.interpolation)
-            configuration = configuration.with_environment(dict(os.environ))
-        except ValueError as err:
-            raise FerryError(str(err)) from None
         dependencies = await asyncio.to_thread(self.resolve_dependencies, name, configuration)
         on, volume_instances = await asyncio.to_thread(run_volumes, self.store, self.project, configuration)
         fleet = on or await choose_fleet(self.store, self.project, configuration)
         if fleet == LOCAL_FLEET:
             await self.fleets().ensure_local()
-        code_hash, code_name = await self._store_code(repo_dir, configuration)
         now = time.time()
         record = await self._put_record(
             name,
@@ -184,7 +191,7 @@ class FerryAPI:
             volume_instances.update(instances)
         if LOCAL_FLEET in fleets:
             await self.fleets().ensure_local()
-        code_hash, code_name = await self._store_code(repo_dir)
+        code_hash, code_name = await self.store_code(repo_dir)
         now = time.time()
         data = pipeline.model_copy(update={"tasks": tasks}).model_dump_json()
         record = await self._put_record(name, user, PIPELINE_TYPE, data, code_hash, now)
@@ -262,21 +269,12 @@ class FerryAPI:
             static_details=metadata[1],
         )
 
-    async def _store_code(
+    async def store_code(
         self, repo_dir: Path, configuration: RunConfiguration | None = None
     ) -> tuple[str, str]:
-        """The job's code in the store: `repo_dir` (the configuration file's directory), or the repo and
-        files the configuration names (docs/runs.md#code); its hash, and its name (repo_id)."""
-        try:
-            sources = CodeSources(repo_dir, [], [], repo_id(repo_dir))
-            if configuration is not None:
-                sources = code_sources(
-                    repo_dir, configuration.repos, configuration.files, configuration.working_dir
-                )
-            archive = await asyncio.to_thread(pack_repo, sources.root, sources.extra, sources.repos)
-        except (RepoTooLarge, MissingCodeSource) as err:
-            raise FerryError(str(err)) from None  # the user's to fix: said as it is, nothing submitted
-        return await asyncio.to_thread(self.store.put_code, archive), sources.name
+        """The job's code in the store (`packed_code`); its hash, and its name (repo_id)."""
+        archive, name = await asyncio.to_thread(packed_code, repo_dir, configuration)
+        return await asyncio.to_thread(self.store.put_code, archive), name
 
     def pipeline_task(self, record: RunRecord, task: int | None) -> RunRecord:
         """A pipeline's task run (cli.pipeline_tasks.task_run)."""
@@ -324,14 +322,14 @@ class FerryAPI:
     def _handle(self, record: RunRecord) -> WorkflowHandle[RunWorkflow, object]:
         return self.client.get_workflow_handle_for(RunWorkflow.run, record.workflow_id)
 
-    async def stop(self, run_name: str, *, abort: bool = False) -> StopReply:
+    async def stop(self, run_name: str, *, abort: bool = False, by: str | None = None) -> StopReply:
         record = await self.get_run(run_name)
         if RunStatus(record.status).is_finished():
             return StopReply(status=RunStatus(record.status))
         stuck = await self._stuck(record)
         if stuck is not None:  # it would never take the update: stopped from outside instead
             return await stop_stuck_run(self.client, self.task_queue, self.project, record, stuck, abort)
-        return await self._handle(record).execute_update(RunWorkflow.stop, StopRequest(abort=abort))
+        return await self._handle(record).execute_update(RunWorkflow.stop, StopRequest(abort=abort, by=by))
 
     async def _stuck(self, record: RunRecord) -> StuckWorkflow | None:
         return stuck_runs(await stuck_workflows(self.client)).get(record.workflow_id)
@@ -345,13 +343,15 @@ class FerryAPI:
                 "(a worker of the release that started it lets it go on; docs/upgrades.md#stuck-runs)"
             )
 
-    async def deploy(self, run_name: str, configuration: RunConfiguration) -> DeployReply:
+    async def deploy(
+        self, run_name: str, configuration: RunConfiguration, by: str | None = None
+    ) -> DeployReply:
         """Re-apply an active service's configuration in place (a rolling deployment), or a scheduled run's
         (its next cycles); the run records the new configuration in the store, which the proxies read (auth,
         strip_prefix, model)."""
         record = await self.get_run(run_name)
         await self.check_secrets([configuration], f"run {run_name}")
-        request = DeployRequest(configuration=configuration)
+        request = DeployRequest(configuration=configuration, by=by)
         await self._refuse_if_stuck(record, "a new configuration")
         # The run records its new configuration itself, once it has taken it (docs/runs.md#the-store).
         return await self._handle(record).execute_update(RunWorkflow.deploy, request)

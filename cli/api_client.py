@@ -5,71 +5,51 @@ line and its exit code (cli/exit_codes.py)."""
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from cli import exit_codes
 from cli.errors import CommandError
-from core.settings import Settings
+from cli.login_file import default_user, kept_login
 
-LOGIN_FILE = "login.json"
 TIMEOUT = 30.0
 NOT_LOGGED_IN = "not logged in: run `ferry login URL` (or set FERRY_API_URL and FERRY_TOKEN)"
-_EXIT_CODES = {401: exit_codes.DENIED, 403: exit_codes.DENIED, 404: exit_codes.NOT_FOUND}
-
-
-def login_path(settings: Settings | None = None) -> Path:
-    return (settings or Settings.from_env()).home / LOGIN_FILE
-
-
-def save_login(url: str, token: str, settings: Settings | None = None) -> Path:
-    from embedded.processes import private_opener
-
-    path = login_path(settings)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(path, "w", opener=private_opener) as out:
-        json.dump({"url": url.rstrip("/"), "token": token}, out)
-        out.write("\n")
-    return path
+_EXIT_CODES = {
+    401: exit_codes.DENIED,
+    403: exit_codes.DENIED,
+    404: exit_codes.NOT_FOUND,
+    503: exit_codes.UNREACHABLE,
+}
+EXIT_CODE = "X-Ferry-Exit-Code"  # api/temporal.py: the exit code of a FerryError's kind
 
 
 def login() -> tuple[str, str]:
     """The API's URL and the token to call it with; DENIED when there is neither a login nor the variables."""
-    url, token = os.environ.get("FERRY_API_URL"), os.environ.get("FERRY_TOKEN")
-    if not (url and token):
-        try:
-            kept = json.loads(login_path().read_text())
-        except (OSError, ValueError):
-            kept = {}
-        url, token = url or kept.get("url"), token or kept.get("token")
-    if not (url and token):
-        embedded = _embedded_login()
-        if embedded is None:
-            raise CommandError(NOT_LOGGED_IN, exit_codes.DENIED)
-        return embedded
-    return url.rstrip("/"), token
+    kept = kept_login()
+    if kept is None:
+        kept = _embedded_login()
+    if kept is None:
+        raise CommandError(NOT_LOGGED_IN, exit_codes.DENIED)
+    return kept
 
 
 def _embedded_login() -> tuple[str, str] | None:
     """Without a login, on the embedded stack (no FERRY_TEMPORAL_ADDRESS): its API and this user's token
     (`ferry token`'s); the store's first user is its admin (docs/teams.md#the-first-user)."""
-    from cli.api import default_user
-    from cli.context import Context
+    from cli.home_store import open_home_store
     from cli.services import TOKEN_FILE, user_token
+    from core.settings import Settings
     from embedded.stack import Stack
 
-    ctx = Context.from_env()
-    if ctx.settings.temporal_address is not None:
+    settings = Settings.from_env()
+    if settings.temporal_address is not None:
         return None
-    status = Stack(ctx.settings.home).start()
+    status = Stack(settings.home).start()
     url = next((p.address for p in status.processes if p.name == "api"), None)
     if url is None:
         return None
-    return url, user_token(ctx.store(), ctx.settings.home / TOKEN_FILE, default_user())
+    return url, user_token(open_home_store(settings), settings.home / TOKEN_FILE, default_user())
 
 
 def call(
@@ -88,8 +68,16 @@ def call(
         return None
     if answer.status_code < 300:
         return answer.json()
+    raise refusal(answer)
+
+
+def refusal(answer: httpx.Response) -> CommandError:
+    """The API's refusal as the command's one line, with the exit code it says (X-Ferry-Exit-Code) or its
+    status's."""
     try:
         detail = str(answer.json()["detail"])
     except (ValueError, KeyError, TypeError):
         detail = f"{answer.status_code} {answer.reason_phrase}"
-    raise CommandError(detail, _EXIT_CODES.get(answer.status_code, exit_codes.USAGE))
+    said = answer.headers.get(EXIT_CODE, "")
+    code = int(said) if said.isdigit() else _EXIT_CODES.get(answer.status_code, exit_codes.USAGE)
+    return CommandError(detail, code)

@@ -34,8 +34,8 @@ from core.durations import format_duration
 from core.status import RunStatus
 
 if TYPE_CHECKING:
-    from cli.api import FerryAPI
-    from store import RunRecord, Store
+    from cli.remote_runs import RunsClient
+    from store import RunRecord
 
 INTERRUPTED_EXIT = exit_codes.INTERRUPTED
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -139,7 +139,7 @@ def _after(item: str) -> DependencySpec:
 
 
 async def _deploy_in_place(
-    api: FerryAPI, active: RunRecord, configuration: RunConfiguration, console: Console, *, yes: bool
+    api: RunsClient, active: RunRecord, configuration: RunConfiguration, console: Console, *, yes: bool
 ) -> int | None:
     """A changed service re-applied: a rolling deployment (docs/services.md#rolling-deployment); a changed
     scheduled run re-applied: its schedule and next cycles take it (docs/schedules.md); the exit status, or
@@ -172,7 +172,8 @@ async def _deploy_in_place(
     console.print(f"run {name}: changed {', '.join(changed)}: {how}", highlight=False)
     if not confirm(f"Update run {name} in place?", yes=yes):
         return 1
-    reply = await api.deploy(name, configuration)
+    deployed = await api.deploy(name, configuration)
+    reply = deployed.reply
     if reply.refused is not None:
         raise CommandError(f"run {name}: {reply.refused}")
     if scheduled:
@@ -189,24 +190,9 @@ async def _deploy_in_place(
     console.print(
         f"run {name}: deployment {reply.deployment} rolling out (ferry ps shows it)", highlight=False
     )
-    line = await asyncio.to_thread(service_line, api.store, active, configuration)
-    console.print(line, highlight=False)
+    for note in deployed.notes:  # where the service answers (docs/services.md)
+        console.print(note, highlight=False)
     return 0
-
-
-def service_line(store: Store, record: RunRecord, configuration: ServiceConfiguration) -> str:
-    """Where the service answers, and what a request needs (docs/services.md)."""
-    from cli.services import proxy_url
-    from core.services.domains import configured_domain, https_note, shown_service_url
-
-    base, domain = proxy_url(store), configured_domain()
-    if base is None:
-        return "service: no proxy is running (start one: ferry server start, or python -m gateway)"
-    url = shown_service_url(base, domain, record.project, record.run_name, configuration.https)
-    needs = " (send Authorization: Bearer $(ferry token))" if configuration.auth else ""
-    # `https: true` written where the proxy has no domain: said, not dropped (docs/services.md#https).
-    note = https_note(domain, "https" in configuration.model_fields_set and configuration.https is not False)
-    return f"service at {url}{needs}" + ("" if note is None else "\n" + note)
 
 
 def schedule_line(crons: list[str], count: int = 3) -> str:
@@ -218,8 +204,8 @@ def schedule_line(crons: list[str], count: int = 3) -> str:
 
 
 def plan_table(ctx: Context, file: str, configuration: RunConfiguration) -> Table:
-    from cli.api import default_user
     from cli.fleet import runs_on
+    from cli.login_file import default_user
 
     summary = configuration.summary()
     # The fleet it goes to, as the submission will choose it (docs/fleets.md); by which workers.
@@ -258,11 +244,10 @@ async def _submit(
 ) -> int:
     from cli.follow import follow_run
 
-    api = await ctx.api()
+    api = await asyncio.to_thread(ctx.runs, submitting=True)  # through Ferry's API (docs/teams.md#runs)
     name = configuration.name
     if name is not None:
-        await asyncio.to_thread(api.resolve_dependencies, name, configuration)  # a cycle: refused first
-        await api.check_secrets([configuration], f"run {name}")  # before an active run is stopped
+        await api.check(name, configuration)  # a cycle, a secret not set: refused before a run is stopped
         active = await asyncio.to_thread(api.store.find_run, ctx.project, name)
         if active is not None and RunStatus(active.status).is_active():
             rolled = await _deploy_in_place(api, active, configuration, console, yes=yes)
@@ -273,12 +258,11 @@ async def _submit(
             await api.stop(name)
             console.print(f"run {name}: stopping", highlight=False)
             await api.wait(name)
-    record = await api.submit(configuration, repo_dir=repo_dir, run_name=name)
+    submitted = await api.submit(configuration, repo_dir=repo_dir, run_name=name)
+    record = submitted.run
     console.print(f"run {record.run_name} submitted (id {record.id})", highlight=False)
-    if isinstance(configuration, ServiceConfiguration):
-        console.print(
-            await asyncio.to_thread(service_line, api.store, record, configuration), highlight=False
-        )
+    for note in submitted.notes:  # where a service answers (docs/services.md)
+        console.print(note, highlight=False)
     if configuration.schedule is not None:
         # It waits for its schedule (docs/schedules.md): nothing to follow now.
         console.print(schedule_line(configuration.schedule.cron), highlight=False)
@@ -292,7 +276,8 @@ async def _submit(
     if isinstance(configuration, DevEnvironmentConfiguration):
         from cli.attach import attach_and_follow
 
-        return await attach_and_follow(api, ctx.settings.home, record, console)  # as dstack's apply does
+        # As dstack's apply does; attaching asks the run's workflow where its job is (docs/attach.md).
+        return await attach_and_follow(await ctx.api(), ctx.settings.home, record, console)
     outcome = {"detached": False}
 
     async def on_interrupt() -> bool:

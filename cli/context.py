@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sys
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.settings import DEFAULT_PROJECT, Settings
 
 if TYPE_CHECKING:
     from cli.api import FerryAPI
+    from cli.remote_runs import RunsClient
     from core.temporal_connection import TemporalConnection
     from store import RunRecord, Store
+    from store.run_reads import RunReads
 
 
 @dataclass
@@ -40,29 +40,9 @@ class Context:
         return self.settings.temporal_connection(self.ensure_stack())
 
     def store(self) -> Store:
-        from store import open_store
+        from cli.home_store import open_home_store
 
-        self._private_database()
-        return open_store(self.settings.database_url)
-
-    def _private_database(self) -> None:
-        """The SQLite store created 0600 (in FERRY_HOME created 0700) before SQLite creates it with the
-        umask's mode: it holds every run's env. SQLite gives its -wal and -shm the database's mode."""
-        from sqlalchemy.engine import make_url
-
-        from embedded.processes import PRIVATE_FILE, private_dir
-
-        url = make_url(self.settings.database_url)
-        database = url.database
-        if url.get_backend_name() != "sqlite" or not database or database.startswith("file:"):
-            return
-        if database == ":memory:":
-            return
-        path = Path(database)
-        if path.parent == self.settings.home:
-            private_dir(path.parent)
-        with contextlib.suppress(FileExistsError, FileNotFoundError):
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
+        return open_home_store(self.settings)
 
     def ensure_stack(self) -> str:
         """The Temporal address; the embedded stack is started first if that is what is used."""
@@ -112,7 +92,25 @@ class Context:
             return FerryAPI(client, store, project=self.project, authorized_keys=keys)
         raise UnreachableServer(connect_problem(connection.address, problem))
 
-    def find_run(self, store: Store, name: str) -> RunRecord:
+    def runs(self, *, submitting: bool = False) -> RunsClient:
+        """The project's runs through Ferry's API as the logged-in user (docs/teams.md#runs): on the
+        embedded stack, its API (started if need be) with this home's user's token. `submitting`: with the
+        user's SSH key, installed for each job it submits (docs/attach.md)."""
+        from cli.login_file import kept_login
+        from cli.remote_runs import ApiSession, RemoteRuns
+
+        keys = []
+        if submitting:
+            from cli.user_keys import public_key_line
+
+            keys = [public_key_line(self.settings.home)]
+        if self.embedded or kept_login() is not None:
+            return RemoteRuns(ApiSession(), self.project, keys)
+        from cli.direct_runs import DirectRuns  # an operator's, with Temporal's address and no login
+
+        return DirectRuns(self.store(), self.project, keys, self.api, self.connection)
+
+    def find_run(self, store: RunReads, name: str) -> RunRecord:
         """The latest run of this name in the project (or the run with this id); RunNotFound if none."""
         from cli.errors import RunNotFound
 

@@ -10,7 +10,6 @@ The link needs the `Host <run>` entry and the working directory that `ferry atta
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,6 @@ from core.wire.workflow_ids import job_workflow_id
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-    from core.temporal_connection import TemporalConnection
     from store import JobSubmissionRecord, RunRecord
 
 ASK_EVERY = 30.0  # seconds between two asks of the same job by `ferry ps -w`
@@ -147,33 +145,3 @@ async def ask_connections(
 
     answers = await asyncio.gather(*(ask(run, job) for run, job in jobs))
     return {job.id: answer for (_, job), answer in zip(jobs, answers, strict=True)}
-
-
-class DevEnvironments:
-    """`ferry ps`'s views of dev environments; each job's agent asked again after ASK_EVERY seconds."""
-
-    def __init__(self, home: Path, connection: TemporalConnection) -> None:
-        self._home = home
-        self._connection = connection
-        self._told: dict[str, tuple[float, SSHEndpoint | None]] = {}  # by job id: when asked, the answer
-
-    def views(self, runs: Runs) -> dict[str, DevView]:
-        now = time.monotonic()
-        stale = [(run, job) for run, job in to_ask(runs) if self._stale(job.id, now)]
-        if stale:
-            answers = asyncio.run(self._ask(stale))
-            self._told.update({job_id: (now, answer) for job_id, answer in answers.items()})
-        return dev_views(runs, self._home, {job_id: answer for job_id, (_, answer) in self._told.items()})
-
-    def _stale(self, job_id: str, now: float) -> bool:
-        told = self._told.get(job_id)
-        return told is None or now - told[0] >= ASK_EVERY
-
-    async def _ask(self, jobs: list[tuple[RunRecord, JobSubmissionRecord]]) -> dict[str, SSHEndpoint | None]:
-        from worker.temporal import connect_to
-
-        try:
-            client = await connect_to(self._connection)
-        except RuntimeError:  # ps shows the store's runs regardless; nothing known of their connections
-            return {job.id: None for _, job in jobs}
-        return await ask_connections(client, jobs)

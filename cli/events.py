@@ -14,7 +14,8 @@ from cli.pipeline_tasks import task_run
 from core.status import RunStatus
 
 if TYPE_CHECKING:
-    from store import RunRecord, Store
+    from store import RunRecord
+    from store.run_reads import RunReads
 
 POLL_INTERVAL = 0.1
 FINAL_EVENT = "clean"
@@ -31,13 +32,11 @@ def events(
     task: int | None = None,
 ) -> None:
     ctx = Context.from_env()
-    store = ctx.store()
+    store = ctx.runs().store  # through Ferry's API (docs/teams.md#runs)
     run = ctx.find_run(store, run_name)
     of_job = replica is not None or job is not None or submission is not None
     if task is not None or of_job:
         run = task_run(store, run, task)  # a pipeline's own log has no jobs: its task's has
-    if follow:
-        ctx.ensure_stack()  # the run moves on only while the stack is up
     job_id: str | None = None
     after = -1
     try:
@@ -62,12 +61,12 @@ def events(
         raise CommandError(f"run {run.run_name} has no {what}")
 
 
-def _fresh(store: Store, run: RunRecord) -> RunRecord:
+def _fresh(store: RunReads, run: RunRecord) -> RunRecord:
     return store.get_run(run.id) or run
 
 
 def _job_submission(
-    store: Store, run: RunRecord, replica: int, job: int, submission: int | None
+    store: RunReads, run: RunRecord, replica: int, job: int, submission: int | None
 ) -> str | None:
     """The id of that submission of the job (the latest if None), if it exists yet."""
     found = [

@@ -18,7 +18,8 @@ from cli.pipeline_tasks import run_jobs
 from core.status import JobStatus, RunStatus
 
 if TYPE_CHECKING:
-    from store import JobSubmissionRecord, RunRecord, Store
+    from store import JobSubmissionRecord, RunRecord
+    from store.run_reads import RunReads
 
 POLL_INTERVAL = 0.1
 
@@ -37,28 +38,13 @@ def expected_shape(run: RunRecord) -> tuple[int, int]:
         return 1, 1
 
 
-def offset_since(store: Store, job_submission_id: str, since: float) -> int | None:
-    """The offset of the first log chunk stored at or after `since` (None: none was)."""
-    import sqlalchemy as sa
-
-    from store import LogChunkRecord
-
-    chunks = LogChunkRecord.__table__.c  # type: ignore[attr-defined]
-    statement = sa.select(sa.func.min(chunks.offset)).where(
-        chunks.job_submission_id == job_submission_id, chunks.timestamp >= since
-    )
-    with store.engine.connect() as connection:
-        found = connection.execute(statement).scalar()
-    return None if found is None else int(found)
-
-
 class LogStream:
     """Writes the logs of a run's jobs to `out` as the store receives them: every submission of each
     selected (replica, job) in turn; lines get a `[job N] ` prefix when the run has several jobs."""
 
     def __init__(
         self,
-        store: Store,
+        store: RunReads,
         run: RunRecord,
         out: BinaryIO,
         *,
@@ -98,7 +84,7 @@ class LogStream:
         written = 0
         for job in sorted(mine, key=lambda j: (j.replica_num, j.job_num, j.submission_num)):
             if job.id not in self._offsets:
-                start = 0 if self.since is None else offset_since(self.store, job.id, self.since)
+                start = 0 if self.since is None else self.store.log_offset_since(job.id, self.since)
                 self._offsets[job.id] = job.log_size if start is None else start
             offset = self._offsets[job.id]
             if job.log_size <= offset and not JobStatus(job.status).is_finished():
@@ -183,7 +169,7 @@ def _status_view(run: RunRecord, jobs: list[JobSubmissionRecord]) -> Group:
 
 
 async def follow_run(
-    store: Store,
+    store: RunReads,
     run: RunRecord,
     *,
     status_console: Console | None,

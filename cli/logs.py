@@ -1,4 +1,4 @@
-"""`ferry logs RUN`: a run's job logs from the store; `-f` follows them until the run finishes."""
+"""`ferry logs RUN`: a run's job logs, read through Ferry's API; `-f` follows them until the run finishes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from cli.follow import LogStream, follow_run
 from cli.pipeline_tasks import task_run
 
 if TYPE_CHECKING:
-    from store import RunRecord, Store
+    from store import RunRecord
+    from store.run_reads import RunReads
 from core.durations import parse_duration
 
 
@@ -27,7 +28,7 @@ def parse_since(value: str | None) -> float | None:
         raise CommandError(f"--since: {err}", USAGE_EXIT) from None
 
 
-def cycle_jobs(store: Store, run: RunRecord, cycle: int | None) -> set[tuple[int, int, int]] | None:
+def cycle_jobs(store: RunReads, run: RunRecord, cycle: int | None) -> set[tuple[int, int, int]] | None:
     """A scheduled run's logs are one cycle's (docs/schedules.md): the latest, or `--cycle N`; None (every
     submission) for any other run."""
     from core.runs.cycles import cycle_submissions
@@ -59,9 +60,8 @@ def logs(
 ) -> None:
     start = parse_since(since)
     ctx = Context.from_env()
-    store = ctx.store()
+    store = ctx.runs().store  # through Ferry's API (docs/teams.md#runs)
     run = task_run(store, ctx.find_run(store, run_name), task)
-    ctx.ensure_stack()  # the run moves on only while the stack is up
     submissions = cycle_jobs(store, run, cycle)
     stream = LogStream(
         store, run, sys.stdout.buffer, replica=replica, job=job, since=start, submissions=submissions

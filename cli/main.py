@@ -21,7 +21,7 @@ from cli.fleet import fleet_app
 from cli.schedules import schedule_app
 from cli.secret import secret_app
 from cli.server_commands import server_app, worker
-from cli.teams import login, member_app, project_app, user_app
+from cli.teams import PROJECT, login, member_app, project_app, use_project, user_app
 from cli.volume import volume_app
 from core.status import RunStatus
 
@@ -189,11 +189,13 @@ def apply(
         help="Arguments for ${{ run.args }} in the commands, after --.",
         show_default=False,
     ),
+    project: str | None = PROJECT,
 ) -> None:
     """Run a configuration: validate, show the plan, submit, then show the run's logs until it finishes.
 
     Exits 0 only if the run ends done (with -d: once it is submitted).
     """
+    use_project(project)
     from cli.apply import apply as apply_
 
     code = apply_(
@@ -210,10 +212,12 @@ def ps(
     as_json: bool = typer.Option(False, "--json", help="JSON, for scripts (schema: docs/cli.md)."),
     limit: int = typer.Option(50, "--limit", help="At most this many runs, newest first."),
     wide: bool = typer.Option(False, "-v", "--wide", help="Every column, however wide."),
+    project: str | None = PROJECT,
 ) -> None:
     """Runs and their jobs: status, message, resources, instance, when submitted; errors under their row.
 
     Fits the terminal (or COLUMNS) by leaving out columns; -v shows them all."""
+    use_project(project)
     from cli.ps import ps as ps_
 
     ps_(all_runs=all_runs, watch=watch, as_json=as_json, limit=limit, wide=wide)
@@ -227,8 +231,10 @@ def metrics(
         False, "-w", "--watch", help="Refresh every 2 s until Ctrl-C or the run ends."
     ),
     as_json: bool = typer.Option(False, "--json", help="JSON, for scripts (with -w, one object per line)."),
+    project: str | None = PROJECT,
 ) -> None:
     """CPU, memory and GPU use of each job of a run, sampled by its agent now (docs/jobs.md#metrics)."""
+    use_project(project)
     from cli.metrics import metrics as metrics_
 
     raise typer.Exit(metrics_(run, watch=watch, as_json=as_json))
@@ -240,8 +246,8 @@ def token(
     rotate: bool = typer.Option(False, "--rotate", help="A new token; the old one stops working."),
 ) -> None:
     """Your token: what a service with `auth` (the default) asks for, as `Authorization: Bearer <token>`."""
-    from cli.api import default_user
     from cli.context import Context
+    from cli.login_file import default_user
     from cli.services import TOKEN_FILE, user_token
 
     ctx = Context.from_env()
@@ -266,8 +272,10 @@ def logs(
         help="A scheduled run's cycle N (default: the latest).",
         show_default=False,
     ),
+    project: str | None = PROJECT,
 ) -> None:
     """A run's logs (every job's, prefixed when several); a pipeline's latest task's, or --task N's."""
+    use_project(project)
     from cli.logs import logs as logs_
 
     logs_(run, follow=follow, replica=replica, job=job, since=since, task=task, cycle=cycle)
@@ -280,9 +288,11 @@ def attach(
     replica: int = typer.Option(0, "--replica", metavar="N", help="The replica's job to attach to."),
     job: int = typer.Option(0, "--job", metavar="N", help="The job (node) of that replica."),
     no_logs: bool = typer.Option(False, "--no-logs", help="Do not stream the job's logs."),
+    project: str | None = PROJECT,
 ) -> None:
     """SSH into a running job: `ssh RUN` (and scp, rsync, VS Code) with your own OpenSSH, its `ports`
     forwarded to localhost, until Ctrl-C (docs/attach.md)."""
+    use_project(project)
     from cli.attach import attach_command
 
     raise typer.Exit(attach_command(run, replica=replica, job=job, logs=not no_logs))
@@ -294,8 +304,10 @@ def stop(
     run: str = RUN,
     abort: bool = typer.Option(False, "-x", "--abort", help="Kill at once, with no graceful stop."),
     yes: bool = typer.Option(False, "-y", "--yes", help="Do not ask for confirmation."),
+    project: str | None = PROJECT,
 ) -> None:
     """Stop a run (SIGTERM, then SIGKILL after its stop_duration), and wait until it has finished."""
+    use_project(project)
     from cli.stop import stop as stop_
 
     raise typer.Exit(stop_(run, abort=abort, yes=yes))
@@ -306,8 +318,10 @@ def stop(
 def delete(
     run: str = RUN,
     yes: bool = typer.Option(False, "-y", "--yes", help="Do not ask for confirmation."),
+    project: str | None = PROJECT,
 ) -> None:
     """Forget a finished run: its records, events, logs and Temporal workflows (not an active run)."""
+    use_project(project)
     from cli.delete import delete as delete_
 
     raise typer.Exit(delete_(run, yes=yes))
@@ -321,8 +335,10 @@ def offer(
     ),
     as_json: bool = typer.Option(False, "--json", help="JSON, for scripts (docs/cli.md#offer)."),
     wide: bool = typer.Option(False, "-v", "--wide", help="Every column, however wide."),
+    project: str | None = PROJECT,
 ) -> None:
     """Which instances could run FILE now, which once others' jobs end, which never, and why."""
+    use_project(project)
     from cli.offer import offer as offer_
 
     raise typer.Exit(offer_(file, as_json=as_json, wide=wide))
@@ -340,8 +356,10 @@ def events(
     follow: bool = typer.Option(False, "-f", "--follow", help="Follow until the final event (clean)."),
     as_json: bool = typer.Option(False, "--json", help="JSON lines: {timestamp, name, context}."),
     task: int = TASK,
+    project: str | None = PROJECT,
 ) -> None:
     """The run's eventlog, or with --replica/--job one job's; a pipeline's task's with --task N."""
+    use_project(project)
     from cli.events import events as events_
 
     events_(run, replica=replica, job=job, submission=submission, follow=follow, as_json=as_json, task=task)
@@ -364,12 +382,14 @@ def wait(
     timeout: str = typer.Option(
         None, "--timeout", metavar="DURATION", help="Give up after DURATION.", show_default=False
     ),
+    project: str | None = PROJECT,
 ) -> None:
     """Wait until the run reaches a status, logs an event, or (by default) finishes.
 
     Exits 0 when reached, 1 on timeout, 2 when it can no longer happen (the run finished first), 3 if
     there is no such run.
     """
+    use_project(project)
     from cli.wait import wait as wait_
 
     raise typer.Exit(wait_(run, status=status, event=event, timeout=timeout))
@@ -380,8 +400,10 @@ def wait(
 def set_priority(
     run: str = RUN,
     priority: int = typer.Argument(..., metavar="N", min=0, max=100, help="0-100, higher first."),
+    project: str | None = PROJECT,
 ) -> None:
     """Move a run's waiting jobs in their fleet's queue."""
+    use_project(project)
     from cli.fleet import set_priority as set_priority_
 
     set_priority_(run, priority)

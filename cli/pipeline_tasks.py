@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from cli.errors import FerryError
 from core.configuration.pipeline import PIPELINE_TYPE, PipelineConfiguration
-from store import JobSubmissionRecord, RunRecord, Store
+from store import JobSubmissionRecord, RunRecord
+from store.run_reads import RunReads
 
 
-def task_run(store: Store, record: RunRecord, task: int | None) -> RunRecord:
+def task_run(store: RunReads, record: RunRecord, task: int | None) -> RunRecord:
     """The run of a pipeline's task `task` (None: the latest started); the record itself for any other run,
     which has no tasks (FerryError if a task is asked of it)."""
     if record.type != PIPELINE_TYPE:
@@ -26,7 +27,7 @@ def task_run(store: Store, record: RunRecord, task: int | None) -> RunRecord:
     return found
 
 
-def run_jobs(store: Store, record: RunRecord) -> list[JobSubmissionRecord]:
+def run_jobs(store: RunReads, record: RunRecord) -> list[JobSubmissionRecord]:
     """A run's job submissions; a pipeline's are its tasks', task after task (its own run has none)."""
     if record.type != PIPELINE_TYPE:
         return store.list_job_submissions(record.id)

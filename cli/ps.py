@@ -1,4 +1,4 @@
-"""`ferry ps`: runs with their jobs, from the store; `-w` keeps the table live."""
+"""`ferry ps`: runs with their jobs, through Ferry's API (docs/teams.md#runs); `-w` keeps the table live."""
 
 from __future__ import annotations
 
@@ -11,39 +11,70 @@ from rich.live import Live
 
 from cli import render
 from cli.context import Context
-from cli.dev_environments import DevEnvironments, DevView
+from cli.dev_environments import ASK_EVERY, DevView, dev_views, to_ask
 from cli.pipeline_tasks import task_run
-from cli.pulls import Pulls
-from cli.services import ServiceView, service_views
-from cli.stuck import StuckRuns, StuckWorkflow
+from cli.pulls import pulling_jobs
+from cli.services import ServiceView
+from cli.stuck import StuckWorkflow
 
 if TYPE_CHECKING:
-    from store import JobSubmissionRecord, RunRecord, Store
+    from pathlib import Path
+
+    from cli.remote_runs import RunsClient
+    from core.wire.messages import SSHEndpoint
+    from store import JobSubmissionRecord, RunRecord
+    from store.run_reads import RunReads
 
 WATCH_INTERVAL = 0.5
 Runs = list[tuple["RunRecord", list["JobSubmissionRecord"]]]
 Stuck = dict[str, StuckWorkflow]
 
 
-def collect(store: Store, project: str, *, all_runs: bool, limit: int) -> Runs:
+def collect(store: RunReads, project: str, *, all_runs: bool, limit: int) -> Runs:
     runs = store.list_runs(project, active_only=not all_runs, limit=limit)
     # A pipeline shows its latest task's jobs (docs/pipelines.md): its own run has none.
     return [(run, store.list_job_submissions(task_run(store, run, None).id)) for run in runs]
 
 
+class LiveViews:
+    """What a table shows beside the records, told by the API once per table (api/run_live.py); a dev
+    environment's connections asked again only every ASK_EVERY seconds, each ask adding to its job's
+    workflow history (docs/attach.md)."""
+
+    def __init__(self, runs: RunsClient, home: Path) -> None:
+        self._runs = runs
+        self._home = home
+        self._told: dict[str, tuple[float, SSHEndpoint | None]] = {}  # by job id: when asked, the answer
+
+    def of(self, runs: Runs) -> tuple[dict[str, ServiceView], dict[str, DevView], dict[str, str], Stuck]:
+        from api.messages import LiveAsk
+
+        now = time.monotonic()
+        stale = [
+            job.id
+            for _, job in to_ask(runs)
+            if now - self._told.get(job.id, (-ASK_EVERY, None))[0] >= ASK_EVERY
+        ]
+        ask = LiveAsk(
+            runs=[run.id for run, _ in runs],
+            connections=stale,
+            pulls=[job.id for _, job in pulling_jobs(runs)],
+        )
+        news = self._runs.live(ask)
+        self._told.update({job_id: (now, news.connections.get(job_id)) for job_id in stale})
+        told = {job_id: answer for job_id, (_, answer) in self._told.items()}
+        return news.services, dev_views(runs, self._home, told), news.pulls, news.stuck
+
+
 def ps(*, all_runs: bool, watch: bool, as_json: bool, limit: int, wide: bool = False) -> None:
     ctx = Context.from_env()
-    connection = ctx.connection()  # runs move on only while the stack is up
-    store = ctx.store()
-    devs = DevEnvironments(ctx.settings.home, connection)
-    pulls = Pulls(connection)
-    stuck = StuckRuns(connection)
+    api = ctx.runs()  # through Ferry's API (docs/teams.md#runs)
+    store = api.store
+    views = LiveViews(api, ctx.settings.home)
 
     def current() -> tuple[Runs, dict[str, ServiceView], dict[str, DevView], dict[str, str], Stuck]:
         runs = collect(store, ctx.project, all_runs=all_runs, limit=limit)
-        records = [run for run, _ in runs]
-        views = service_views(store, records), devs.views(runs), pulls.lines(runs)
-        return runs, *views, stuck.of(records)
+        return runs, *views.of(runs)
 
     if as_json:
         typer.echo(json.dumps(render.runs_json(*current()), indent=2))

@@ -18,7 +18,6 @@ from core.wire.workflow_ids import job_workflow_id
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-    from core.temporal_connection import TemporalConnection
     from store import JobSubmissionRecord, RunRecord
 
 Runs = Sequence[tuple["RunRecord", Sequence["JobSubmissionRecord"]]]
@@ -50,23 +49,3 @@ async def pull_lines(client: Client, jobs: Sequence[tuple[RunRecord, JobSubmissi
 
     lines = await asyncio.gather(*(line_of(run, job) for run, job in jobs))
     return {job.id: line for (_, job), line in zip(jobs, lines, strict=True) if line is not None}
-
-
-class Pulls:
-    """`ferry ps`'s pull lines: asked of the server only while some job is PULLING."""
-
-    def __init__(self, connection: TemporalConnection) -> None:
-        self._connection = connection
-
-    def lines(self, runs: Runs) -> dict[str, str]:
-        jobs = pulling_jobs(runs)
-        return asyncio.run(self._ask(jobs)) if jobs else {}
-
-    async def _ask(self, jobs: list[tuple[RunRecord, JobSubmissionRecord]]) -> dict[str, str]:
-        from worker.temporal import connect_to
-
-        try:
-            client = await connect_to(self._connection)
-        except RuntimeError:  # ps shows the store's runs regardless: a pulling job says `pulling`
-            return {}
-        return await pull_lines(client, jobs)

@@ -15,6 +15,7 @@ from core.services.probes import ProbeStatus, probe_summary
 from core.services.replicas import token_hash
 
 if TYPE_CHECKING:
+    from core.configuration import ServiceConfiguration
     from store import RunRecord, Store
 
 # A proxy heard from within this long is live (it heartbeats every second).
@@ -26,6 +27,20 @@ TOKEN_FILE = "token"
 class ServiceView:
     url: str | None  # None: no proxy is running
     replicas: dict[str, str] = field(default_factory=dict)  # job submission id -> "ready 1/1"
+
+
+def service_line(store: Store, record: RunRecord, configuration: ServiceConfiguration) -> str:
+    """Where the service answers, and what a request needs (docs/services.md)."""
+    from core.services.domains import https_note
+
+    base, domain = proxy_url(store), configured_domain()
+    if base is None:
+        return "service: no proxy is running (start one: ferry server start, or python -m gateway)"
+    url = shown_service_url(base, domain, record.project, record.run_name, configuration.https)
+    needs = " (send Authorization: Bearer $(ferry token))" if configuration.auth else ""
+    # `https: true` written where the proxy has no domain: said, not dropped (docs/services.md#https).
+    note = https_note(domain, "https" in configuration.model_fields_set and configuration.https is not False)
+    return f"service at {url}{needs}" + ("" if note is None else "\n" + note)
 
 
 def proxy_url(store: Store) -> str | None:

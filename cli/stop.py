@@ -1,4 +1,4 @@
-"""`ferry stop RUN [-x] [-y]`: stop (or abort) a run through Temporal, then wait until it has finished; a
+"""`ferry stop RUN [-x] [-y]`: stop (or abort) a run through Ferry's API, then wait until it has finished; a
 stuck run is stopped from outside (docs/upgrades.md#stopping-a-stuck-run)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from cli.context import Context, confirm
 from core.status import RunStatus
 
 if TYPE_CHECKING:
+    from cli.remote_runs import RunsClient
     from store import RunRecord
 
 POLL_INTERVAL = 0.1
@@ -20,18 +21,17 @@ POLL_INTERVAL = 0.1
 
 def stop(run_name: str, *, abort: bool, yes: bool) -> int:
     ctx = Context.from_env()
-    store = ctx.store()
-    run = ctx.find_run(store, run_name)
+    runs = ctx.runs()
+    run = ctx.find_run(runs.store, run_name)
     if RunStatus(run.status).is_finished():
         typer.echo(f"run {run.run_name} has already finished: {run.status}", err=True)
         return 0
     if not confirm(f"{'Abort' if abort else 'Stop'} run {run.run_name}?", yes=yes):
         return 1
-    return asyncio.run(_stop(ctx, run, abort=abort))
+    return asyncio.run(_stop(runs, run, abort=abort))
 
 
-async def _stop(ctx: Context, run: RunRecord, *, abort: bool) -> int:
-    api = await ctx.api()
+async def _stop(api: RunsClient, run: RunRecord, *, abort: bool) -> int:
     reply = await api.stop(run.run_name, abort=abort)
     console = render.console(stderr=True)
     doing = "aborted" if abort else "stopped"

@@ -119,36 +119,6 @@ def stuck_runs(workflows: Sequence[StuckWorkflow]) -> dict[str, StuckWorkflow]:
     return found
 
 
-class StuckRuns:
-    """`ferry ps`'s stuck runs: asked of the server once per table; none when it cannot be reached."""
-
-    def __init__(self, connection: TemporalConnection) -> None:
-        self._connection = connection
-
-    def of(self, runs: Sequence[RunRecord]) -> dict[str, StuckWorkflow]:
-        """By run id: the stuck workflow of each of `runs` that is stuck."""
-        active = {run.workflow_id: run.id for run in runs if run.finished_at is None}
-        if not active:
-            return {}
-        found = stuck_runs(asyncio.run(self.ask()))
-        return {active[run]: workflow for run, workflow in found.items() if run in active}
-
-    async def ask(self) -> list[StuckWorkflow]:
-        from temporalio.service import RPCError
-
-        from core.temporal_connection import ConnectionSettingsError
-        from worker.temporal import connect_to
-
-        async def ask() -> list[StuckWorkflow]:
-            return await stuck_workflows(await connect_to(self._connection))
-
-        # ps shows the store's runs regardless: a server it cannot reach or ask shows none stuck.
-        try:
-            return await asyncio.wait_for(ask(), ASK_TIMEOUT)
-        except (RuntimeError, RPCError, TimeoutError, ConnectionSettingsError):
-            return []
-
-
 async def stop_stuck_run(
     client: Client, task_queue: str, project: str, record: RunRecord, stuck: StuckWorkflow, abort: bool
 ) -> StopReply:

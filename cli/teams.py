@@ -42,6 +42,12 @@ PROJECT = typer.Option(
 )
 
 
+def use_project(project: str | None) -> None:
+    """`-p/--project` of a run command: the project this command acts in, over FERRY_PROJECT's."""
+    if project is not None:
+        os.environ["FERRY_PROJECT"] = project
+
+
 def _project(project: str | None) -> str:
     from core.settings import DEFAULT_PROJECT
 
@@ -68,8 +74,9 @@ def login(
 ) -> None:
     """Keep the API's URL and your token for every later command (FERRY_HOME/login.json, yours only):
     the token typed at a prompt that does not echo it, or piped to stdin."""
-    from cli.api_client import call, save_login
+    from cli.api_client import call
     from cli.errors import USAGE_EXIT, CommandError
+    from cli.login_file import save_login
 
     if sys.stdin.isatty():
         import getpass
@@ -124,7 +131,8 @@ def user_set_role(
 def user_rotate(name: str = NAME) -> None:
     """A new token for a user (yours, or anyone's as an admin); the old one stops working at once. It is
     printed once, on stdout; your own is kept for the next commands too."""
-    from cli.api_client import call, login, save_login
+    from cli.api_client import call, login
+    from cli.login_file import save_login
 
     url, token = login()
     mine = call("GET", "/api/me", url=url, token=token)["name"] == name

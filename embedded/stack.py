@@ -245,7 +245,7 @@ class Stack(StackFiles):
         """A new API on `state.api_port` over the stack's store, its pid in `state`."""
         assert state.api_port is not None
         self.api_ready_file.unlink(missing_ok=True)
-        command = [sys.executable, "-m", "api", "serve", "--port", str(state.api_port)]
+        command = [sys.executable, "-m", "api", "serve", "--port", str(state.api_port), "--embedded"]
         api = self._spawn(
             "api", [*command, "--ready-file", str(self.api_ready_file)], env=self._worker_env(state)
         )

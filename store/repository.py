@@ -319,6 +319,16 @@ class Store(
         data = joined[offset - start :] if limit is None else joined[offset - start : offset - start + limit]
         return data, offset + len(data)
 
+    def log_offset_since(self, job_submission_id: str, since: float) -> int | None:
+        """The offset of the first log chunk stored at or after `since` (None: none was)."""
+        chunks = _CHUNKS.c
+        statement = sa.select(func.min(chunks.offset)).where(
+            chunks.job_submission_id == job_submission_id, chunks.timestamp >= since
+        )
+        with self.engine.connect() as connection:
+            found = connection.execute(statement).scalar()
+        return None if found is None else int(found)
+
     def log_size(self, job_submission_id: str) -> int:
         """How many bytes of the submission's log are stored."""
         with self.engine.connect() as connection:

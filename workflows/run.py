@@ -89,7 +89,8 @@ class RunWorkflow:
         self._watchers = Watchers(inp.run_id, [] if inp.carry is None else inp.carry.watchers)
         self._deploy: Deploy | None = None  # a configuration re-applied in place, not yet logged
         # A scheduled run re-applied during a cycle: its configuration waits for the cycle's end.
-        self._next_cycle: tuple[RunConfiguration, list[str]] | None = None
+        self._next_cycle: tuple[RunConfiguration, list[str], str | None] | None = None
+        self._stop_by: str | None = None  # who asked for the stop (an API caller), for its event
         self._triggers: list[CycleTrigger] = []  # a scheduled run's schedule fired (workflows/cycle.py)
         # The configuration the store's run row has: the run writes it there once another replaces it.
         self._recorded_configuration = inp.configuration
@@ -137,6 +138,7 @@ class RunWorkflow:
     def stop(self, request: StopRequest) -> StopReply:
         """Stop (gracefully) or abort the run; a later abort overrides an earlier stop."""
         self._stop = stronger_stop(self._stop, StopKind.ABORT if request.abort else StopKind.STOP)
+        self._stop_by = request.by or self._stop_by
         state = self._machine.state
         return StopReply(status=state.status, termination_reason=state.termination_reason)
 
@@ -161,19 +163,19 @@ class RunWorkflow:
             )
         changed = changed_fields(old, new)
         if scheduled:
-            return self._reschedule(new, changed)
+            return self._reschedule(new, changed, request.by)
         if not changed:
             return DeployReply(deployment=state.deployment + (self._deploy is not None))
         if self._deploy is not None:  # two re-applies before the run's next step: one deployment
             changed = [*self._deploy.changed, *(name for name in changed if name not in self._deploy.changed)]
-        self._take_configuration(new, changed)
+        self._take_configuration(new, changed, request.by)
         return DeployReply(deployment=state.deployment + 1, changed=changed)
 
-    def _reschedule(self, new: RunConfiguration, changed: list[str]) -> DeployReply:
+    def _reschedule(self, new: RunConfiguration, changed: list[str], by: str | None) -> DeployReply:
         """A scheduled run re-applied: taken now between cycles, else held until the cycle in progress
         ends (docs/schedules.md#changing-a-scheduled-run); the latest re-apply wins."""
         state = self._machine.state
-        self._next_cycle = (new, changed) if changed else None
+        self._next_cycle = (new, changed, by) if changed else None
         if not changed:
             return DeployReply(deployment=state.deployment + (self._deploy is not None))
         if self._deploy is None:
@@ -187,10 +189,10 @@ class RunWorkflow:
             self._take_configuration(*self._next_cycle)
             self._next_cycle = None
 
-    def _take_configuration(self, new: RunConfiguration, changed: list[str]) -> None:
+    def _take_configuration(self, new: RunConfiguration, changed: list[str], by: str | None) -> None:
         """New submissions run `new` from now on; the run logs it (`deploy`) at its next step."""
         self._input = self._input.model_copy(update={"configuration": new})
-        self._deploy = Deploy(plan=plan_of(self._input), changed=changed)
+        self._deploy = Deploy(plan=plan_of(self._input), changed=changed, by=by)
 
     @workflow.query
     def describe(self) -> RunDescription:
@@ -224,6 +226,7 @@ class RunWorkflow:
             inbox = Inbox(
                 updates=self._updates,
                 stop=self._stop,
+                stop_by=self._stop_by,
                 priorities=self._priorities,
                 loads=self._loads.take(),
                 deploy=self._deploy,

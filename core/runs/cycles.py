@@ -20,7 +20,7 @@ from croniter import croniter
 from core.eventlog import Event
 from core.runs.deploying import Deploy
 from core.runs.effects import EndCycle, UpdateSchedule
-from core.runs.machine import StepBuilder
+from core.runs.machine import StepBuilder, actor
 from core.runs.run_state import RunState
 from core.status import RunStatus, RunTerminationReason
 from core.wire.run_messages import CycleTrigger
@@ -56,7 +56,7 @@ def between_cycles(state: RunState) -> bool:
 def reconfigure(b: StepBuilder, deploy: Deploy) -> None:
     """A changed configuration re-applied between cycles: logged (`deploy`), and the next cycles run it.
     A changed cron updates the Temporal Schedule in place, and the run waits for the new next trigger."""
-    b.log("deploy", deployment=b.state.deployment + 1, changed=deploy.changed)
+    b.log("deploy", deployment=b.state.deployment + 1, changed=deploy.changed, **actor(deploy.by))
     crons = b.plan.schedule
     b.plan = deploy.plan.model_copy(update={"run_id": b.plan.run_id, "submitted_at": b.plan.submitted_at})
     if b.plan.schedule != crons:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from core.configuration import RunConfiguration, ServiceConfiguration
-from core.runs.machine import RunPlan, StepBuilder
+from core.runs.machine import RunPlan, StepBuilder, actor
 from core.runs.scaling import (
     SCALED_DOWN,
     SCALES_IN,
@@ -38,6 +38,7 @@ class Deploy(BaseModel):
 
     plan: RunPlan
     changed: list[str]
+    by: str | None = None  # who re-applied it (docs/teams.md#who-did-it)
 
 
 def changed_fields(old: RunConfiguration, new: RunConfiguration) -> list[str]:
@@ -75,7 +76,7 @@ def is_rescheduling(old: RunConfiguration, new: RunConfiguration) -> bool:
 
 def begin(b: StepBuilder, deploy: Deploy) -> None:
     """The new deployment: logged, and its plan taken (its replica count, scaling and retry)."""
-    b.log("deploy", deployment=b.state.deployment + 1, changed=deploy.changed)
+    b.log("deploy", deployment=b.state.deployment + 1, changed=deploy.changed, **actor(deploy.by))
     b.plan = deploy.plan.model_copy(update={"run_id": b.plan.run_id, "submitted_at": b.plan.submitted_at})
     for group in b.plan.replica_groups():
         name = None if group is None else group.name

@@ -41,6 +41,7 @@ class Inbox(BaseModel):
 
     updates: list[JobUpdate] = Field(default_factory=list)  # the jobs' news, in the order it arrived
     stop: StopKind | None = None  # the stop asked for so far (None: nothing new)
+    stop_by: str | None = None  # who asked for it last (docs/teams.md#who-did-it)
     priorities: list[int] = Field(default_factory=list)  # `ferry set-priority`, in order
     loads: list[LoadChange] = Field(default_factory=list)  # the load watches want other replica counts
     deploy: deploying.Deploy | None = None  # the configuration re-applied in place (a service, a schedule)
@@ -120,6 +121,7 @@ def advance(machine: RunMachine, inbox: Inbox, now: float) -> Step:
     b = StepBuilder(machine, now)
     if inbox.stop is not None:
         b.stop = stronger_stop(machine.stop, inbox.stop)  # a stop never weakens
+        b.stop_by = inbox.stop_by
     for update in inbox.updates:
         _hear(b, update)
     if b.state.status.is_finished():

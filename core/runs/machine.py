@@ -130,6 +130,11 @@ class Step(BaseModel):
     effects: list[Effect]
 
 
+def actor(by: str | None) -> dict[str, str]:
+    """An event's `by`: who asked for what it records, where a person did (docs/teams.md#who-did-it)."""
+    return {} if by is None else {"by": by}
+
+
 class StepBuilder:
     """Accumulates one step. Not a model: it lives only while `advance` runs."""
 
@@ -138,6 +143,7 @@ class StepBuilder:
         self.plan = machine.plan
         self.state = machine.state
         self.stop = machine.stop
+        self.stop_by: str | None = None  # who asked for the stop this step hears (the inbox's)
         self.retry_at = machine.retry_at
         self.retry_window_restarts = machine.retry_window_restarts
         self._told = list(machine.told)

@@ -10,7 +10,7 @@ stop. Only this phase gives the run its finished status, by `clean`.
 from __future__ import annotations
 
 from core.runs import cycles
-from core.runs.machine import StepBuilder, StopKind
+from core.runs.machine import StepBuilder, StopKind, actor
 from core.status import RunStatus, RunTerminationReason
 
 
@@ -27,7 +27,8 @@ def stop_pending(b: StepBuilder) -> bool:
 def begin_stop(b: StepBuilder) -> None:
     assert b.stop is not None
     b.retry_at = None  # a PENDING run is not resubmitted
-    b.log("status", status=RunStatus.TERMINATING, reason=stop_reason(b.stop == StopKind.ABORT))
+    reason = stop_reason(b.stop == StopKind.ABORT)
+    b.log("status", status=RunStatus.TERMINATING, reason=reason, **actor(b.stop_by))
 
 
 def applies(b: StepBuilder) -> bool:

@@ -82,6 +82,7 @@ class CycleInput(Message):
 
 class StopRequest(Message):
     abort: bool = False
+    by: str | None = None  # who asked: the API's caller, recorded in the run's eventlog (docs/teams.md)
 
 
 class SetPriority(Message):
@@ -95,6 +96,7 @@ class DeployRequest(Message):
     file)."""
 
     configuration: RunConfiguration
+    by: str | None = None  # who re-applied it: the API's caller, recorded with the `deploy` event
 
 
 class DeployReply(Message):

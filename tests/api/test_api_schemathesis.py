@@ -1,6 +1,7 @@
 """The API fuzzed from its own OpenAPI schema by schemathesis, against the real process (tests/api).
 
-With the admin's token, no generated request, valid or not, gets a server error, and each answer is one the
+With the admin's token, no generated request, valid or not, gets a server error (but the 503 of a route
+that needs Temporal, which this API does not have), and each answer is one the
 schema documents (status, content type, body); the teams are as they start before each case. Without a
 token, or with a wrong one, every operation answers 401 and nothing changes. As in the agent's fuzz test
 (tests/agent/test_agent_schemathesis.py), the cases come from schemathesis's Hypothesis strategies.
@@ -54,6 +55,11 @@ def test_generated_requests_get_no_server_error(
     def exercise(case: schemathesis.Case) -> None:
         reset()
         response = case.call(headers=headers, timeout=30)
+        # This API has no Temporal: what needs it answers 503, documented, saying so; nothing else is 5xx.
+        if response.status_code == 503:
+            assert response.json()["detail"].startswith("Ferry's API cannot reach Temporal"), response.text
+            case.validate_response(response, checks=CHECKS[1:], headers=headers)
+            return
         case.validate_response(response, checks=CHECKS, headers=headers)
 
     assert fuzz_each(api, mode, exercise) > 0

@@ -35,6 +35,16 @@ def test_what_changes_in_place() -> None:
     assert not_in_place(task, run_input("task", commands=["other"]).configuration) == ["commands"]
 
 
+def test_a_deployment_records_who_re_applied_it() -> None:
+    """docs/teams.md#who-did-it: the API's caller is the `deploy` event's `by`; none where no one is named."""
+    machine = running(submit_run(run_input("service", replicas=2), T0).machine, (0, 0, 0), (1, 0, 0))
+    inp = run_input("service", replicas=2, commands=["v2"])
+    by = advance(machine, Inbox(deploy=Deploy(plan=plan_of(inp), changed=["commands"], by="alice")), T0 + 10)
+    assert ("deploy", {"deployment": 1, "changed": ["commands"], "by": "alice"}) in said(by.events)
+    anonymous = advance(machine, Inbox(deploy=Deploy(plan=plan_of(inp), changed=["commands"])), T0 + 10)
+    assert ("deploy", {"deployment": 1, "changed": ["commands"]}) in said(anonymous.events)
+
+
 def test_the_roll_step_by_step() -> None:
     machine = running(submit_run(run_input("service", replicas=2), T0).machine, (0, 0, 0), (1, 0, 0))
     inp = run_input("service", replicas=2, commands=["v2"])

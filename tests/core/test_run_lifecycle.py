@@ -649,6 +649,15 @@ def test_step4_stop_tells_each_active_job_once_then_abort_tells_them_again() -> 
     assert both.machine.done
 
 
+def test_step4_a_stop_records_who_asked_for_it() -> None:
+    """docs/teams.md#who-did-it: the API's caller is the stop's `by`, in the status event it begins."""
+    m = running(submit_run(run_input("task"), T0).machine, (0, 0, 0))
+    s = advance(m, Inbox(stop=StopKind.STOP, stop_by="bob"), T0 + 5)
+    assert said(s.events) == [("status", {"status": "terminating", "reason": "stopped_by_user", "by": "bob"})]
+    # The same stop heard again logs nothing, whoever it names.
+    assert advance(s.machine, Inbox(stop=StopKind.STOP, stop_by="bob"), T0 + 6).events == []
+
+
 def test_step4_abort_on_a_running_run_tells_the_jobs_aborted_by_user_with_abort() -> None:
     """docs/runs.md STEP 4: `ferry stop -x` is ABORTED_BY_USER, and the jobs skip their grace period."""
     m = running(submit_run(run_input("task", nodes=2), T0).machine, (0, 0, 0), (0, 1, 0))

@@ -110,7 +110,7 @@ PATH_URL = "http://127.0.0.1:8300/proxy/services/main/web/"
 def test_ferry_apply_shows_the_url_https_asks_for(
     monkeypatch: pytest.MonkeyPatch, domain: str, https: str, shown: list[str]
 ) -> None:
-    from cli.apply import service_line
+    from cli.services import service_line
     from store.models import RunRecord
 
     monkeypatch.setenv("FERRY_GATEWAY_URL", "http://127.0.0.1:8300")  # no store read for the proxy's URL
