@@ -38,8 +38,10 @@ async def probe(runs: int, workers: int, slots: int | None, home: Path) -> None:
         await side.connect()
         for i in range(2):
             await side.latency_sample(-1 - i)
-        resources = {} if slots is None else {"memory": await side.slot_memory(slots)}
-        result = await side.burst(runs, "probe", **resources)
+        if slots is None:
+            result = await side.burst(runs, "probe")
+        else:
+            result = await side.burst(runs, "probe", memory=await side.slot_memory(slots))
         cpu = ", ".join(f"{name} {seconds:.1f}" for name, seconds in result.cpu_s.items())
         print(f"burst_runs: {runs}")
         print(f"burst_completion_rate_runs_per_s: {runs / result.all_done_s:.1f}")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import sqlalchemy as sa
 
 from bench.common import (
@@ -30,6 +31,8 @@ from bench.common import (
 )
 from bench.recovery_hosts import ssh_settings
 from cli.api import FerryAPI
+from cli.code_archive import packed_code, with_environment
+from cli.remote_runs import submission_body
 from core.configuration import RunConfiguration, TaskConfiguration, parse_configuration
 from core.status import RunStatus
 from core.wire.workflow_ids import job_workflow_id
@@ -87,6 +90,7 @@ class FerrySide:
         self.last_latency_run: RunRecord | None = None
         self.latency_runs: list[tuple[RunRecord, float]] = []  # each sample's run and when it was submitted
         self._client: Any = None
+        self._http: httpx.AsyncClient | None = None
 
     # --- the stack --------------------------------------------------------------------------------
 
@@ -99,6 +103,11 @@ class FerrySide:
         self.report.put("stack_start_s", clock.elapsed())
         self.report.put("stack_workers", self.workers)
         return status
+
+    async def close_http(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
 
     def stop(self) -> None:
         self.extra_workers.stop()
@@ -143,6 +152,44 @@ class FerrySide:
         conf = configuration(commands, {**SHARED, **resources})
         return await self.api(project).submit(conf, repo_dir=self.repo, run_name=name)
 
+    async def submit_through_api(
+        self, project: str, name: str, commands: list[str], **resources: str
+    ) -> RunRecord:
+        """As `ferry apply` does through Ferry's API (docs/teams.md#runs): the code packed and sent, then
+        the submission, each an HTTP request to the stack's API process with the home's user's token."""
+        conf = with_environment(configuration(commands, {**SHARED, **resources}))
+        archive, code_name = await asyncio.to_thread(packed_code, self.repo, conf)
+        http = await self.api_http()
+        base = f"/api/projects/{project}"
+        sent = await http.post(
+            f"{base}/code", content=archive, headers={"Content-Type": "application/octet-stream"}
+        )
+        sent.raise_for_status()
+        body = submission_body(conf, name, sent.json()["code_hash"], code_name, [])
+        answer = await http.post(f"{base}/runs", json=body)
+        if answer.status_code != 201:
+            raise RuntimeError(f"the API answered {answer.status_code}: {answer.text}")
+        return RunRecord.model_validate(answer.json()["run"])
+
+    async def api_http(self) -> httpx.AsyncClient:
+        """One client of the stack's API for the whole bench, as the home's user (its first: an admin)."""
+        if self._http is None:
+            from cli.login_file import default_user
+            from cli.services import TOKEN_FILE, user_token
+
+            url = next(p.address for p in self.stack.status().processes if p.name == "api")
+            assert url is not None, "the stack serves no API"
+            token = await asyncio.to_thread(user_token, self.store, self.home / TOKEN_FILE, default_user())
+            limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+            self._http = httpx.AsyncClient(
+                base_url=url,
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=120,
+                limits=limits,
+                trust_env=False,
+            )
+        return self._http
+
     async def result(self, record: RunRecord) -> None:
         await self._client.get_workflow_handle(record.workflow_id).result()
 
@@ -172,12 +219,14 @@ class FerrySide:
 
     # --- latency ----------------------------------------------------------------------------------
 
-    async def latency_sample(self, index: int) -> tuple[float, float, float]:
-        """One trivial run: (submit -> RUNNING, submit -> process start, submit -> DONE) in seconds."""
+    async def latency_sample(self, index: int, *, through_api: bool = False) -> tuple[float, float, float]:
+        """One trivial run: (submit -> RUNNING, submit -> process start, submit -> DONE) in seconds;
+        submitted by the direct path (cli.api.FerryAPI), or as `ferry apply` does, through the API."""
         name = f"lat-{index}-{secrets.token_hex(2)}"
         mark = self.marks / f"start.{name}"
+        submit = self.submit_through_api if through_api else self.submit
         started = time.time()
-        record = await self.submit("latency", name, [f"date +%s.%N > {mark}"])
+        record = await submit("latency", name, [f"date +%s.%N > {mark}"])
         await self.result(record)
         done = time.time()
         final = await asyncio.to_thread(self.store.get_run, record.id)
@@ -202,14 +251,18 @@ class FerrySide:
         share_mib = int(total.memory * 1024) // slots
         return f"{share_mib / 1024}GB.."
 
-    async def burst(self, count: int, tag: str, **resources: str) -> BurstResult:
-        """`count` trivial runs submitted at once; until all have finished (or 10 min have passed)."""
+    async def burst(
+        self, count: int, tag: str, *, through_api: bool = False, **resources: str
+    ) -> BurstResult:
+        """`count` trivial runs submitted at once (by the direct path, or through the API); until all have
+        finished (or 10 min have passed)."""
         project = f"burst-{tag}"
         submitted: dict[str, float] = {}
+        submit = self.submit_through_api if through_api else self.submit
 
         async def one(index: int) -> None:
             at = time.time()
-            record = await self.submit(project, f"b{index}", ["true"], **resources)
+            record = await submit(project, f"b{index}", ["true"], **resources)
             submitted[record.id] = at
 
         cpu = self.cpu_times()

@@ -253,16 +253,26 @@ class Bench:
         """N sequential trivial runs, Ferry's and Slurm's alternating sample by sample."""
         r, n = self.report, self.plan.latency_runs
         ferry: list[tuple[float, float, float]] = []
+        api: list[tuple[float, float, float]] = []
         slurm: list[tuple[float, float]] = []
         with self.profile("latency"):
             for i in range(n):
                 ferry.append(await self.ferry.latency_sample(i))
+                api.append(await self.ferry.latency_sample(n + i, through_api=True))
                 if self.slurm is not None:
                     slurm.append(await asyncio.to_thread(self.slurm.latency_sample, i))
         r.put("latency_runs", n)
         r.distribution("latency_submit_to_running", "ms", [s[0] for s in ferry], 1000)
         r.distribution("latency_submit_to_process_start", "ms", [s[1] for s in ferry], 1000)
         r.distribution("latency_submit_to_done", "ms", [s[2] for s in ferry], 1000)
+        # The same runs as `ferry apply` submits them, through Ferry's API (issue 42: <= 5 ms more p50).
+        r.distribution("api_latency_submit_to_running", "ms", [s[0] for s in api], 1000)
+        r.distribution("api_latency_submit_to_done", "ms", [s[2] for s in api], 1000)
+        for what in ("running", "done"):
+            direct = r.figures.get(f"latency_submit_to_{what}_p50_ms")
+            through = r.figures.get(f"api_latency_submit_to_{what}_p50_ms")
+            if isinstance(direct, float | int) and isinstance(through, float | int):
+                r.put(f"api_added_submit_to_{what}_p50_ms", through - direct, 1)
         if slurm:
             r.distribution("slurm_latency_submit_to_process_start", "ms", [s[0] for s in slurm], 1000)
             r.distribution("slurm_latency_submit_to_completed", "ms", [s[1] for s in slurm], 1000)
@@ -273,6 +283,16 @@ class Bench:
         so that at most 16 (64) run at once, and Slurm's with 16 (`tuned`) and 64 (`tuned_os32`) slots."""
         r, n = self.report, self.plan.burst
         burst_figures(r, "throughput", n, await self.burst_alone("throughput", n))
+        # The same burst submitted through Ferry's API (issue 42: >= 0.95x the direct path's rate).
+        burst_figures(r, "api_throughput", n, await self.burst_alone("api_throughput", n, through_api=True))
+        direct = r.figures.get("throughput_completion_rate_runs_per_s")
+        through = r.figures.get("api_throughput_completion_rate_runs_per_s")
+        ratio = (
+            through / direct
+            if isinstance(direct, float | int) and isinstance(through, float | int) and direct
+            else "n/a"
+        )
+        r.put("ratio_api_over_direct_completion_rate", ratio, 2)
         r.put("throughput_ferry_concurrency", "unlimited (0-resource jobs share the local instance)")
         slurm = self.slurm
         if slurm is not None:
@@ -296,7 +316,9 @@ class Bench:
         result = await self.burst_alone(f"slots{slots}", n, memory=memory)
         burst_figures(self.report, f"slots_{slots}slots", n, result)
 
-    async def burst_alone(self, label: str, count: int, **resources: str) -> BurstResult:
+    async def burst_alone(
+        self, label: str, count: int, *, through_api: bool = False, **resources: str
+    ) -> BurstResult:
         """A burst on a stack of its own, the main one idle beside it: a stack's Temporal slows as its
         closed runs accumulate (three identical bursts of 500 in a row on one stack: 8.8, 8.4, 7.6 runs/s),
         so bursts compared must each start on a fresh one, warmed up alike."""
@@ -308,8 +330,9 @@ class Bench:
             for i in range(2):
                 await side.latency_sample(-1 - i)
             with self.profile(label, side):
-                return await side.burst(count, label, **resources)
+                return await side.burst(count, label, through_api=through_api, **resources)
         finally:
+            await side.close_http()
             await asyncio.to_thread(side.stop)
 
     def queued_over_unqueued(self) -> None:
