@@ -17,12 +17,13 @@ from collections.abc import Callable, Iterator
 
 from temporalio.exceptions import ApplicationError
 
+from activities.job_tokens import job_api_access
 from core.masking import LOG_MASKING, mask
 from core.repo_credentials import ssh_key_secret, token_secret
 from core.secrets import credentials_secrets, fill_credentials, fill_spec, spec_secrets
 from core.status import JobTerminationReason
 from core.wire.agent_api import ContainerSpec, JobSpec
-from store import SecretRecord, Store
+from store import RunRecord, SecretRecord, Store
 from store.keys import Keys, SealError, process_keys
 from store.secret_repository import open_secret
 
@@ -41,7 +42,24 @@ class SecretFiller:
             spec = fill_spec(spec, await self._open(job_submission_id, names))
         if spec.repos:
             spec = await self._repo_credentials(job_submission_id, spec)
-        return spec
+        return await asyncio.to_thread(self._api_access, job_submission_id, spec)
+
+    def _api_access(self, job_submission_id: str, spec: JobSpec) -> JobSpec:
+        """FERRY_API_URL, FERRY_PROJECT and a token of its own for a job whose run has `dstack: true`
+        (activities/job_tokens.py); the token masked like a secret."""
+        run = self._run(job_submission_id)
+        try:
+            access = job_api_access(self._store, run)
+        except ValueError as err:
+            raise ApplicationError(
+                str(err), type=JobTerminationReason.TERMINATED_BY_SERVER.name, non_retryable=True
+            ) from None
+        if access is None:
+            return spec
+        env, secret_env = access
+        self._values.update(secret_env.values())
+        LOG_MASKING.add(secret_env.values())
+        return spec.model_copy(update={"env": {**spec.env, **env}, "secrets": {**spec.secrets, **secret_env}})
 
     async def _repo_credentials(self, job_submission_id: str, spec: JobSpec) -> JobSpec:
         """Each cloned repo's token or SSH key, when the project holds one for its URL (`ferry secret
@@ -125,8 +143,11 @@ class SecretFiller:
         return values
 
     def _project(self, job_submission_id: str) -> str:
+        return self._run(job_submission_id).project
+
+    def _run(self, job_submission_id: str) -> RunRecord:
         matched = _RUN_OF_JOB.match(job_submission_id)
         run = self._store.get_run(matched["run"]) if matched else None
         if run is None:  # written before the run's workflow starts: a retry finds it
             raise ApplicationError(f"the run of job {job_submission_id} is not in the store")
-        return run.project
+        return run

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
+from activities.job_tokens import NO_API_URL, wants_api
 from api.messages import DeployedRun, LiveAsk, LiveNews, RunSubmission, SubmittedRun
 from cli.api import FerryAPI
 from cli.dev_environments import ask_connections
@@ -18,6 +19,7 @@ from cli.services import service_line, service_views
 from cli.stuck import ASK_TIMEOUT, stuck_runs, stuck_workflows
 from core.configuration import RunConfiguration, ServiceConfiguration
 from core.configuration.notifications import refused_webhook
+from core.settings import Settings
 from core.wire.run_messages import StopReply
 from store import JobSubmissionRecord, RunRecord
 from store.repository import Store
@@ -45,6 +47,8 @@ class ProjectRuns:
                 refused = refused_webhook(spec.url)
                 if refused is not None:
                     raise FerryError(f"run {submission.run_name}: notifications: {refused}")
+        if wants_api(submission.configuration) and Settings.from_env().job_api_url is None:
+            raise FerryError(f"run {submission.run_name}: {NO_API_URL}")
         api = self._api(submission.authorized_keys)
         record = await api.submit_stored(
             submission.configuration,

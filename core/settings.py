@@ -53,6 +53,9 @@ class Settings(BaseModel):
     # FERRY_WEBHOOKS_ALLOW_PRIVATE: 1 posts notifications to loopback and private addresses, 0 refuses them;
     # None (unset): the embedded stack does, a deployment's worker does not (docs/deployment.md#webhooks).
     webhooks_allow_private: bool | None = None
+    # FERRY_JOB_API_URL: Ferry's API as a job with `dstack: true` reaches it (docs/teams.md#a-jobs-token); the
+    # embedded stack sets its own; None: such a run is refused.
+    job_api_url: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -75,6 +78,7 @@ class Settings(BaseModel):
             workflow_sandbox=env.get("FERRY_WORKFLOW_SANDBOX", "").lower() in ("1", "true", "yes"),
             gateway_domain=(env.get("FERRY_GATEWAY_DOMAIN") or "").strip().lower().strip(".") or None,
             webhooks_allow_private=_yes_no(env.get("FERRY_WEBHOOKS_ALLOW_PRIVATE")),
+            job_api_url=(env.get("FERRY_JOB_API_URL") or "").strip().rstrip("/") or None,
         )
 
     def temporal_connection(self, embedded_address: str | None = None) -> TemporalConnection:

@@ -123,6 +123,10 @@ class Stack(StackFiles):
                 temporal = self._spawn("temporal", self._temporal_command(state))
                 state.temporal_pid = temporal.pid
             assert state is not None
+            api_down = not self._api_up(state)
+            if api_down:  # its port first: the worker tells jobs where the API is (FERRY_JOB_API_URL)
+                terminate(state.api_pid, self._api_marker())  # alive but never ready
+                state.api_port = self._choose_port(state.api_port, DEFAULT_API_PORT)
             if not self._worker_up(state):
                 terminate(state.worker_pid, self._worker_marker())  # alive but never ready
                 self.ready_file.unlink(missing_ok=True)
@@ -132,9 +136,7 @@ class Stack(StackFiles):
                 terminate(state.proxy_pid, self._proxy_marker())  # alive but never ready
                 state.proxy_port = self._choose_port(state.proxy_port, DEFAULT_PROXY_PORT)
                 proxy = self._spawn_proxy(state)
-            if not self._api_up(state):
-                terminate(state.api_pid, self._api_marker())  # alive but never ready
-                state.api_port = self._choose_port(state.api_port, DEFAULT_API_PORT)
+            if api_down:
                 api = self._spawn_api(state)
             self._write_state(state)
             agent = self._agent()
@@ -316,6 +318,8 @@ class Stack(StackFiles):
         env["FERRY_HOME"] = str(self.home)
         env["FERRY_TEMPORAL_ADDRESS"] = f"127.0.0.1:{state.port}"
         env["FERRY_TEMPORAL_NAMESPACE"] = temporal_namespace(env)  # the one the commands use
+        if state.api_port is not None:  # where a job with `dstack: true` reaches the API (docs/teams.md)
+            env.setdefault("FERRY_JOB_API_URL", f"http://127.0.0.1:{state.api_port}")
         return env
 
     def _spawn(

@@ -345,4 +345,5 @@ class BackendRecord(SQLModel, table=True):
 # Users, projects and members (docs/teams.md): their own module, registered with the others.
 from store.team_models import MemberRecord as MemberRecord  # noqa: E402
 from store.team_models import ProjectRecord as ProjectRecord  # noqa: E402
+from store.team_models import RunTokenRecord as RunTokenRecord  # noqa: E402
 from store.team_models import UserRecord as UserRecord  # noqa: E402

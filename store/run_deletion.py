@@ -25,6 +25,7 @@ from store.models import (
     ServiceReplicaRecord,
     ServiceRequestsRecord,
 )
+from store.team_models import RunTokenRecord
 
 _RUNS: Table = RunRecord.__table__  # type: ignore[attr-defined]
 _JOBS: Table = JobSubmissionRecord.__table__  # type: ignore[attr-defined]
@@ -35,6 +36,7 @@ _REPLICAS: Table = ServiceReplicaRecord.__table__  # type: ignore[attr-defined]
 _DRAINS: Table = ReplicaDrainRecord.__table__  # type: ignore[attr-defined]
 _REQUESTS: Table = ServiceRequestsRecord.__table__  # type: ignore[attr-defined]
 _QUEUED: Table = QueuedJobRecord.__table__  # type: ignore[attr-defined]
+_RUN_TOKENS: Table = RunTokenRecord.__table__  # type: ignore[attr-defined]
 
 
 class RunStillActive(RuntimeError):
@@ -84,7 +86,7 @@ def _delete_rows(connection: Connection, run_ids: list[str], jobs: list[str]) ->
     if jobs:
         connection.execute(sa.delete(_CHUNKS).where(_CHUNKS.c.job_submission_id.in_(jobs)))
         connection.execute(sa.delete(_DRAINS).where(_DRAINS.c.replica_id.in_(jobs)))
-    for table in (_EVENTS, _REPLICAS, _REQUESTS, _QUEUED, _JOBS):
+    for table in (_EVENTS, _REPLICAS, _REQUESTS, _QUEUED, _JOBS, _RUN_TOKENS):
         connection.execute(sa.delete(table).where(table.c.run_id.in_(run_ids)))
     connection.execute(sa.delete(_RUNS).where(_RUNS.c.id.in_(run_ids)))
 

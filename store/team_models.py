@@ -47,3 +47,16 @@ class MemberRecord(SQLModel, table=True):
     project: str = Field(primary_key=True)
     user_name: str = Field(primary_key=True, index=True)
     role: str
+
+
+class RunTokenRecord(SQLModel, table=True):
+    """A job's token for Ferry's API (`dstack: true`, docs/teams.md#a-jobs-token): its user's runs in its
+    run's project only, as a project `user`, while the run is active and its user may act there."""
+
+    __tablename__ = "run_tokens"
+
+    token_hash: str = Field(primary_key=True)  # sha256 hex
+    run_id: str = Field(index=True)
+    project: str
+    user_name: str
+    created_at: float = Field(default_factory=time.time)

@@ -15,13 +15,16 @@ import sqlalchemy as sa
 from sqlalchemy import Engine, Table
 from sqlmodel import Session, col, select
 
+from core.status import RunStatus
 from core.teams.roles import Caller, GlobalRole, ProjectRole
+from store.models import RunRecord
 from store.sql import insert_ignore, upsert
-from store.team_models import REVOKED, MemberRecord, ProjectRecord, UserRecord
+from store.team_models import REVOKED, MemberRecord, ProjectRecord, RunTokenRecord, UserRecord, has_token
 
 _USERS: Table = UserRecord.__table__  # type: ignore[attr-defined]
 _PROJECTS: Table = ProjectRecord.__table__  # type: ignore[attr-defined]
 _MEMBERS: Table = MemberRecord.__table__  # type: ignore[attr-defined]
+_RUN_TOKENS: Table = RunTokenRecord.__table__  # type: ignore[attr-defined]
 # The tables whose rows belong to a project (a fixed list: the names go into SQL).
 _HOLDINGS = ("runs", "fleets", "volumes", "secrets", "backends")
 
@@ -98,10 +101,16 @@ class TeamRecords(ABC):
         with self._session() as session:
             user = session.exec(select(UserRecord).where(col(UserRecord.token_hash) == token_hash)).first()
             if user is None:
-                return None
+                return _run_token_caller(session, token_hash)
             found = session.exec(select(MemberRecord).where(col(MemberRecord.user_name) == user.name)).all()
             projects = {member.project: ProjectRole(member.role) for member in found}
         return Caller(user.name, GlobalRole(user.role), projects)
+
+    def put_run_token(self, token_hash: str, run_id: str, project: str, user_name: str) -> None:
+        """A job's token (docs/teams.md#a-jobs-token), kept as its hash; gone with its run."""
+        row = {"token_hash": token_hash, "run_id": run_id, "project": project, "user_name": user_name}
+        with self._writer.begin() as connection:
+            insert_ignore(connection, _RUN_TOKENS, [{**row, "created_at": time.time()}], key=("token_hash",))
 
     # Projects and members
 
@@ -152,3 +161,19 @@ class TeamRecords(ABC):
         statement = select(MemberRecord).where(col(MemberRecord.project) == project)
         with self._session() as session:
             return list(session.exec(statement.order_by(col(MemberRecord.user_name))).all())
+
+
+def _run_token_caller(session: Session, token_hash: str) -> Caller | None:
+    """A job's token's caller: its user, as a project `user` of its run's project only, while the run is
+    active and the user still has a token and belongs there (docs/teams.md#a-jobs-token)."""
+    token = session.get(RunTokenRecord, token_hash)
+    if token is None:
+        return None
+    run = session.get(RunRecord, token.run_id)
+    user = session.get(UserRecord, token.user_name)
+    if run is None or RunStatus(run.status).is_finished() or user is None or not has_token(user):
+        return None
+    member = session.get(MemberRecord, (token.project, user.name))
+    if member is None and user.role != GlobalRole.ADMIN:
+        return None
+    return Caller(user.name, GlobalRole.USER, {token.project: ProjectRole.USER})

@@ -84,8 +84,6 @@ RUN_FIELDS_NOT_ACTED_ON = (
         "creation_policy",
         # A run goes to a fleet, whose scheduler picks the instance (docs/fleets.md).
         "instances",
-        # No dstack server to reach from a job.
-        "dstack",
         # Deprecated in dstack, with no effect there either (but a dev environment's `setup`).
         "home_dir",
         "setup",
@@ -132,7 +130,8 @@ class BaseRunConfiguration(ConfigModel):
     repos: list[RepoSpec] = Field(default_factory=list)  # docs/runs.md#code
     files: list[FileMapping] = Field(default_factory=list)
     single_branch: bool | None = None
-    dstack: bool = False
+    dstack: bool = False  # the job may call Ferry's API (docs/teams.md#a-jobs-token)
+    ferry: bool = False  # the same, by Ferry's name
     home_dir: str | None = None
     setup: Commands = Field(default_factory=list)
 

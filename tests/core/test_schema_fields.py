@@ -90,6 +90,8 @@ ACTED_ON = {
     "RepoSpec.if_exists": "core/wire/repo_clone.py",
     "BaseRunConfiguration.single_branch": "core/wire/repo_clone.py",
     "BaseRunConfiguration.fleets": "cli/fleet_api.py",
+    "BaseRunConfiguration.dstack": "activities/job_tokens.py",  # docs/teams.md#a-jobs-token
+    "BaseRunConfiguration.ferry": "activities/job_tokens.py",
     "BaseRunConfiguration.name": "cli/apply.py",
     "BaseRunConfiguration.notifications": "workflows/notify.py",
     "NotificationSpec.url": "activities/notifications.py",

@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from cli import exit_codes
-from tests.e2e.conftest import Ferry, last_line, task
+from tests.e2e.conftest import FERRY, SMALL, Ferry, last_line, task
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +104,31 @@ def test_a_stop_records_who_asked_for_it(ferry: Ferry, users: dict[str, str], tm
         e["context"] for e in events if e["name"] == "status" and e["context"]["status"] == "terminating"
     ]
     assert (terminating["reason"], terminating["by"]) == ("stopped_by_user", "bob")
+
+
+def test_a_job_with_dstack_true_submits_a_run_and_waits_for_it(
+    ferry: Ferry, users: dict[str, str], tmp_path: Path
+) -> None:
+    """docs/teams.md#a-jobs-token: the job's `ferry apply` runs as its run's user, in its project."""
+    (tmp_path / "inner.yml").write_text(f"type: task\nname: inner\ncommands: [echo inner ran]\n{SMALL}")
+    outer = task(tmp_path, "outer", f"{FERRY[0]} apply -f inner.yml -y", extra="dstack: true\n")
+    alice = as_user(ferry, users, "alice", "a")
+    applied = ferry("apply", "-f", outer, "-y", env=alice, timeout=240)
+    assert applied.returncode == 0, (applied.stdout, applied.stderr)
+    assert "inner ran" in applied.stdout
+    logs = ferry("logs", "inner", env=alice)
+    assert (logs.returncode, logs.stdout) == (0, "inner ran\n"), logs.stderr
+    from store.opening import open_store
+
+    store = open_store(f"sqlite:///{ferry.home / 'ferry.db'}")
+    try:
+        inner = store.find_run("a", "inner")
+        assert inner is not None and inner.user == "alice"  # the job's run's user, in its project
+        # Its token opened the API while the job ran; its run has ended: it opens nothing now.
+        [token] = store.engine.connect().execute(sa.text("select token_hash from run_tokens")).scalars().all()
+        assert store.caller_for_token_hash(token) is None
+    finally:
+        store.engine.dispose()
 
 
 def test_a_revoked_token_is_refused_at_once(ferry: Ferry, users: dict[str, str]) -> None:

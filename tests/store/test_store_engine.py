@@ -32,6 +32,7 @@ TABLES = {
     "users",
     "projects",
     "members",
+    "run_tokens",
     "volumes",
     "secrets",
     "queued_jobs",
