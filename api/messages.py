@@ -144,3 +144,11 @@ class LiveNews(Message):
     stuck: dict[str, StuckWorkflow]  # by run id
     connections: dict[str, SSHEndpoint | None]  # by job id; None: its agent did not answer
     pulls: dict[str, str]  # by job id
+
+
+class RunPlan(Message):
+    """What `ferry apply`'s plan shows of a submission before it is made: who submits it, and where it
+    would run (the fleet the submission would choose, or why it would be refused)."""
+
+    user: str
+    runs_on: str

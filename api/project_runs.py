@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from temporalio.client import Client
 
 from activities.job_tokens import NO_API_URL, wants_api
-from api.messages import DeployedRun, LiveAsk, LiveNews, RunSubmission, SubmittedRun
+from api.messages import DeployedRun, LiveAsk, LiveNews, RunPlan, RunSubmission, SubmittedRun
 from cli.api import FerryAPI
 from cli.dev_environments import ask_connections
 from cli.errors import FerryError
@@ -59,6 +59,12 @@ class ProjectRuns:
         )
         notes = await asyncio.to_thread(service_notes, self.store, record, submission.configuration)
         return SubmittedRun(run=record, notes=notes)
+
+    def plan(self, configuration: RunConfiguration, user: str) -> RunPlan:
+        """The plan's `User` and `Runs on`, as the submission would choose (cli.fleet.runs_on)."""
+        from cli.fleet import runs_on
+
+        return RunPlan(user=user, runs_on=runs_on(self.store, self.project, configuration))
 
     async def check(self, name: str, configuration: RunConfiguration) -> None:
         """What a submission of this name would be refused for first: a cycle of dependencies, a secret

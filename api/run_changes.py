@@ -10,7 +10,16 @@ from fastapi import APIRouter, Depends, Request
 
 from activities.code import MAX_BYTES
 from api.auth import Refused, caller, require, store_of
-from api.messages import RUN_REFUSALS, DeployedRun, RunChecks, RunSubmission, StoredCode, SubmittedRun
+from api.messages import (
+    RUN_REFUSALS,
+    DeployedRun,
+    RunChecks,
+    RunPlan,
+    RunSubmission,
+    StoredCode,
+    SubmittedRun,
+)
+from api.project_runs import ProjectRuns
 from api.temporal import one_line_errors, project_runs
 from core.teams.roles import Action, Caller
 from core.wire.run_messages import DeployRequest, StopReply, StopRequest
@@ -41,6 +50,15 @@ async def submit_run(
     runs = await project_runs(request, project)
     with one_line_errors():
         return await runs.submit(submission, user=who.name)
+
+
+@router.post("/plans")
+def plan_run(
+    project: str, checks: RunChecks, who: Caller = Depends(caller), store: Store = Depends(store_of)
+) -> RunPlan:
+    """`ferry apply`'s plan: who would submit the run, and where it would run."""
+    require(who, Action.SUBMIT_RUNS, project)
+    return ProjectRuns(store, None, project).plan(checks.configuration, who.name)
 
 
 @router.post("/runs/{name}/checks", status_code=204)

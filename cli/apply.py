@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli import exit_codes, render
-from cli.context import Context, confirm
+from cli.context import Context, confirm, ensure_can_ask
 from cli.errors import ABORTS, USAGE_EXIT, CommandError
 from core.configuration import (
     DevEnvironmentConfiguration,
@@ -32,6 +32,7 @@ from core.configuration.pipeline import LoadedPipeline, load_run_file
 from core.configuration.specs import Dependency, DependencySpec
 from core.durations import format_duration
 from core.status import RunStatus
+from store.repository import Store
 
 if TYPE_CHECKING:
     from cli.remote_runs import RunsClient
@@ -84,12 +85,14 @@ def apply(
     configuration = with_overrides(configuration, name=name, env=env, after=after or [])
     configuration = configuration.with_run_args(run_args or [])  # shown resolved in the plan too
     console = render.console(stderr=True)
-    console.print(plan_table(ctx, file, configuration))
+    if ctx.starts_stack():
+        ensure_can_ask(yes=yes)  # said before the plan starts the embedded stack for its API
+    runs = ctx.runs(submitting=True)  # through Ferry's API (docs/teams.md#runs)
+    console.print(plan_table(ctx, runs, file, configuration))
     if not confirm("Submit the run?", yes=yes):
         return 1
-    ctx.prepare_stack()
     repo_dir = Path(file).resolve().parent
-    return asyncio.run(_submit(ctx, configuration, repo_dir, console, yes=yes, detach=detach))
+    return asyncio.run(_submit(ctx, runs, configuration, repo_dir, console, yes=yes, detach=detach))
 
 
 def with_overrides(
@@ -203,18 +206,16 @@ def schedule_line(crons: list[str], count: int = 3) -> str:
     return "scheduled: next at " + ", ".join(format_utc(t) for t in times)
 
 
-def plan_table(ctx: Context, file: str, configuration: RunConfiguration) -> Table:
-    from cli.fleet import runs_on
-    from cli.login_file import default_user
-
+def plan_table(ctx: Context, runs: RunsClient, file: str, configuration: RunConfiguration) -> Table:
     summary = configuration.summary()
-    # The fleet it goes to, as the submission will choose it (docs/fleets.md); by which workers.
-    where = runs_on(ctx.store(), ctx.project, configuration)
-    if not ctx.embedded:
+    # Who submits it and the fleet it goes to, as the submission will choose it (docs/fleets.md).
+    plan = runs.plan(configuration)
+    where = plan.runs_on
+    if ctx.settings.temporal_address is not None and isinstance(runs.store, Store):  # an operator's CLI
         where += f", by the workers of {ctx.settings.temporal_address}"
     rows = [
         ("Project", ctx.project),
-        ("User", default_user()),
+        ("User", plan.user),
         ("Configuration", file),
         ("Type", configuration.type),
         ("Name", configuration.name or "(generated when submitted)"),
@@ -235,6 +236,7 @@ def _waits_for(configuration: RunConfiguration) -> str:
 
 async def _submit(
     ctx: Context,
+    api: RunsClient,
     configuration: RunConfiguration,
     repo_dir: Path,
     console: Console,
@@ -244,7 +246,6 @@ async def _submit(
 ) -> int:
     from cli.follow import follow_run
 
-    api = await asyncio.to_thread(ctx.runs, submitting=True)  # through Ferry's API (docs/teams.md#runs)
     name = configuration.name
     if name is not None:
         await api.check(name, configuration)  # a cycle, a secret not set: refused before a run is stopped

@@ -34,6 +34,12 @@ class Context:
         """Whether runs go to the embedded stack (no FERRY_TEMPORAL_ADDRESS or TEMPORAL_ADDRESS)."""
         return self.settings.temporal_address is None
 
+    def starts_stack(self) -> bool:
+        """Whether reaching Ferry's API starts the embedded stack: no login, no Temporal address."""
+        from cli.login_file import kept_login
+
+        return self.embedded and kept_login() is None
+
     def connection(self) -> TemporalConnection:
         """How to reach Temporal, TLS and API key included (the embedded stack started first if that is
         what is used); ConnectionSettingsError for settings that cannot work (docs/deployment.md)."""
@@ -55,7 +61,7 @@ class Context:
     def prepare_stack(self) -> None:
         """Start ensuring the stack in a thread, while the command imports what it needs (the Temporal SDK
         takes a while); `ensure_stack` and `api` then wait for it."""
-        if self._stack is None and self.embedded:
+        if self._stack is None and self.starts_stack():
             import threading
 
             from embedded.stack import ensure_stack
@@ -128,12 +134,17 @@ def confirm(question: str, *, yes: bool) -> bool:
     """Ask on the terminal (`-y` answers yes); with no terminal to ask on, a clear error."""
     if yes:
         return True
-    from cli.errors import USAGE_EXIT, CommandError
-
-    if not sys.stdin.isatty():
-        raise CommandError(
-            "no terminal to ask for confirmation on: pass -y to go ahead without asking", USAGE_EXIT
-        )
+    ensure_can_ask(yes=yes)
     import typer
 
     return typer.confirm(question, default=False, err=True)
+
+
+def ensure_can_ask(*, yes: bool) -> None:
+    """A clear error, before anything is done, where a confirmation will be needed and cannot be asked."""
+    from cli.errors import USAGE_EXIT, CommandError
+
+    if not yes and not sys.stdin.isatty():
+        raise CommandError(
+            "no terminal to ask for confirmation on: pass -y to go ahead without asking", USAGE_EXIT
+        )

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from api.messages import DeployedRun, LiveAsk, LiveNews, RunSubmission, SubmittedRun
+from api.messages import DeployedRun, LiveAsk, LiveNews, RunPlan, RunSubmission, SubmittedRun
 from api.project_runs import ProjectRuns
 from cli.code_archive import packed_code, with_environment
 from cli.login_file import default_user
@@ -66,6 +66,9 @@ class DirectRuns:
             authorized_keys=self.authorized_keys,
         )
         return await runs.submit(submission, user=default_user())
+
+    def plan(self, configuration: RunConfiguration) -> RunPlan:
+        return ProjectRuns(self.store, None, self.project).plan(configuration, default_user())
 
     async def check(self, name: str, configuration: RunConfiguration) -> None:
         await (await self._connected()).check(name, configuration)

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import httpx
 
-from api.messages import DeployedRun, LiveAsk, LiveNews, StoredCode, SubmittedRun
+from api.messages import DeployedRun, LiveAsk, LiveNews, RunPlan, StoredCode, SubmittedRun
 from cli import exit_codes
 from cli.api_client import TIMEOUT, login, refusal
 from cli.code_archive import packed_code, with_environment
@@ -40,6 +40,7 @@ class RunsClient(Protocol):
     async def submit(
         self, configuration: RunConfiguration, *, repo_dir: Path, run_name: str | None = None
     ) -> SubmittedRun: ...
+    def plan(self, configuration: RunConfiguration) -> RunPlan: ...
     async def check(self, name: str, configuration: RunConfiguration) -> None: ...
     async def stop(self, run_name: str, *, abort: bool = False) -> StopReply: ...
     async def deploy(self, run_name: str, configuration: RunConfiguration) -> DeployedRun: ...
@@ -189,6 +190,10 @@ class RemoteRuns:
         code = StoredCode.model_validate(answer.json())
         body = submission_body(configuration, name, code.code_hash, code_name, self.authorized_keys)
         return SubmittedRun.model_validate(await asyncio.to_thread(self._post, "/runs", body))
+
+    def plan(self, configuration: RunConfiguration) -> RunPlan:
+        body = {"configuration": json.loads(configuration.model_dump_json())}
+        return RunPlan.model_validate(self._post("/plans", body))
 
     async def check(self, name: str, configuration: RunConfiguration) -> None:
         """What a submission of this name would be refused for first, said (CommandError) before an active
