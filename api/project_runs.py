@@ -61,8 +61,8 @@ class ProjectRuns:
         return SubmittedRun(run=record, notes=notes)
 
     def plan(self, configuration: RunConfiguration, user: str) -> RunPlan:
-        """The plan's `User` and `Runs on`, as the submission would choose (cli.fleet.runs_on)."""
-        from cli.fleet import runs_on
+        """The plan's `User` and `Runs on`, as the submission would choose (cli.run_plan.runs_on)."""
+        from cli.run_plan import runs_on
 
         return RunPlan(user=user, runs_on=runs_on(self.store, self.project, configuration))
 

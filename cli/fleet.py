@@ -20,10 +20,10 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from cli.context import Context
-    from core.configuration import FleetConfiguration, RunConfiguration
+    from core.configuration import FleetConfiguration
     from core.configuration.loading import LoadedConfiguration
     from core.fleets.messages import FleetDescription
-    from store import FleetRecord, InstanceRecord, Store
+    from store import FleetRecord, InstanceRecord
 
 DEPLOY_WAIT = 600.0  # seconds `ferry apply` follows a fleet's deployment
 DELETE_WAIT = 120.0
@@ -143,29 +143,6 @@ def _deployment_result(described: FleetDescription, console: Console) -> int:
 
 
 # --- what is shown ---------------------------------------------------------------------------------------
-
-
-def runs_on(store: Store, project: str, configuration: RunConfiguration) -> str:
-    """The plan's `Runs on`: the fleet a run submitted now goes to (choose_fleet, or its volumes' fleet,
-    docs/volumes.md), and why that one; or why it would be refused."""
-    from cli.errors import FerryError
-    from cli.fleet_api import pick_fleet
-    from cli.volume_api import run_volumes
-    from core.wire.workflow_ids import LOCAL_FLEET
-
-    try:
-        on, _ = run_volumes(store, project, configuration)
-        if on is not None:
-            return f"fleet {on} (where its volumes are)"
-        fleet = pick_fleet(store.list_fleets(project), project, configuration.fleets)
-    except FerryError as err:
-        return f"nowhere: {err}"
-    wanted = configuration.fleets or []
-    why = (
-        f" (the first of {', '.join(wanted)} that exists)" if len(wanted) > 1
-        else "" if wanted else " (the project's newest fleet)" if fleet != LOCAL_FLEET else ""
-    )  # fmt: skip
-    return f"fleet {fleet}{why}" if fleet != LOCAL_FLEET else "this machine (fleet local)"
 
 
 def plan_table(ctx: Context, file: str, configuration: FleetConfiguration, name: str | None) -> Table:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cli import exit_codes, render
-from cli.fleet import runs_on
 from cli.follow import _status_view
+from cli.run_plan import runs_on
 from cli.tables import Column, FittedTable, Row
 from core.configuration import TaskConfiguration, parse_configuration
 from store import Store
