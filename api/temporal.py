@@ -15,8 +15,8 @@ from temporalio.client import Client
 from api.auth import Refused, store_of
 from api.project_runs import ProjectRuns
 from cli import exit_codes
-from cli.api_client import EXIT_CODE
-from cli.errors import FerryError
+from cli.api_client import CODE_NEEDED, EXIT_CODE
+from cli.errors import CodeMissing, FerryError
 from core.configuration.notifications import private_webhooks_allowed
 from core.settings import Settings
 from core.temporal_connection import ConnectionSettingsError
@@ -57,6 +57,8 @@ def one_line_errors() -> Iterator[None]:
     """A FerryError raised within: its line, with the status and exit code its kind has."""
     try:
         yield
+    except CodeMissing as err:  # the client sends the code, then the submission again (cli/remote_runs.py)
+        raise Refused(409, str(err), {EXIT_CODE: str(err.exit_code), CODE_NEEDED: "1"}) from None
     except FerryError as err:
         status = _STATUS.get(err.exit_code, 400)
         raise Refused(status, str(err), {EXIT_CODE: str(err.exit_code)}) from None

@@ -31,6 +31,7 @@ from bench.common import (
 )
 from bench.recovery_hosts import ssh_settings
 from cli.api import FerryAPI
+from cli.api_client import CODE_NEEDED
 from cli.code_archive import packed_code, with_environment
 from cli.remote_runs import submission_body
 from core.configuration import RunConfiguration, TaskConfiguration, parse_configuration
@@ -40,6 +41,7 @@ from embedded.extra_workers import ExtraWorkers
 from embedded.stack import Stack, StackStatus
 from store import JobSubmissionRecord, RunRecord, Store, open_store
 from store.keys import load_keys
+from store.repository import code_hash
 from worker.temporal import connect
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -155,18 +157,18 @@ class FerrySide:
     async def submit_through_api(
         self, project: str, name: str, commands: list[str], **resources: str
     ) -> RunRecord:
-        """As `ferry apply` does through Ferry's API (docs/teams.md#runs): the code packed and sent, then
-        the submission, each an HTTP request to the stack's API process with the home's user's token."""
+        """As `ferry apply` does through Ferry's API (docs/teams.md#runs): the code packed, the submission
+        sent (and the code first where the API lacks it), to the stack's API with the home's user's token."""
         conf = with_environment(configuration(commands, {**SHARED, **resources}))
         archive, code_name = await asyncio.to_thread(packed_code, self.repo, conf)
         http = await self.api_http()
         base = f"/api/projects/{project}"
-        sent = await http.post(
-            f"{base}/code", content=archive, headers={"Content-Type": "application/octet-stream"}
-        )
-        sent.raise_for_status()
-        body = submission_body(conf, name, sent.json()["code_hash"], code_name, [])
+        body = submission_body(conf, name, code_hash(archive), code_name, [])
         answer = await http.post(f"{base}/runs", json=body)
+        if answer.headers.get(CODE_NEEDED):  # the code first, as the CLI sends it (cli/remote_runs.py)
+            octets = {"Content-Type": "application/octet-stream"}
+            (await http.post(f"{base}/code", content=archive, headers=octets)).raise_for_status()
+            answer = await http.post(f"{base}/runs", json=body)
         if answer.status_code != 201:
             raise RuntimeError(f"the API answered {answer.status_code}: {answer.text}")
         return RunRecord.model_validate(answer.json()["run"])

@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from cli.code_archive import packed_code, with_environment
-from cli.errors import FerryError, RunActive, RunNotFound, RunStuck
+from cli.errors import CodeMissing, FerryError, RunActive, RunNotFound, RunStuck
 from cli.fleet_api import FleetAPI, choose_fleet
 from cli.login_file import default_user
 from cli.pipeline_tasks import task_run
@@ -108,8 +108,8 @@ class FerryAPI:
         from core.configuration.loading import ensure_runnable  # here: YAML stays out of `ferry ps`
 
         ensure_runnable(configuration, f"run {name}")  # refused before anything is stored or started
-        if await asyncio.to_thread(self.store.get_code, code_hash) is None:
-            raise FerryError(f"run {name}: its code ({code_hash}) is not in the store: send it first")
+        if not await asyncio.to_thread(self.store.has_code, code_hash):
+            raise CodeMissing(f"run {name}: its code ({code_hash}) is not in the store: send it first")
         await self.check_secrets([configuration], f"run {name}")
         await self._ensure_name_free(name)
         dependencies = await asyncio.to_thread(self.resolve_dependencies, name, configuration)

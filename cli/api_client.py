@@ -22,6 +22,7 @@ _EXIT_CODES = {
     503: exit_codes.UNREACHABLE,
 }
 EXIT_CODE = "X-Ferry-Exit-Code"  # api/temporal.py: the exit code of a FerryError's kind
+CODE_NEEDED = "X-Ferry-Code-Needed"  # a submission's 409 when the store lacks its code: send it, then again
 
 
 def login() -> tuple[str, str]:

@@ -59,6 +59,12 @@ class RunActive(FerryError):
     pass
 
 
+class CodeMissing(FerryError):
+    """A submission whose code the store does not hold (yet): the CLI sends it, then submits again."""
+
+    exit_code = exit_codes.FAILED
+
+
 class RunStuck(FerryError):
     """The run's workflow cannot go on (cli/stuck.py): it can take no stop, no deploy: exit code 1."""
 

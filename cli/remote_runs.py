@@ -18,12 +18,14 @@ import httpx
 
 from api.messages import DeployedRun, LiveAsk, LiveNews, RunPlan, StoredCode, SubmittedRun
 from cli import exit_codes
-from cli.api_client import TIMEOUT, login, refusal
+from cli.api_client import CODE_NEEDED, TIMEOUT, login, refusal
 from cli.code_archive import packed_code, with_environment
+from cli.errors import CommandError
 from cli.run_names import generated_name
 from core.configuration import RunConfiguration
 from core.wire.run_messages import DeployRequest, StopReply, StopRequest
 from store import EventRecord, JobSubmissionRecord, RunRecord
+from store.repository import code_hash
 from store.run_reads import RunReads
 
 NEXT_OFFSET = "X-Ferry-Next-Offset"  # api/run_reads.py
@@ -60,8 +62,9 @@ class ApiSession:
             base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=TIMEOUT, trust_env=False
         )
 
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """The answer to one call; a refusal raises CommandError with its line and exit code."""
+    def request(self, method: str, path: str, allow: str | None = None, **kwargs: Any) -> httpx.Response:
+        """The answer to one call; a refusal raises CommandError with its line and exit code, but one that
+        carries the header `allow` names (it is answered)."""
         try:
             answer = self._client.request(method, path, **kwargs)
         except httpx.TransportError as err:
@@ -70,7 +73,7 @@ class ApiSession:
             raise CommandError(
                 f"cannot reach Ferry's API at {self.url}: {err}", exit_codes.UNREACHABLE
             ) from None
-        if answer.status_code >= 300:
+        if answer.status_code >= 300 and not (allow and answer.headers.get(allow)):
             raise refusal(answer)
         return answer
 
@@ -180,16 +183,25 @@ class RemoteRuns:
         name = run_name or configuration.name or generated_name()
         configuration = with_environment(configuration)
         archive, code_name = await asyncio.to_thread(packed_code, repo_dir, configuration)
-        answer = await asyncio.to_thread(
-            self.session.request,
-            "POST",
-            f"{self._base}/code",
-            content=archive,
-            headers={"Content-Type": "application/octet-stream"},
-        )
-        code = StoredCode.model_validate(answer.json())
-        body = submission_body(configuration, name, code.code_hash, code_name, self.authorized_keys)
-        return SubmittedRun.model_validate(await asyncio.to_thread(self._post, "/runs", body))
+        body = submission_body(configuration, name, code_hash(archive), code_name, self.authorized_keys)
+        # The submission first: the code is sent only when the store lacks it (a changed one), then again.
+        answer = await asyncio.to_thread(self._submit, body)
+        if answer is None:
+            await asyncio.to_thread(self._send_code, archive)
+            answer = await asyncio.to_thread(self._submit, body)
+            if answer is None:
+                raise CommandError(f"run {name}: Ferry's API lost its code as it was sent: apply again")
+        return answer
+
+    def _submit(self, body: dict[str, Any]) -> SubmittedRun | None:
+        """The run submitted; None where the API lacks its code."""
+        answer = self.session.request("POST", f"{self._base}/runs", json=body, allow=CODE_NEEDED)
+        return None if answer.headers.get(CODE_NEEDED) else SubmittedRun.model_validate(answer.json())
+
+    def _send_code(self, archive: bytes) -> None:
+        octets = {"Content-Type": "application/octet-stream"}
+        answer = self.session.request("POST", f"{self._base}/code", content=archive, headers=octets)
+        StoredCode.model_validate(answer.json())
 
     def plan(self, configuration: RunConfiguration) -> RunPlan:
         body = {"configuration": json.loads(configuration.model_dump_json())}

@@ -66,6 +66,11 @@ class RecordNotFoundError(LookupError):
     """An update named a record that is not stored."""
 
 
+def code_hash(data: bytes) -> str:
+    """A code archive's name in the store, "sha256:<hex>": what the CLI sends first (docs/teams.md#runs)."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
 class Store(
     FleetRecords, ServiceRecords, VolumeRecords, SecretRecords, BackendRecords, TeamRecords, RunDeletion
 ):
@@ -338,15 +343,21 @@ class Store(
 
     def put_code(self, data: bytes) -> str:
         """Stores a code archive once, whoever sends it how often, and returns its hash "sha256:<hex>"."""
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        digest = code_hash(data)
         # The archive is usually stored already (a rerun, a retried activity): skip the write lock.
-        with self.engine.connect() as connection:
-            if connection.execute(sa.select(_CODE.c.hash).where(_CODE.c.hash == digest)).first():
-                return digest
+        if self.has_code(digest):
+            return digest
         row = {"hash": digest, "data": data, "size": len(data), "created_at": time.time()}
         with self._writer.begin() as connection:
             insert_ignore(connection, _CODE, [row], ("hash",))
         return digest
+
+    def has_code(self, code_hash: str) -> bool:
+        with self.engine.connect() as connection:
+            return (
+                connection.execute(sa.select(_CODE.c.hash).where(_CODE.c.hash == code_hash)).first()
+                is not None
+            )
 
     def get_code(self, code_hash: str) -> bytes | None:
         """The code archive with this hash, if stored."""

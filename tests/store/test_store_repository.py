@@ -9,6 +9,7 @@ from core.status import JobStatus, RunStatus
 from core.wire.workflow_ids import job_submission_id, parse_job_submission_id
 from store.models import RUN_EVENTLOG, JobSubmissionRecord, RunRecord
 from store.repository import LogGapError, RecordNotFoundError, Store
+from store.repository import code_hash as code_hash_of
 
 
 def _run(
@@ -299,6 +300,9 @@ def test_code_archives_are_content_addressed(store: Store) -> None:
     assert store.get_code(code_hash) == archive
     assert store.put_code(b"") == "sha256:" + hashlib.sha256(b"").hexdigest()
     assert store.get_code("sha256:" + "0" * 64) is None
+    # What the API asks before a submission, without reading the archive (docs/teams.md#runs).
+    assert store.has_code(code_hash) and not store.has_code("sha256:" + "0" * 64)
+    assert code_hash_of(archive) == code_hash
 
 
 def test_databases_without_on_conflict_stay_idempotent(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
