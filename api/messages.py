@@ -152,3 +152,8 @@ class RunPlan(Message):
 
     user: str
     runs_on: str
+
+
+class DeletedRun(Message):
+    jobs: int  # job submissions whose records, events and logs are gone
+    executions: int  # Temporal workflow executions deleted (Temporal removes them within seconds)

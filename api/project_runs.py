@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from temporalio.client import Client
 
 from activities.job_tokens import NO_API_URL, wants_api
-from api.messages import DeployedRun, LiveAsk, LiveNews, RunPlan, RunSubmission, SubmittedRun
+from api.messages import DeletedRun, DeployedRun, LiveAsk, LiveNews, RunPlan, RunSubmission, SubmittedRun
 from cli.api import FerryAPI
 from cli.dev_environments import ask_connections
 from cli.errors import FerryError
@@ -37,9 +37,7 @@ class ProjectRuns:
     private_webhooks: bool = False
 
     def _api(self, authorized_keys: list[str] | None = None) -> FerryAPI:
-        if self.client is None:
-            raise RuntimeError("no Temporal client")
-        return FerryAPI(self.client, self.store, project=self.project, authorized_keys=authorized_keys)
+        return FerryAPI(self._client(), self.store, project=self.project, authorized_keys=authorized_keys)
 
     async def submit(self, submission: RunSubmission, user: str) -> SubmittedRun:
         if not self.private_webhooks:
@@ -72,6 +70,21 @@ class ProjectRuns:
         api = self._api()
         await asyncio.to_thread(api.resolve_dependencies, name, configuration)
         await api.check_secrets([configuration], f"run {name}")
+
+    async def delete(self, ref: str) -> DeletedRun:
+        """A finished run forgotten, by id or name (api/run_deletion.py); RunNotFound, RunActive."""
+        from api.run_deletion import delete_run
+
+        run = await asyncio.to_thread(self.store.get_run, ref)
+        if run is None or run.project != self.project:
+            run = await self._api().get_run(ref)
+        jobs, executions = await delete_run(self._client(), self.store, run)
+        return DeletedRun(jobs=jobs, executions=executions)
+
+    def _client(self) -> Client:
+        if self.client is None:
+            raise RuntimeError("no Temporal client")
+        return self.client
 
     async def stop(self, name: str, *, abort: bool, by: str) -> StopReply:
         return await self._api().stop(name, abort=abort, by=by)

@@ -12,6 +12,7 @@ from activities.code import MAX_BYTES
 from api.auth import Refused, caller, require, store_of
 from api.messages import (
     RUN_REFUSALS,
+    DeletedRun,
     DeployedRun,
     RunChecks,
     RunPlan,
@@ -81,6 +82,15 @@ async def stop_run(
     runs = await project_runs(request, project)
     with one_line_errors():
         return await runs.stop(name, abort=stop.abort, by=who.name)  # the caller, whatever `by` says
+
+
+@router.delete("/runs/{ref}")
+async def delete_run(project: str, ref: str, request: Request, who: Caller = Depends(caller)) -> DeletedRun:
+    """A finished run forgotten: its workflows, records, events and logs (409 for an active one)."""
+    require(who, Action.SUBMIT_RUNS, project)
+    runs = await project_runs(request, project)
+    with one_line_errors():
+        return await runs.delete(ref)
 
 
 @router.post("/runs/{name}/deploy")

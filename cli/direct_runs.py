@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from api.messages import DeployedRun, LiveAsk, LiveNews, RunPlan, RunSubmission, SubmittedRun
+from api.messages import DeletedRun, DeployedRun, LiveAsk, LiveNews, RunPlan, RunSubmission, SubmittedRun
 from api.project_runs import ProjectRuns
 from cli.code_archive import packed_code, with_environment
 from cli.login_file import default_user
@@ -72,6 +72,9 @@ class DirectRuns:
 
     async def check(self, name: str, configuration: RunConfiguration) -> None:
         await (await self._connected()).check(name, configuration)
+
+    async def delete(self, ref: str) -> DeletedRun:
+        return await (await self._connected()).delete(ref)
 
     async def stop(self, run_name: str, *, abort: bool = False) -> StopReply:
         return await (await self._connected()).stop(run_name, abort=abort, by=default_user())

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import httpx
 
-from api.messages import DeployedRun, LiveAsk, LiveNews, RunPlan, StoredCode, SubmittedRun
+from api.messages import DeletedRun, DeployedRun, LiveAsk, LiveNews, RunPlan, StoredCode, SubmittedRun
 from cli import exit_codes
 from cli.api_client import CODE_NEEDED, TIMEOUT, login, refusal
 from cli.code_archive import packed_code, with_environment
@@ -45,6 +45,7 @@ class RunsClient(Protocol):
     def plan(self, configuration: RunConfiguration) -> RunPlan: ...
     async def check(self, name: str, configuration: RunConfiguration) -> None: ...
     async def stop(self, run_name: str, *, abort: bool = False) -> StopReply: ...
+    async def delete(self, ref: str) -> DeletedRun: ...
     async def deploy(self, run_name: str, configuration: RunConfiguration) -> DeployedRun: ...
     def live(self, ask: LiveAsk) -> LiveNews: ...
     async def wait(self, run_name: str) -> RunRecord: ...
@@ -212,6 +213,12 @@ class RemoteRuns:
         run of the name is stopped."""
         body = {"configuration": json.loads(configuration.model_dump_json())}
         await asyncio.to_thread(self._post, f"/runs/{quote(name, safe='')}/checks", body)
+
+    async def delete(self, ref: str) -> DeletedRun:
+        answer = await asyncio.to_thread(
+            self.session.request, "DELETE", f"{self._base}/runs/{quote(ref, safe='')}"
+        )
+        return DeletedRun.model_validate(answer.json())
 
     async def stop(self, run_name: str, *, abort: bool = False) -> StopReply:
         body = json.loads(StopRequest(abort=abort).model_dump_json())

@@ -18,13 +18,14 @@ from core.durations import parse_duration
 from core.status import RunStatus
 
 if TYPE_CHECKING:
-    from store import RunRecord, Store
+    from store import RunRecord
+    from store.run_reads import RunReads
 
 REACHED, TIMED_OUT, IMPOSSIBLE = exit_codes.OK, exit_codes.FAILED, exit_codes.USAGE
 POLL_INTERVAL = 0.1
 
 
-def statuses_reached(store: Store, run: RunRecord) -> set[RunStatus]:
+def statuses_reached(store: RunReads, run: RunRecord) -> set[RunStatus]:
     """Every status the run's eventlog shows it in: submitted, then each `status` and `clean`."""
     reached = {RunStatus.SUBMITTED}
     for record in store.read_events(run.id, None):
@@ -35,7 +36,7 @@ def statuses_reached(store: Store, run: RunRecord) -> set[RunStatus]:
 
 
 def check(
-    store: Store, run: RunRecord, status: RunStatus | None, event: str | None
+    store: RunReads, run: RunRecord, status: RunStatus | None, event: str | None
 ) -> tuple[int | None, str]:
     """REACHED or IMPOSSIBLE with what to say, or None while it may still happen."""
     finished = RunStatus(run.status).is_finished()  # read before the events: a finished run's are all in
@@ -66,9 +67,8 @@ def wait(run_name: str, *, status: RunStatus | None, event: str | None, timeout:
     except ValueError as err:
         raise CommandError(f"--timeout: {err}", USAGE_EXIT) from None
     ctx = Context.from_env()
-    store = ctx.store()
+    store = ctx.runs().store  # through Ferry's API (docs/teams.md#runs)
     run = ctx.find_run(store, run_name)
-    ctx.ensure_stack()  # the run moves on only while the stack is up
     deadline = None if limit is None else time.monotonic() + limit
     while True:
         run = store.get_run(run.id) or run

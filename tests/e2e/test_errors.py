@@ -36,7 +36,6 @@ def check_one_line(result: object, code: int, *, expected: str) -> None:
 @pytest.mark.parametrize(
     ("args", "code", "expected"),
     [
-        (["wait", "no-such-run"], 3, "ferry wait: no run named 'no-such-run'"),
         (["apply", "-y", "-f", "missing.yml"], 2, "ferry apply: missing.yml: no such file"),
         (["apply", "-y", "-f", "examples/hello.yml", "--bogus"], 2, "ferry apply: no such option: --bogus"),
         (["ps", "--watch=maybe"], 2, "ferry ps:"),

@@ -155,6 +155,10 @@ def test_a_revoked_token_is_refused_at_once(ferry: Ferry, users: dict[str, str])
             ["stop", "-y", "no-such-run"],
             "ferry stop: no run named 'no-such-run' in project 'main' (see ferry ps -a)",
         ),
+        (
+            ["wait", "no-such-run"],
+            "ferry wait: no run named 'no-such-run' in project 'main' (see ferry ps -a)",
+        ),
     ],
 )
 def test_a_run_that_is_not_there_is_one_line_and_exit_code_3(
