@@ -131,6 +131,29 @@ def test_a_job_with_dstack_true_submits_a_run_and_waits_for_it(
         store.engine.dispose()
 
 
+def test_a_teammates_cli_holds_neither_the_codec_key_nor_temporals_address(
+    ferry: Ferry, users: dict[str, str], tmp_path: Path
+) -> None:
+    """docs/teams.md#one-way-in: alice's own FERRY_HOME, logged in by the variables, runs the run commands;
+    nothing in it or in the command's environment is the stack's key, store or Temporal address."""
+    home = tmp_path / "alice-home"
+    alice = {**as_user(ferry, users, "alice", "a"), "FERRY_HOME": str(home)}
+    config = task(tmp_path, "hers", "echo from her home")
+    applied = ferry("apply", "-f", config, "-y", env=alice, timeout=120)
+    assert applied.returncode == 0, applied.stderr
+    for args in (("ps", "-a"), ("logs", "hers"), ("events", "hers"), ("wait", "hers")):
+        assert ferry(*args, env=alice).returncode == 0, args
+    state = json.loads((ferry.home / "stack" / "stack.json").read_text())
+    key = (ferry.home / "codec.key").read_bytes().strip()
+    assert not any(name.startswith(("FERRY_TEMPORAL", "TEMPORAL_")) for name in {**ferry.env, **alice})
+    made = sorted(str(path.relative_to(home)) for path in home.rglob("*") if path.is_file())
+    assert not any(name in made for name in ("codec.key", "ferry.db", "stack/stack.json")), made
+    for path in home.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert key not in data and f":{state['port']}".encode() not in data, path
+
+
 def test_a_revoked_token_is_refused_at_once(ferry: Ferry, users: dict[str, str]) -> None:
     bob = as_user(ferry, users, "bob", "b")
     assert ferry("logs", "mine", env=bob).returncode == 0
