@@ -7,10 +7,11 @@ import logging
 
 from aiohttp import web
 
+from core.teams.roles import Caller
 from gateway.directory import Directory
 from gateway.replies import ErrorReply
 from gateway.routing_table import RoutingTable, Service
-from gateway.rules import forwards_authorization, token_needed
+from gateway.rules import forwards_authorization, not_a_member, token_needed
 from gateway.tokens import TokenChecker, bearer_token
 
 log = logging.getLogger(__name__)
@@ -25,15 +26,16 @@ class Access:
     def table(self) -> RoutingTable:
         return self._directory.table
 
-    async def user(self, request: web.Request) -> str | None:
-        """The user whose bearer token the request carries (None: no token, or an unknown one); raises if
-        the store cannot say."""
+    async def user(self, request: web.Request) -> Caller | None:
+        """Whom the request's bearer token opens as (None: no token, or an unknown one); raises if the
+        store cannot say."""
         return await self._tokens.user(bearer_token(request.headers.get("Authorization")))
 
     async def refusal(
         self, request: web.Request, service: Service, errors: ErrorReply
     ) -> web.Response | None:
-        """None if the request may reach the service; else the answer to give (401, or 503)."""
+        """None if the request may reach the service; else the answer to give: 401, 403 for a token of
+        someone outside the service's project (docs/teams.md#services), or 503."""
         if not service.settings.auth:
             return None
         try:
@@ -43,6 +45,8 @@ class Access:
             return errors(503, "could not check the token now (the store is unreachable); try again")
         if user is None:
             return errors(401, token_needed(service.project, service.run_name))
+        if not user.sees(service.project):
+            return errors(403, not_a_member(user.name, service.project, service.run_name))
         return None
 
     async def forwards_authorization(self, request: web.Request, service: Service) -> bool:

@@ -119,7 +119,8 @@ class ModelsApi:
             return openai_error(503, "could not check the token now (the store is unreachable); try again")
         if user is None:
             return openai_error(401, TOKEN_NOT_VALID)
-        return services
+        # Another project's models do not exist for this token (docs/teams.md#services).
+        return services if user.sees(project) else [s for s in services if not s.settings.auth]
 
 
 def _model_name(service: Service) -> str:

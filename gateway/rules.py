@@ -125,6 +125,10 @@ def forwards_authorization(service_auth: bool, ferry_token: bool | None) -> bool
 TOKEN_HOW = "send `Authorization: Bearer <token>` (`ferry token` shows yours)"
 
 
+def not_a_member(user: str, project: str, run_name: str) -> str:
+    return f"{project}/{run_name} admits its project's members only: {user} is not a member of {project}"
+
+
 def token_needed(project: str, run_name: str) -> str:
     return f"{project}/{run_name} needs a Ferry token: {TOKEN_HOW}"
 

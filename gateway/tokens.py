@@ -1,8 +1,9 @@
-"""Who a token belongs to: for services with `auth` (the default), whose bearer token must be a user's;
-for the others, whose Authorization header is forwarded only when it carries no Ferry token
-(gateway.rules.forwards_authorization).
+"""Who a token belongs to: for services with `auth` (the default), whose bearer token must be that of a
+member of the service's project (docs/teams.md#services); for the others, whose Authorization header is
+forwarded only when it carries no Ferry token (gateway.rules.forwards_authorization).
 
-A token is a user's Ferry token (`ferry token`); the store keeps its sha256 hex. Answers are cached in
+A token is a user's Ferry token (`ferry token`) or a job's (docs/teams.md#a-jobs-token); the store keeps
+its sha256 hex, and answers who it opens as and where (`Store.caller_for_token_hash`). Answers are cached in
 memory by token: a known token for `token_ttl` (so a replaced token stops working within that time), an
 unknown one for `unknown_token_ttl`. A miss is looked up in a thread, once however many requests carry
 the same token meanwhile, so a cached token costs a dict lookup and no hashing.
@@ -14,6 +15,7 @@ import asyncio
 import time
 
 from core.services.replicas import token_hash
+from core.teams.roles import Caller
 from gateway.options import GatewayOptions
 from store.repository import Store
 
@@ -47,11 +49,11 @@ class TokenChecker:
     def __init__(self, store: Store, options: GatewayOptions) -> None:
         self._store = store
         self._options = options
-        self._known: dict[str, tuple[str | None, float]] = {}  # token: (user or None, good until)
-        self._looking_up: dict[str, asyncio.Task[str | None]] = {}
+        self._known: dict[str, tuple[Caller | None, float]] = {}  # token: (its caller or None, good until)
+        self._looking_up: dict[str, asyncio.Task[Caller | None]] = {}
 
-    def cached_user(self, token: str | None) -> tuple[bool, str | None]:
-        """(True, the user or None) when the answer is known without a lookup (no token, or a token in
+    def cached_user(self, token: str | None) -> tuple[bool, Caller | None]:
+        """(True, the caller or None) when the answer is known without a lookup (no token, or a token in
         the cache); (False, None) when `user` has to look it up."""
         if token is None:
             return True, None
@@ -60,9 +62,9 @@ class TokenChecker:
             return True, cached[0]
         return False, None
 
-    async def user(self, token: str | None) -> str | None:
-        """The user whose token this is; None for no token, or not a known one. Raises if the store
-        cannot say."""
+    async def user(self, token: str | None) -> Caller | None:
+        """Whom this token opens as: its user, their role and projects; None for no token, or not a known
+        one. Raises if the store cannot say."""
         if token is None:
             return None
         cached = self._known.get(token)
@@ -83,9 +85,9 @@ class TokenChecker:
         except Exception:
             return None
 
-    async def _look_up(self, token: str) -> str | None:
+    async def _look_up(self, token: str) -> Caller | None:
         try:
-            user = await asyncio.to_thread(self._store.user_for_token_hash, token_hash(token))
+            user = await asyncio.to_thread(self._store.caller_for_token_hash, token_hash(token))
         finally:
             del self._looking_up[token]
         ttl = self._options.token_ttl if user is not None else self._options.unknown_token_ttl
@@ -95,6 +97,6 @@ class TokenChecker:
         return user
 
 
-def _retrieve_exception(task: asyncio.Task[str | None]) -> None:
+def _retrieve_exception(task: asyncio.Task[Caller | None]) -> None:
     if not task.cancelled():
         task.exception()  # raised to the requests awaiting it; none may be left

@@ -220,8 +220,8 @@ class ClientConnection(asyncio.Protocol):
                     self._hand_off(head, head_end)  # the lookup failed: the app asks again, and answers
                 return
             if service.settings.auth:
-                if user is None:
-                    self._hand_off(head, head_end)  # the app answers 401 (or 503 if the store cannot say)
+                if user is None or not user.sees(service.project):
+                    self._hand_off(head, head_end)  # the app answers 401 or 403 (503: the store cannot say)
                     return
             else:
                 forward_authorization = user is None  # gateway.rules.forwards_authorization

@@ -8,6 +8,7 @@ import time
 
 import aiohttp
 
+from core.teams.roles import ProjectRole
 from tests.gateway.conftest import Harness, add_replica, add_service, bearer, eventually
 
 
@@ -58,6 +59,7 @@ async def test_a_new_token_is_known_within_the_negative_cache_time(
     async with http.get(url, headers=bearer("bob-token")) as response:
         assert response.status == 401
     harness.store.put_user("bob", hashlib.sha256(b"bob-token").hexdigest())
+    harness.store.set_member("main", "bob", ProjectRole.USER)
     async with http.get(url, headers=bearer("bob-token")) as response:
         assert response.status == 401  # the miss is cached a while (unknown_token_ttl)
 
@@ -66,6 +68,35 @@ async def test_a_new_token_is_known_within_the_negative_cache_time(
             return response.status == 200
 
     await eventually(known, timeout=gateway.options.unknown_token_ttl + 2)
+
+
+async def test_a_service_admits_its_projects_members_only(
+    harness: Harness, http: aiohttp.ClientSession
+) -> None:
+    """docs/teams.md#services: a token of project b's member is refused by project a's service (403, on the
+    fast path and the app's alike), a's member's is let through; the admin (alice, the store's first user)
+    reaches both."""
+    store = harness.store
+    for user in ("ann", "ben"):
+        store.put_user(user, hashlib.sha256(f"{user}-token".encode()).hexdigest())
+    store.set_member("a", "ann", ProjectRole.USER)
+    store.set_member("b", "ben", ProjectRole.USER)
+    run_id = add_service(store, project="a")
+    replica = await harness.replica("one")
+    add_replica(store, run_id, "r-0", replica.url)
+    _, proxy = await harness.gateway()
+    url = f"{proxy}/proxy/services/a/app/"
+    for _ in range(2):  # the first asks the store, the second is answered from the cache
+        async with http.get(url, headers=bearer("ben-token")) as response:
+            assert response.status == 403
+            assert (
+                "a/app admits its project's members only: ben is not a member of a" in await response.text()
+            )
+    assert replica.requests == []
+    for token in ("ann-token", None):
+        for _ in range(2):
+            async with http.get(url, headers=bearer(token) if token else bearer()) as response:
+                assert response.status == 200, await response.text()
 
 
 async def test_request_counts_land_in_the_store_per_second(
