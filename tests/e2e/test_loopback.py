@@ -88,7 +88,8 @@ def test_every_socket_of_the_embedded_stack_listens_on_loopback(tmp_path: Path) 
             f"pid {pid}: {address}:{port}" for pid, address, port in sockets if not is_loopback(address)
         )
         assert wide == []
-        # The test sees the sockets it must: Temporal's gRPC and Web UI, the proxy's, the agent's API.
+        # The test sees the sockets it must: Temporal's gRPC and Web UI, the proxy's, the agent's and Ferry's
+        # APIs.
         ports = {port for _, _, port in sockets}
         expected = {
             int(status["address"].rsplit(":", 1)[1]),
@@ -96,13 +97,18 @@ def test_every_socket_of_the_embedded_stack_listens_on_loopback(tmp_path: Path) 
             *(
                 int(p["address"].rsplit(":", 1)[1])
                 for p in status["processes"]
-                if p["name"] in ("proxy", "agent")
+                if p["name"] in ("proxy", "agent", "api")
             ),
         }
         assert expected <= ports, (expected, sockets)
+        # A run command goes through the stack's API and sends the key nowhere (docs/teams.md#one-way-in).
+        listed = ferry("ps")
+        assert listed.returncode == 0, listed.stderr
         # A command that would send the key to the stack says so instead (docs/deployment.md#errors).
-        refused = ferry("ps")
+        refused = ferry("schedule", "trigger", "nope")
         assert refused.returncode == USAGE and "Traceback" not in refused.stderr
-        assert refused.stderr.startswith("ferry ps: TEMPORAL_API_KEY is set but no Temporal address is")
+        assert refused.stderr.startswith(
+            "ferry trigger: TEMPORAL_API_KEY is set but no Temporal address is"
+        ), refused.stderr
     finally:
         ferry("server", "stop")

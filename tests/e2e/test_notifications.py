@@ -136,23 +136,22 @@ def test_a_notification_naming_a_secret_not_set_is_refused(ferry: Ferry, tmp_pat
     assert "NOT_SET" in refused.stderr
 
 
-def test_a_stack_that_refuses_private_webhooks_posts_none_and_logs_why(
+def test_a_stack_that_refuses_private_webhooks_refuses_the_run_before_submission(
     tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, receiver: tuple[Receiver, str]
 ) -> None:
+    """FERRY_WEBHOOKS_ALLOW_PRIVATE=0 reaches the stack's API, which refuses a literal loopback webhook in
+    one line before anything is submitted (a host name is resolved and checked by the worker as it posts:
+    tests/activities/test_notifications.py)."""
     got, url = receiver
     home = tmp_path_factory.mktemp("ferry-home-refusing")
-    env = {**ferry_env(home), "FERRY_WEBHOOKS_ALLOW_PRIVATE": "0"}  # reaches the stack's worker
+    env = {**ferry_env(home), "FERRY_WEBHOOKS_ALLOW_PRIVATE": "0"}  # reaches the stack's API and worker
     with stack_of(Ferry(home, env)) as ferry:
         hook = f"notifications:\n  - url: {url}\n"
-        done = ferry("apply", "-y", "-f", task(tmp_path, "refused", "echo hi", extra=hook))
-        assert done.returncode == 0, done.stderr
-        assert last_line(done.stderr) == "run refused: done (all jobs done)"
-        log = home / "stack" / "worker.log"
-        said = f"{url}: 127.0.0.1 is a loopback address: refused (FERRY_WEBHOOKS_ALLOW_PRIVATE=1 allows"
-        for _ in range(600):  # the refusal reaches the log (a bound, not a timing assertion)
-            text = log.read_text(errors="replace")
-            if said in text:
-                break
-            time.sleep(0.1)
-        assert said in text and "given up" in text, text[-2000:]
-    assert got.requests == []  # not one attempt reached it
+        refused = ferry("apply", "-y", "-f", task(tmp_path, "refused", "echo hi", extra=hook))
+        assert refused.returncode == 2, refused.stderr
+        said = f"ferry apply: run refused: notifications: {url}: 127.0.0.1 is a loopback address: refused"
+        assert last_line(refused.stderr).startswith(said), refused.stderr
+        assert "FERRY_WEBHOOKS_ALLOW_PRIVATE=1 allows" in last_line(refused.stderr)
+        listed = ferry("ps", "-a", "--json")
+        assert json.loads(listed.stdout) == []  # nothing submitted
+    assert got.requests == []
