@@ -115,10 +115,11 @@ class Stack(StackFiles):
                     api_pid=state.api_pid if state else None,
                 )
                 if state is not None and moved.port != state.port:
-                    # Its port was taken while it was down: the worker and the proxy know it by its old
-                    # address, where another stack's server may listen now; they start again with the new.
+                    # Its port was taken while it was down: the worker, the proxy and the API know it by its
+                    # old address, where another stack's server may listen now; they start again with the new.
                     terminate(state.worker_pid, self._worker_marker())
                     terminate(state.proxy_pid, self._proxy_marker())
+                    terminate(state.api_pid, self._api_marker())
                 state = moved
                 temporal = self._spawn("temporal", self._temporal_command(state))
                 state.temporal_pid = temporal.pid

@@ -1,8 +1,9 @@
 """The Temporal dev server SIGKILLed and its port taken before the next command: the command starts it on
-another port, and the worker and the proxy, which knew it by its old address, start again with the new one
-(embedded/stack.py, docs/chaos.md#temporal-on-another-port). Without that, the worker would poll whatever
-listens at the old address, for ever, and no run would start. And a port taken between its choice and the
-dev server's bind (two stacks started at once): the dev server counts as up only on its own listener."""
+another port, and the worker, the proxy and Ferry's API, which knew it by its old address, start again
+with the new one (embedded/stack.py, docs/chaos.md#temporal-on-another-port). Without that, the worker
+would poll whatever listens at the old address, for ever, and no run would start. And a port taken between
+its choice and the dev server's bind (two stacks started at once): the dev server counts as up only on its
+own listener."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def test_a_temporal_started_again_on_another_port_gets_a_worker_and_proxy_that_f
             now = {p["name"]: p for p in json.loads(ferry("server", "status", "--json").stdout)["processes"]}
     assert now["temporal"]["address"] != old["temporal"]["address"]
     assert now["worker"]["pid"] != old["worker"]["pid"] and now["proxy"]["pid"] != old["proxy"]["pid"]
+    assert now["api"]["pid"] != old["api"]["pid"]  # Ferry's API is a Temporal client too
     assert now["agent"]["pid"] == old["agent"]["pid"]  # the agent knows no Temporal: it stays
 
 
