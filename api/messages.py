@@ -13,7 +13,7 @@ from core.configuration import RunConfiguration
 from core.teams.roles import GlobalRole, ProjectRole
 from core.wire.messages import SSHEndpoint
 from core.wire.run_messages import DeployReply
-from store import RunRecord
+from store import JobSubmissionRecord, RunRecord
 
 # A user's or a project's name: what a command line and a URL path carry without quoting.
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
@@ -157,3 +157,10 @@ class RunPlan(Message):
 class DeletedRun(Message):
     jobs: int  # job submissions whose records, events and logs are gone
     executions: int  # Temporal workflow executions deleted (Temporal removes them within seconds)
+
+
+class RunRow(Message):
+    """A row of `ferry ps`'s table: a run and its jobs (a pipeline's latest task's)."""
+
+    run: RunRecord
+    jobs: list[JobSubmissionRecord]

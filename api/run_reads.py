@@ -8,10 +8,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query, Response
 
 from api.auth import Refused, caller, require, store_of
-from api.messages import RUN_REFUSALS
+from api.messages import RUN_REFUSALS, RunRow
 from core.teams.roles import Action, Caller
 from store import EventRecord, JobSubmissionRecord, RunRecord
 from store.repository import Store
+from store.run_reads import runs_with_jobs
 
 router = APIRouter(prefix="/api/projects/{project}", responses=RUN_REFUSALS)
 
@@ -37,6 +38,20 @@ def list_runs(
 ) -> list[RunRecord]:
     require(who, Action.READ_RUNS, project)
     return store.list_runs(project, active_only=active_only, limit=limit)
+
+
+@router.get("/table")
+def runs_table(
+    project: str,
+    active_only: bool = False,
+    limit: int = Query(100, ge=1, le=10_000),
+    who: Caller = Depends(caller),
+    store: Store = Depends(store_of),
+) -> list[RunRow]:
+    """`ferry ps`'s rows in one answer: each run with its jobs."""
+    require(who, Action.READ_RUNS, project)
+    rows = runs_with_jobs(store, project, active_only=active_only, limit=limit)
+    return [RunRow(run=run, jobs=jobs) for run, jobs in rows]
 
 
 @router.get("/runs/{ref}")

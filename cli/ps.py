@@ -12,10 +12,10 @@ from rich.live import Live
 from cli import render
 from cli.context import Context
 from cli.dev_environments import ASK_EVERY, DevView, dev_views, to_ask
-from cli.pipeline_tasks import task_run
 from cli.pulls import pulling_jobs
 from cli.services import ServiceView
 from cli.stuck import StuckWorkflow
+from store.run_reads import runs_with_jobs
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,9 +31,13 @@ Stuck = dict[str, StuckWorkflow]
 
 
 def collect(store: RunReads, project: str, *, all_runs: bool, limit: int) -> Runs:
-    runs = store.list_runs(project, active_only=not all_runs, limit=limit)
-    # A pipeline shows its latest task's jobs (docs/pipelines.md): its own run has none.
-    return [(run, store.list_job_submissions(task_run(store, run, None).id)) for run in runs]
+    """The table's runs with their jobs: in one request to the API (cli.remote_runs.RunReader), or read
+    from the store by an operator's CLI."""
+    in_one = getattr(store, "runs_with_jobs", None)
+    if in_one is not None:
+        rows: Runs = in_one(project, active_only=not all_runs, limit=limit)
+        return rows
+    return runs_with_jobs(store, project, active_only=not all_runs, limit=limit)
 
 
 class LiveViews:

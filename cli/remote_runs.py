@@ -127,6 +127,17 @@ class RunReader:
         ).json()
         return [RunRecord.model_validate(row) for row in rows]
 
+    def runs_with_jobs(
+        self, project: str, *, active_only: bool, limit: int
+    ) -> list[tuple[RunRecord, list[JobSubmissionRecord]]]:
+        """`ferry ps`'s rows in one request (store.run_reads.runs_with_jobs, answered by the API)."""
+        path = f"/api/projects/{quote(project, safe='')}/table"
+        rows = self.session.request("GET", path, params={"active_only": active_only, "limit": limit}).json()
+        return [
+            (RunRecord.model_validate(r["run"]), [JobSubmissionRecord.model_validate(j) for j in r["jobs"]])
+            for r in rows
+        ]
+
     def list_pipeline_tasks(self, pipeline_id: str) -> list[RunRecord]:
         return [RunRecord.model_validate(r) for r in self._runs(f"/runs/{quote(pipeline_id, safe='')}/tasks")]
 

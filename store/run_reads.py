@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from core.configuration.pipeline import PIPELINE_TYPE
 from store.models import EventRecord, JobSubmissionRecord, RunRecord
 
 
@@ -25,3 +26,15 @@ class RunReads(Protocol):
     def read_all_events(self, run_id: str) -> list[EventRecord]: ...
     def read_log(self, job_submission_id: str, offset: int = 0) -> tuple[bytes, int]: ...
     def log_offset_since(self, job_submission_id: str, since: float) -> int | None: ...
+
+
+def runs_with_jobs(
+    reads: RunReads, project: str, *, active_only: bool, limit: int
+) -> list[tuple[RunRecord, list[JobSubmissionRecord]]]:
+    """`ferry ps`'s table: the project's runs, newest first, each with its jobs; a pipeline with its latest
+    task's (docs/pipelines.md: its own run has none)."""
+    table = []
+    for run in reads.list_runs(project, active_only=active_only, limit=limit):
+        tasks = reads.list_pipeline_tasks(run.id) if run.type == PIPELINE_TYPE else []
+        table.append((run, reads.list_job_submissions((tasks[-1] if tasks else run).id)))
+    return table
