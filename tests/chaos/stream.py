@@ -29,6 +29,9 @@ LIMIT = 180.0  # seconds any one wait may take: generous, the CPUs are shared; e
 FINISH_LIMIT = 600.0  # for the last runs to end once the stream is submitted
 # Each run's job sleeps one of these in turn: some end before the next kill, some run through it.
 SLEEPS = (0, 1, 2, 4)
+# The job of the run submitted just before a kill sleeps this long, so that a job is surely running when the
+# kill lands: under load the next `ferry apply` takes longer than any of SLEEPS.
+BEFORE_KILL_SLEEP = 8
 # A little memory, so that the fleet and the agent hold capacity for each job (and must give it back).
 RESOURCES = "resources: {cpu: 0.., memory: 0.1GB.., disk: 0GB..}\n"
 
@@ -109,7 +112,7 @@ class ChaosStream:
         plan = self.profile.kill_after()
         pending: Killed | None = None
         for index in range(self.profile.runs):
-            self.submit(index)
+            self.submit(index, BEFORE_KILL_SLEEP if index in plan else None)
             if pending is not None:  # that submission was the command that starts the stack again
                 self.await_whole(pending)
                 pending = None
@@ -117,12 +120,13 @@ class ChaosStream:
                 pending = self.kill(plan[index])
         assert pending is None
 
-    def submit(self, index: int) -> None:
+    def submit(self, index: int, sleep: int | None = None) -> None:
+        """Submit run `index`, whose job sleeps `sleep` seconds (default: SLEEPS in turn)."""
         name = f"{self.prefix}-{index:03d}"
         commands = (
             f"echo start {name}",
             f"echo ran >> {self.markers / name}",
-            f"sleep {SLEEPS[index % len(SLEEPS)]}",
+            f"sleep {SLEEPS[index % len(SLEEPS)] if sleep is None else sleep}",
             f"echo end {name}",
         )
         conf = self.configs / f"{name}.yml"
