@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from api.run_changes import router as run_changes_router
 from api.run_live import router as run_live_router
 from api.run_reads import router as run_reads_router
+from api.secret_routes import router as secret_router
 from api.teams_routes import router as teams_router
 from core.version import ferry_version
 from store.repository import Store
@@ -24,6 +25,7 @@ def make_app(store: Store, *, embedded: bool = False) -> FastAPI:
     app.include_router(run_reads_router)
     app.include_router(run_changes_router)
     app.include_router(run_live_router)
+    app.include_router(secret_router)
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
     return app
 

@@ -164,3 +164,40 @@ class RunRow(Message):
 
     run: RunRecord
     jobs: list[JobSubmissionRecord]
+
+
+class SecretInfo(Message):
+    """A secret as `ferry secret list` shows it: never its value."""
+
+    name: str
+    key: str  # the id of the key that sealed it
+    created_at: float
+    updated_at: float
+    updated_by: str | None  # None: set before Ferry recorded who
+
+
+class SecretValue(Message):
+    value: str
+
+
+class SecretSet(Message):
+    name: str
+    created: bool  # False: an existing secret's value changed
+
+
+class RepoCredential(Message):
+    """A private repo's token, or SSH private key (`ssh_key`), for jobs that clone its URL."""
+
+    url: str
+    value: str
+    ssh_key: bool = False
+
+
+class ChangeInfo(Message):
+    """One change of a project's thing, and who made it (docs/teams.md#who-did-it)."""
+
+    at: float
+    actor: str
+    subject: str
+    name: str
+    change: str

@@ -14,6 +14,7 @@ from core.settings import DEFAULT_PROJECT, Settings
 if TYPE_CHECKING:
     from cli.api import FerryAPI
     from cli.remote_runs import RunsClient
+    from cli.secret_clients import ProjectSecrets
     from core.temporal_connection import TemporalConnection
     from store import RunRecord, Store
     from store.run_reads import RunReads
@@ -39,6 +40,13 @@ class Context:
         from cli.login_file import kept_login
 
         return self.embedded and kept_login() is None
+
+    def through_api(self) -> bool:
+        """Whether the project's things are reached through Ferry's API (docs/teams.md#one-way-in): on the
+        embedded stack, or logged in; not by an operator's CLI with Temporal's address and no login."""
+        from cli.login_file import kept_login
+
+        return self.embedded or kept_login() is not None
 
     def connection(self) -> TemporalConnection:
         """How to reach Temporal, TLS and API key included (the embedded stack started first if that is
@@ -102,7 +110,6 @@ class Context:
         """The project's runs through Ferry's API as the logged-in user (docs/teams.md#runs): on the
         embedded stack, its API (started if need be) with this home's user's token. `submitting`: with the
         user's SSH key, installed for each job it submits (docs/attach.md)."""
-        from cli.login_file import kept_login
         from cli.remote_runs import ApiSession, RemoteRuns
 
         keys = []
@@ -110,11 +117,20 @@ class Context:
             from cli.user_keys import public_key_line
 
             keys = [public_key_line(self.settings.home)]
-        if self.embedded or kept_login() is not None:
+        if self.through_api():
             return RemoteRuns(ApiSession(), self.project, keys)
         from cli.direct_runs import DirectRuns  # an operator's, with Temporal's address and no login
 
         return DirectRuns(self.store(), self.project, keys, self.api, self.connection)
+
+    def secrets(self) -> ProjectSecrets:
+        """The project's secrets, as the logged-in user or the operator (docs/teams.md#secrets)."""
+        from cli.remote_runs import ApiSession
+        from cli.secret_clients import RemoteSecrets, StoreSecrets
+
+        if self.through_api():
+            return RemoteSecrets(ApiSession(), self.project)
+        return StoreSecrets(self.store(), self.project)
 
     def find_run(self, store: RunReads, name: str) -> RunRecord:
         """The latest run of this name in the project (or the run with this id); RunNotFound if none."""

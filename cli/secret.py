@@ -1,8 +1,9 @@
-"""`ferry secret set|list|delete` and `ferry secret codec` (docs/secrets.md).
+"""`ferry secret set|repo|list|delete|changes` and `ferry secret codec` (docs/secrets.md).
 
-Thin commands over cli.secret_api; they read and write the store only (no Temporal needed). A value is
-never an argument (a command line is visible to every user of the machine and kept in shell histories):
-`set` reads it from a prompt that does not echo it, or whole from stdin.
+Thin commands over cli.secret_clients: through Ferry's API as the logged-in user, which seals each value
+and records who changed what (docs/teams.md#secrets). A value is never an argument (a command line is
+visible to every user of the machine and kept in shell histories): `set` reads it from a prompt that does
+not echo it, or whole from stdin.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from cli.errors import FerryGroup, one_line_errors
+from cli.teams import PROJECT, use_project
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from store import SecretRecord
+    from api.messages import ChangeInfo, SecretInfo
 
 secret_app = typer.Typer(
     cls=FerryGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -32,11 +34,11 @@ NAME = typer.Argument(..., metavar="NAME", help="The secret's name.", show_defau
 
 @secret_app.command("set")
 @one_line_errors
-def secret_set(name: str = NAME) -> None:
+def secret_set(name: str = NAME, project: str | None = PROJECT) -> None:
     """Set a secret, or change its value: typed at a prompt that does not echo it, or piped to stdin."""
+    use_project(project)
     from cli.context import Context
     from cli.errors import USAGE_EXIT, CommandError
-    from cli.secret_api import set_secret
     from core.secrets import check_secret_name
 
     try:
@@ -44,13 +46,13 @@ def secret_set(name: str = NAME) -> None:
     except ValueError as err:
         raise CommandError(str(err), USAGE_EXIT) from None
     value = _read_value(name)
-    ctx = Context.from_env()
-    created = set_secret(ctx.store(), ctx.project, name, value)
+    created = Context.from_env().secrets().set(name, value)
     typer.echo(f"secret {name} {'set' if created else 'changed'}", err=True)
 
 
 def _read_value(name: str) -> str:
     from cli.errors import USAGE_EXIT, CommandError
+    from core.secrets import check_secret_value
 
     if sys.stdin.isatty():
         import getpass
@@ -62,6 +64,10 @@ def _read_value(name: str) -> str:
         value = value.removesuffix("\n").removesuffix("\r")
     if not value:
         raise CommandError("the value is empty: type it at the prompt, or pipe it to stdin", USAGE_EXIT)
+    try:
+        check_secret_value(value)  # before it is sent anywhere
+    except ValueError as err:
+        raise CommandError(str(err), USAGE_EXIT) from None
     return value
 
 
@@ -74,14 +80,15 @@ def secret_repo(
     ssh_key: Path | None = typer.Option(
         None, "--ssh-key", metavar="FILE", help="An SSH private key to clone with, in place of a token."
     ),
+    project: str | None = PROJECT,
 ) -> None:
     """A private repo's credentials (dstack's `dstack init --token`, `--git-identity`): an HTTPS token
     typed at a prompt that does not echo it, or piped to stdin; or an SSH private key's file. Kept as a
     sealed secret named after the URL; a job cloning that URL gets it (docs/runs.md#private-repos)."""
     from cli.context import Context
     from cli.errors import USAGE_EXIT, CommandError
-    from cli.secret_api import set_repo_credential
 
+    use_project(project)
     if ssh_key is not None:
         try:
             value = ssh_key.read_text()
@@ -89,41 +96,60 @@ def secret_repo(
             raise CommandError(f"--ssh-key: cannot read {ssh_key}: {err}", USAGE_EXIT) from None
     else:
         value = _read_value(f"the token for {url}")
-    ctx = Context.from_env()
-    name = set_repo_credential(ctx.store(), ctx.project, url, value, ssh_key=ssh_key is not None)
+    name = Context.from_env().secrets().set_repo(url, value, ssh_key=ssh_key is not None)
     kind = "SSH key" if ssh_key is not None else "token"
     typer.echo(f"{kind} for {url} stored as secret {name}", err=True)
 
 
 @secret_app.command("list")
 @one_line_errors
-def secret_list(as_json: bool = typer.Option(False, "--json", help="JSON, for scripts.")) -> None:
-    """Secrets: their names, the key each is sealed with, when each was set. Never their values."""
+def secret_list(
+    as_json: bool = typer.Option(False, "--json", help="JSON, for scripts."), project: str | None = PROJECT
+) -> None:
+    """Secrets: their names, the key each is sealed with, when each was set and by whom. Never their
+    values."""
+    use_project(project)
     from cli import render
     from cli.context import Context
-    from cli.secret_api import list_secrets
 
-    ctx = Context.from_env()
-    listed = list_secrets(ctx.store(), ctx.project)
+    listed = Context.from_env().secrets().listed()
     if not as_json:
         render.console().print(secrets_table(listed))
     else:
         typer.echo(json.dumps([secret_json(secret) for secret in listed], indent=2))
 
 
+@secret_app.command("changes")
+@one_line_errors
+def secret_changes(
+    as_json: bool = typer.Option(False, "--json", help="JSON, for scripts."), project: str | None = PROJECT
+) -> None:
+    """Who set, changed and deleted the project's secrets, and when: the latest 100, oldest first."""
+    use_project(project)
+    from cli import render
+    from cli.context import Context
+
+    changes = Context.from_env().secrets().changes()
+    if not as_json:
+        render.console().print(changes_table(changes))
+    else:
+        typer.echo(json.dumps([change.model_dump() for change in changes], indent=2))
+
+
 @secret_app.command("delete")
 @one_line_errors
 def secret_delete(
-    name: str = NAME, yes: bool = typer.Option(False, "-y", "--yes", help="Do not ask for confirmation.")
+    name: str = NAME,
+    yes: bool = typer.Option(False, "-y", "--yes", help="Do not ask for confirmation."),
+    project: str | None = PROJECT,
 ) -> None:
     """Delete a secret: a job that names it fails to start from then on."""
+    use_project(project)
     from cli.context import Context, confirm
-    from cli.secret_api import delete_secret
 
-    ctx = Context.from_env()
     if not confirm(f"Delete secret {name}?", yes=yes):
         raise typer.Exit(1)
-    delete_secret(ctx.store(), ctx.project, name)
+    Context.from_env().secrets().delete(name)
     typer.echo(f"secret {name} deleted", err=True)
 
 
@@ -146,23 +172,37 @@ def secret_codec() -> None:
 # --- what is shown ---------------------------------------------------------------------------------------
 
 
-def secrets_table(secrets: list[SecretRecord]) -> Table:
+def secrets_table(secrets: list[SecretInfo]) -> Table:
     from rich.table import Table
 
     from cli.render import ago
 
     table = Table(box=None, pad_edge=False)
-    for column in ("NAME", "KEY", "UPDATED"):
+    for column in ("NAME", "KEY", "UPDATED", "BY"):
         table.add_column(column, no_wrap=True)
     for secret in secrets:
-        table.add_row(secret.name, secret.key_id, ago(secret.updated_at))
+        table.add_row(secret.name, secret.key, ago(secret.updated_at), secret.updated_by or "-")
     return table
 
 
-def secret_json(secret: SecretRecord) -> dict[str, Any]:
+def secret_json(secret: SecretInfo) -> dict[str, Any]:
     return {
         "name": secret.name,
-        "key": secret.key_id,
+        "key": secret.key,
         "created_at": secret.created_at,
         "updated_at": secret.updated_at,
+        "updated_by": secret.updated_by,
     }
+
+
+def changes_table(changes: list[ChangeInfo]) -> Table:
+    from rich.table import Table
+
+    from cli.render import ago
+
+    table = Table(box=None, pad_edge=False)
+    for column in ("WHEN", "BY", "WHAT", "NAME", "CHANGE"):
+        table.add_column(column, no_wrap=True)
+    for change in changes:
+        table.add_row(ago(change.at), change.actor, change.subject, change.name, change.change)
+    return table

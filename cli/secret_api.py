@@ -16,26 +16,30 @@ from core.repo_credentials import repo_key, ssh_key_secret, token_secret
 from core.secrets import check_secret_name, check_secret_value, configuration_secrets
 from store import SecretRecord, Store
 from store.keys import Keys, process_keys
-from store.secret_repository import seal_secret
+from store.secret_repository import OPERATOR, seal_secret
 
 
 class SecretNotFound(NotFound):
     pass
 
 
-def set_secret(store: Store, project: str, name: str, value: str, keys: Keys | None = None) -> bool:
-    """The secret stored, sealed, replacing the value of one of its name; True if it is new."""
+def set_secret(
+    store: Store, project: str, name: str, value: str, keys: Keys | None = None, *, by: str | None = None
+) -> bool:
+    """The secret stored, sealed, replacing the value of one of its name, as `by`'s change (None: the
+    operator's, docs/teams.md#who-did-it); True if it is new."""
     try:
         check_secret_name(name)
         check_secret_value(value)
     except ValueError as err:
         raise FerryError(str(err)) from None
-    created = store.get_secret(project, name) is None
-    store.put_secret(seal_secret(keys or process_keys(), project, name, value, time.time()))
-    return created
+    sealed = seal_secret(keys or process_keys(), project, name, value, time.time(), by=by or OPERATOR)
+    return store.put_secret(sealed)
 
 
-def set_repo_credential(store: Store, project: str, url: str, value: str, *, ssh_key: bool) -> str:
+def set_repo_credential(
+    store: Store, project: str, url: str, value: str, *, ssh_key: bool, by: str | None = None
+) -> str:
     """A private repo's token (or SSH private key) stored as the secret its URL names
     (docs/runs.md#private-repos), the other kind for the same repo deleted; the secret's name."""
     if not repo_key(url).split("://", 1)[-1].strip("/"):
@@ -43,8 +47,8 @@ def set_repo_credential(store: Store, project: str, url: str, value: str, *, ssh
     name, other = (
         (ssh_key_secret(url), token_secret(url)) if ssh_key else (token_secret(url), ssh_key_secret(url))
     )
-    set_secret(store, project, name, value)
-    store.delete_secret(project, other)
+    set_secret(store, project, name, value, by=by)
+    store.delete_secret(project, other, by=by)
     return name
 
 
@@ -52,8 +56,8 @@ def list_secrets(store: Store, project: str) -> list[SecretRecord]:
     return store.list_secrets(project)
 
 
-def delete_secret(store: Store, project: str, name: str) -> None:
-    if not store.delete_secret(project, name):
+def delete_secret(store: Store, project: str, name: str, *, by: str | None = None) -> None:
+    if not store.delete_secret(project, name, by=by):
         raise SecretNotFound(f"no secret named {name} in project {project!r} (see ferry secret list)")
 
 

@@ -318,6 +318,7 @@ class SecretRecord(SQLModel, table=True):
     sealed: bytes = Field(sa_type=LargeBinary)  # nonce, ciphertext and tag
     created_at: float = Field(default_factory=time.time)
     updated_at: float = Field(default_factory=time.time)
+    updated_by: str | None = None  # who set its value last (None: before Ferry recorded it)
 
 
 class BackendRecord(SQLModel, table=True):
@@ -343,6 +344,7 @@ class BackendRecord(SQLModel, table=True):
 
 
 # Users, projects and members (docs/teams.md): their own module, registered with the others.
+from store.team_models import ChangeRecord as ChangeRecord  # noqa: E402
 from store.team_models import MemberRecord as MemberRecord  # noqa: E402
 from store.team_models import ProjectRecord as ProjectRecord  # noqa: E402
 from store.team_models import RunTokenRecord as RunTokenRecord  # noqa: E402

@@ -17,10 +17,12 @@ from sqlalchemy import Engine, Table
 from sqlmodel import Session, col, select
 
 from store.keys import Keys
-from store.models import SecretRecord
+from store.models import ChangeRecord, SecretRecord
 from store.sql import row_of, upsert
 
 _SECRETS: Table = SecretRecord.__table__  # type: ignore[attr-defined]
+_CHANGES: Table = ChangeRecord.__table__  # type: ignore[attr-defined]
+OPERATOR = "operator"  # the actor of a change made by a CLI that reached the store itself
 
 
 def secret_id(project: str, name: str) -> str:
@@ -31,7 +33,10 @@ def _context(project: str, name: str) -> bytes:
     return f"ferry secret {secret_id(project, name)}".encode()
 
 
-def seal_secret(keys: Keys, project: str, name: str, value: str, now: float | None = None) -> SecretRecord:
+def seal_secret(
+    keys: Keys, project: str, name: str, value: str, now: float | None = None, *, by: str | None = None
+) -> SecretRecord:
+    """The record of a secret's value, sealed; `by`: who sets it."""
     now = time.time() if now is None else now
     key_id, sealed = keys.seal(value.encode(), _context(project, name))
     return SecretRecord(
@@ -42,6 +47,7 @@ def seal_secret(keys: Keys, project: str, name: str, value: str, now: float | No
         sealed=sealed,
         created_at=now,
         updated_at=now,
+        updated_by=by,
     )
 
 
@@ -59,10 +65,17 @@ class SecretRecords(ABC):
     @abstractmethod
     def _session(self) -> AbstractContextManager[Session]: ...
 
-    def put_secret(self, record: SecretRecord) -> None:
-        """Stores the secret, or replaces the value of the one of its name (its created_at kept)."""
+    def put_secret(self, record: SecretRecord) -> bool:
+        """Stores the secret, or replaces the value of the one of its name (its created_at kept), and the
+        change by its `updated_by` (OPERATOR if None); whether it is new."""
         with self._writer.begin() as connection:
+            found = connection.execute(sa.select(_SECRETS.c.id).where(_SECRETS.c.id == record.id)).first()
             upsert(connection, _SECRETS, row_of(_SECRETS, record), keep=("created_at",))
+            change = "changed" if found is not None else "set"
+            _record_change(
+                connection, record.project, record.updated_by, record.name, change, record.updated_at
+            )
+        return found is None
 
     def get_secret(self, project: str, name: str) -> SecretRecord | None:
         with self._session() as session:
@@ -76,8 +89,29 @@ class SecretRecords(ABC):
         with self._session() as session:
             return list(session.exec(statement.order_by(col(SecretRecord.name))).all())
 
-    def delete_secret(self, project: str, name: str) -> bool:
-        """Whether there was such a secret to delete."""
+    def delete_secret(self, project: str, name: str, by: str | None = None) -> bool:
+        """Whether there was such a secret to delete; its deletion kept as a change by `by` (OPERATOR if
+        None)."""
         with self._writer.begin() as connection:
             deleted = connection.execute(sa.delete(_SECRETS).where(_SECRETS.c.id == secret_id(project, name)))
+            if deleted.rowcount:
+                _record_change(connection, project, by, name, "deleted", time.time())
         return bool(deleted.rowcount)
+
+    def list_changes(self, project: str, limit: int = 100) -> list[ChangeRecord]:
+        """The project's latest changes, oldest first."""
+        statement = (
+            select(ChangeRecord)
+            .where(col(ChangeRecord.project) == project)
+            .order_by(col(ChangeRecord.id).desc())
+            .limit(limit)
+        )
+        with self._session() as session:
+            return list(reversed(session.exec(statement).all()))
+
+
+def _record_change(
+    connection: sa.Connection, project: str, actor: str | None, name: str, change: str, at: float
+) -> None:
+    row = {"at": at, "project": project, "actor": actor or OPERATOR, "subject": "secret", "name": name}
+    connection.execute(sa.insert(_CHANGES).values(**row, change=change))

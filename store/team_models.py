@@ -60,3 +60,18 @@ class RunTokenRecord(SQLModel, table=True):
     project: str
     user_name: str
     created_at: float = Field(default_factory=time.time)
+
+
+class ChangeRecord(SQLModel, table=True):
+    """Who changed one of a project's things, and how (docs/teams.md#who-did-it): a secret set, changed or
+    deleted; kept, never rewritten, so that what is gone still has its actor."""
+
+    __tablename__ = "changes"
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: float = Field(default_factory=time.time)
+    project: str = Field(index=True)
+    actor: str  # the user whose token made it; `operator` for a CLI that reached the store itself
+    subject: str  # what kind of thing: `secret`
+    name: str
+    change: str  # `set`, `changed`, `deleted`

@@ -16,7 +16,9 @@ from core.services.replicas import token_hash
 from core.teams.roles import GlobalRole, ProjectRole
 from embedded.processes import free_port
 from store.engine import make_engine, migrate
+from store.keys import process_keys
 from store.repository import Store
+from store.secret_repository import seal_secret
 
 TOKENS = {"root": "root-token", "alice": "alice-token", "bob": "bob-token", "carol": "carol-token"}
 
@@ -78,7 +80,7 @@ def _teams_as_they_start(store: Store) -> None:
     """Root, a global admin; alice, manager of `a`; bob, user of `a`; carol, user of `b`; and nothing else
     (what an earlier test or case left is gone)."""
     with store.engine.begin() as connection:
-        for table in ("users", "projects", "members", "secrets"):
+        for table in ("users", "projects", "members", "secrets", "changes"):
             connection.exec_driver_sql(f"DELETE FROM {table}")
     store.add_project("main", created_by=None)
     store.add_user("root", GlobalRole.ADMIN, token_hash(TOKENS["root"]))
@@ -89,3 +91,4 @@ def _teams_as_they_start(store: Store) -> None:
     store.set_member("a", "alice", ProjectRole.MANAGER)
     store.set_member("a", "bob", ProjectRole.USER)
     store.set_member("b", "carol", ProjectRole.USER)
+    store.put_secret(seal_secret(process_keys(), "a", "KEPT", "kept-value", by="alice"))

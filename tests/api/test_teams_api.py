@@ -12,6 +12,7 @@ from core.services.replicas import token_hash
 from tests.api.conftest import Api
 
 ALL = {"root", "alice", "bob", "carol"}
+MANAGERS_OF_A = {"root", "alice"}
 # method, path, body, the callers allowed (docs/teams.md#roles)
 ROUTES: list[tuple[str, str, dict[str, Any] | None, set[str]]] = [
     ("GET", "/api/me", None, ALL),
@@ -28,16 +29,27 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None, set[str]]] = [
     ("PUT", "/api/projects/a/members/carol", {"role": "user"}, {"root", "alice"}),
     ("PUT", "/api/projects/b/members/bob", {"role": "manager"}, {"root"}),
     ("DELETE", "/api/projects/a/members/bob", None, {"root", "alice"}),
+    # secrets (docs/teams.md#secrets): members list names and changes, managers set and delete
+    ("GET", "/api/projects/a/secrets", None, {"root", "alice", "bob"}),
+    ("GET", "/api/projects/b/secrets", None, {"root", "carol"}),
+    ("GET", "/api/projects/a/changes", None, {"root", "alice", "bob"}),
+    ("PUT", "/api/projects/a/secrets/HF_TOKEN", {"value": "hf-1"}, {"root", "alice"}),
+    ("PUT", "/api/projects/b/secrets/HF_TOKEN", {"value": "hf-1"}, {"root"}),
+    ("DELETE", "/api/projects/a/secrets/KEPT", None, {"root", "alice"}),
+    ("POST", "/api/projects/a/repo-credentials", {"url": "https://g.example/r", "value": "t"}, MANAGERS_OF_A),
 ]
 
 
 def state(api: Api) -> tuple[object, ...]:
     """Everything a call could change."""
     store = api.store
+    projects = store.list_projects()
     return (
         [(u.name, u.role, u.token_hash) for u in store.list_users()],
         [p.name for p in store.list_projects()],
         {p.name: [(m.user_name, m.role) for m in store.members(p.name)] for p in store.list_projects()},
+        {p.name: [(s.name, s.sealed) for s in store.list_secrets(p.name)] for p in store.list_projects()},
+        {p.name: [(c.actor, c.name, c.change) for c in store.list_changes(p.name)] for p in projects},
     )
 
 

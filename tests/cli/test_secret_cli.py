@@ -1,5 +1,6 @@
-"""`ferry secret set|list|delete|codec` on a store of their own (no server: secrets need none), and
-the check of a run's secrets before its submission. docs/secrets.md."""
+"""`ferry secret set|list|delete|changes|codec` as an operator's CLI (Temporal's address, no login: the
+store itself, docs/teams.md#one-way-in), and the check of a run's secrets before its submission.
+docs/secrets.md; tests/api/test_cli_secrets.py runs the same commands through the API."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ def ferry(home: Path, *args: str, stdin: str | None = None) -> Result:
         "FERRY_HOME": str(home),
         "FERRY_DATABASE_URL": f"sqlite:///{home / 'ferry.db'}",
         "FERRY_PROJECT": "p",
-        "FERRY_TEMPORAL_ADDRESS": "",
+        "FERRY_TEMPORAL_ADDRESS": "127.0.0.1:1",  # an operator's: never reached by these commands
+        "FERRY_API_URL": "",
+        "FERRY_TOKEN": "",
         "FERRY_GATEWAY_URL": "",
     }
     return runner.invoke(app, list(args), env=env, input=stdin)
@@ -48,9 +51,10 @@ def test_set_from_stdin_list_names_only_and_delete(home: Path, store: Store) -> 
 
     listed = ferry(home, "secret", "list", "--json")
     [shown] = json.loads(listed.stdout)
-    assert set(shown) == {"name", "key", "created_at", "updated_at"} and shown["name"] == "HF_TOKEN"
+    assert set(shown) == {"name", "key", "created_at", "updated_at", "updated_by"}
+    assert (shown["name"], shown["updated_by"]) == ("HF_TOKEN", "operator")
     table = ferry(home, "secret", "list").stdout
-    assert table.split()[:3] == ["NAME", "KEY", "UPDATED"] and "value" not in table
+    assert table.split()[:4] == ["NAME", "KEY", "UPDATED", "BY"] and "value" not in table
 
     assert ferry(home, "secret", "delete", "-y", "HF_TOKEN").stderr == "secret HF_TOKEN deleted\n"
     gone = ferry(home, "secret", "delete", "-y", "HF_TOKEN")
@@ -58,6 +62,12 @@ def test_set_from_stdin_list_names_only_and_delete(home: Path, store: Store) -> 
         3,
         "ferry secret delete: no secret named HF_TOKEN in project 'p' (see ferry secret list)\n",
     )
+    changes = json.loads(ferry(home, "secret", "changes", "--json").stdout)
+    assert [(c["actor"], c["name"], c["change"]) for c in changes] == [
+        ("operator", "HF_TOKEN", "set"),
+        ("operator", "HF_TOKEN", "changed"),
+        ("operator", "HF_TOKEN", "deleted"),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from store.repository import Store
 
 TABLES = {
     "backends",
+    "changes",
     "runs",
     "job_submissions",
     "events",
