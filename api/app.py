@@ -12,6 +12,7 @@ from api.run_live import router as run_live_router
 from api.run_reads import router as run_reads_router
 from api.secret_routes import router as secret_router
 from api.teams_routes import router as teams_router
+from api.volume_routes import router as volume_router
 from core.version import ferry_version
 from store.repository import Store
 
@@ -26,6 +27,7 @@ def make_app(store: Store, *, embedded: bool = False) -> FastAPI:
     app.include_router(run_changes_router)
     app.include_router(run_live_router)
     app.include_router(secret_router)
+    app.include_router(volume_router)
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
     return app
 

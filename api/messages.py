@@ -201,3 +201,26 @@ class ChangeInfo(Message):
     subject: str
     name: str
     change: str
+
+
+class VolumeInfo(Message):
+    """A named volume as `ferry volume list` shows it."""
+
+    name: str
+    fleet: str
+    instance: str
+    attached_to: str | None  # the job that holds it
+    created_at: float
+
+
+class NewVolume(Message):
+    """`ferry volume create` or `ferry apply -f volume.yml`: the configuration, and the name that `-n` gave
+    in place of its own."""
+
+    configuration: dict[str, object]
+    name: str | None = None
+
+
+class CreatedVolume(Message):
+    volume: VolumeInfo
+    created: bool  # False: the same volume was there, unchanged

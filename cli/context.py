@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from cli.api import FerryAPI
     from cli.remote_runs import RunsClient
     from cli.secret_clients import ProjectSecrets
+    from cli.volume_clients import ProjectVolumes
     from core.temporal_connection import TemporalConnection
     from store import RunRecord, Store
     from store.run_reads import RunReads
@@ -131,6 +132,15 @@ class Context:
         if self.through_api():
             return RemoteSecrets(ApiSession(), self.project)
         return StoreSecrets(self.store(), self.project)
+
+    def volumes(self) -> ProjectVolumes:
+        """The project's named volumes, as the logged-in user or the operator (docs/teams.md#volumes)."""
+        from cli.remote_runs import ApiSession
+        from cli.volume_clients import RemoteVolumes, StoreVolumes
+
+        if self.through_api():
+            return RemoteVolumes(ApiSession(), self.project)
+        return StoreVolumes(self.store(), self.project)
 
     def find_run(self, store: RunReads, name: str) -> RunRecord:
         """The latest run of this name in the project (or the run with this id); RunNotFound if none."""

@@ -15,8 +15,9 @@ from core.configuration import BaseRunConfiguration
 from core.repo_credentials import repo_key, ssh_key_secret, token_secret
 from core.secrets import check_secret_name, check_secret_value, configuration_secrets
 from store import SecretRecord, Store
+from store.change_repository import OPERATOR
 from store.keys import Keys, process_keys
-from store.secret_repository import OPERATOR, seal_secret
+from store.secret_repository import seal_secret
 
 
 class SecretNotFound(NotFound):

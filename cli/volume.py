@@ -1,25 +1,25 @@
 """`ferry volume create|list|delete` and `ferry apply -f volume.yml` (apply_volume), docs/volumes.md.
 
-Thin commands over cli.volume_api; they read and write the store only (no Temporal needed).
+Thin commands over cli.volume_clients: through Ferry's API as the logged-in user (docs/teams.md#volumes).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from cli.errors import FerryGroup, one_line_errors
+from cli.teams import PROJECT, use_project
 
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from api.messages import VolumeInfo
     from cli.context import Context
     from core.configuration import VolumeConfiguration
     from core.configuration.loading import LoadedConfiguration
-    from store import VolumeRecord
 
 volume_app = typer.Typer(
     cls=FerryGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -38,10 +38,12 @@ def volume_create(
     instance: str | None = typer.Option(
         None, "--instance", help="Its instance (default: the fleet's first).", show_default=False
     ),
+    project: str | None = PROJECT,
 ) -> None:
     """Create a volume: its directory is made on its instance when a job first mounts it."""
     from pydantic import ValidationError
 
+    use_project(project)
     from cli.context import Context
     from core.configuration import VolumeConfiguration
 
@@ -54,23 +56,22 @@ def volume_create(
 
 
 def _create(ctx: Context, configuration: VolumeConfiguration, name: str | None = None) -> str:
-    from cli.volume_api import create_volume
-
-    record, created = asyncio.run(create_volume(ctx.store(), ctx.project, configuration, name))
-    word = "created" if created else "unchanged"
-    return f"volume {record.name} {word} (fleet {record.fleet}, instance {record.instance})"
+    made = ctx.volumes().create(configuration, name)
+    volume, word = made.volume, "created" if made.created else "unchanged"
+    return f"volume {volume.name} {word} (fleet {volume.fleet}, instance {volume.instance})"
 
 
 @volume_app.command("list")
 @one_line_errors
-def volume_list(as_json: bool = typer.Option(False, "--json", help="JSON, for scripts.")) -> None:
+def volume_list(
+    as_json: bool = typer.Option(False, "--json", help="JSON, for scripts."), project: str | None = PROJECT
+) -> None:
     """Volumes: their fleet and instance, and the job each is attached to."""
     from cli import render
     from cli.context import Context
-    from cli.volume_api import list_volumes
 
-    ctx = Context.from_env()
-    volumes = list_volumes(ctx.store(), ctx.project)
+    use_project(project)
+    volumes = Context.from_env().volumes().listed()
     if as_json:
         typer.echo(json.dumps([volume_json(v) for v in volumes], indent=2))
         return
@@ -82,15 +83,15 @@ def volume_list(as_json: bool = typer.Option(False, "--json", help="JSON, for sc
 def volume_delete(
     name: str = typer.Argument(..., metavar="NAME", help="The volume's name.", show_default=False),
     yes: bool = typer.Option(False, "-y", "--yes", help="Do not ask for confirmation."),
+    project: str | None = PROJECT,
 ) -> None:
     """Delete a volume that no job holds. Its directory stays on its instance, with its files."""
     from cli.context import Context, confirm
-    from cli.volume_api import delete_volume
 
-    ctx = Context.from_env()
+    use_project(project)
     if not confirm(f"Delete volume {name}?", yes=yes):
         raise typer.Exit(1)
-    record = delete_volume(ctx.store(), ctx.project, name)
+    record = Context.from_env().volumes().delete(name)
     typer.echo(f"volume {name} deleted (its directory stays on instance {record.instance})", err=True)
 
 
@@ -129,7 +130,7 @@ def plan_table(ctx: Context, file: str, configuration: VolumeConfiguration, name
     )
 
 
-def volumes_table(volumes: list[VolumeRecord]) -> Table:
+def volumes_table(volumes: list[VolumeInfo]) -> Table:
     from rich.table import Table
 
     from cli.render import ago
@@ -143,11 +144,5 @@ def volumes_table(volumes: list[VolumeRecord]) -> Table:
     return table
 
 
-def volume_json(volume: VolumeRecord) -> dict[str, Any]:
-    return {
-        "name": volume.name,
-        "fleet": volume.fleet,
-        "instance": volume.instance,
-        "attached_to": volume.attached_to,
-        "created_at": volume.created_at,
-    }
+def volume_json(volume: VolumeInfo) -> dict[str, Any]:
+    return volume.model_dump()

@@ -21,6 +21,7 @@ from sqlmodel import Session, col, select
 
 from core.status import WAITING_FOR_CAPACITY, JobStatus, RunStatus
 from store.backend_repository import BackendRecords
+from store.change_repository import ChangeRecords
 from store.engine import for_writes
 from store.fleet_repository import FleetRecords
 from store.models import (
@@ -72,12 +73,19 @@ def code_hash(data: bytes) -> str:
 
 
 class Store(
-    FleetRecords, ServiceRecords, VolumeRecords, SecretRecords, BackendRecords, TeamRecords, RunDeletion
+    FleetRecords,
+    ServiceRecords,
+    VolumeRecords,
+    SecretRecords,
+    BackendRecords,
+    TeamRecords,
+    ChangeRecords,
+    RunDeletion,
 ):
     """The store's API over one engine (see store.opening.open_store); fleets and instances: FleetRecords;
     services and proxies: ServiceRecords; named volumes: VolumeRecords; secrets: SecretRecords;
-    backends: BackendRecords; users, projects and members: TeamRecords; forgetting a finished run:
-    RunDeletion."""
+    backends: BackendRecords; users, projects and members: TeamRecords; who changed what: ChangeRecords;
+    forgetting a finished run: RunDeletion."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

@@ -16,13 +16,12 @@ import sqlalchemy as sa
 from sqlalchemy import Engine, Table
 from sqlmodel import Session, col, select
 
+from store.change_repository import insert_change
 from store.keys import Keys
-from store.models import ChangeRecord, SecretRecord
+from store.models import SecretRecord
 from store.sql import row_of, upsert
 
 _SECRETS: Table = SecretRecord.__table__  # type: ignore[attr-defined]
-_CHANGES: Table = ChangeRecord.__table__  # type: ignore[attr-defined]
-OPERATOR = "operator"  # the actor of a change made by a CLI that reached the store itself
 
 
 def secret_id(project: str, name: str) -> str:
@@ -72,8 +71,14 @@ class SecretRecords(ABC):
             found = connection.execute(sa.select(_SECRETS.c.id).where(_SECRETS.c.id == record.id)).first()
             upsert(connection, _SECRETS, row_of(_SECRETS, record), keep=("created_at",))
             change = "changed" if found is not None else "set"
-            _record_change(
-                connection, record.project, record.updated_by, record.name, change, record.updated_at
+            insert_change(
+                connection,
+                record.project,
+                record.updated_by,
+                "secret",
+                record.name,
+                change,
+                record.updated_at,
             )
         return found is None
 
@@ -95,23 +100,5 @@ class SecretRecords(ABC):
         with self._writer.begin() as connection:
             deleted = connection.execute(sa.delete(_SECRETS).where(_SECRETS.c.id == secret_id(project, name)))
             if deleted.rowcount:
-                _record_change(connection, project, by, name, "deleted", time.time())
+                insert_change(connection, project, by, "secret", name, "deleted", time.time())
         return bool(deleted.rowcount)
-
-    def list_changes(self, project: str, limit: int = 100) -> list[ChangeRecord]:
-        """The project's latest changes, oldest first."""
-        statement = (
-            select(ChangeRecord)
-            .where(col(ChangeRecord.project) == project)
-            .order_by(col(ChangeRecord.id).desc())
-            .limit(limit)
-        )
-        with self._session() as session:
-            return list(reversed(session.exec(statement).all()))
-
-
-def _record_change(
-    connection: sa.Connection, project: str, actor: str | None, name: str, change: str, at: float
-) -> None:
-    row = {"at": at, "project": project, "actor": actor or OPERATOR, "subject": "secret", "name": name}
-    connection.execute(sa.insert(_CHANGES).values(**row, change=change))

@@ -17,6 +17,7 @@ from core.teams.roles import GlobalRole, ProjectRole
 from embedded.processes import free_port
 from store.engine import make_engine, migrate
 from store.keys import process_keys
+from store.models import VolumeRecord
 from store.repository import Store
 from store.secret_repository import seal_secret
 
@@ -80,7 +81,7 @@ def _teams_as_they_start(store: Store) -> None:
     """Root, a global admin; alice, manager of `a`; bob, user of `a`; carol, user of `b`; and nothing else
     (what an earlier test or case left is gone)."""
     with store.engine.begin() as connection:
-        for table in ("users", "projects", "members", "secrets", "changes"):
+        for table in ("users", "projects", "members", "secrets", "changes", "volumes"):
             connection.exec_driver_sql(f"DELETE FROM {table}")
     store.add_project("main", created_by=None)
     store.add_user("root", GlobalRole.ADMIN, token_hash(TOKENS["root"]))
@@ -92,3 +93,4 @@ def _teams_as_they_start(store: Store) -> None:
     store.set_member("a", "bob", ProjectRole.USER)
     store.set_member("b", "carol", ProjectRole.USER)
     store.put_secret(seal_secret(process_keys(), "a", "KEPT", "kept-value", by="alice"))
+    store.create_volume(VolumeRecord(id="a/old", project="a", name="old", fleet="local", instance="local"))

@@ -37,6 +37,11 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None, set[str]]] = [
     ("PUT", "/api/projects/b/secrets/HF_TOKEN", {"value": "hf-1"}, {"root"}),
     ("DELETE", "/api/projects/a/secrets/KEPT", None, {"root", "alice"}),
     ("POST", "/api/projects/a/repo-credentials", {"url": "https://g.example/r", "value": "t"}, MANAGERS_OF_A),
+    # volumes (docs/teams.md#volumes): members list them, managers create and delete them
+    ("GET", "/api/projects/a/volumes", None, {"root", "alice", "bob"}),
+    ("GET", "/api/projects/b/volumes", None, {"root", "carol"}),
+    ("POST", "/api/projects/a/volumes", {"configuration": {"name": "data"}}, MANAGERS_OF_A),
+    ("DELETE", "/api/projects/a/volumes/old", None, MANAGERS_OF_A),
 ]
 
 
@@ -50,6 +55,7 @@ def state(api: Api) -> tuple[object, ...]:
         {p.name: [(m.user_name, m.role) for m in store.members(p.name)] for p in store.list_projects()},
         {p.name: [(s.name, s.sealed) for s in store.list_secrets(p.name)] for p in store.list_projects()},
         {p.name: [(c.actor, c.name, c.change) for c in store.list_changes(p.name)] for p in projects},
+        {p.name: [(v.name, v.instance) for v in store.list_volumes(p.name)] for p in projects},
     )
 
 

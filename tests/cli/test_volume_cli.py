@@ -1,5 +1,6 @@
-"""`ferry volume create|list|delete`, `ferry apply -f volume.yml`, and where a run naming volumes goes, on a
-store of their own (no server: volumes need none). docs/volumes.md."""
+"""`ferry volume create|list|delete`, `ferry apply -f volume.yml`, and where a run naming volumes goes, as an
+operator's CLI (Temporal's address, no login: the store itself, docs/teams.md#one-way-in). docs/volumes.md;
+tests/api/test_cli_volumes.py runs them through the API."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ def ferry(home: Path, *args: str) -> Result:
         "FERRY_HOME": str(home),
         "FERRY_DATABASE_URL": f"sqlite:///{home / 'ferry.db'}",
         "FERRY_PROJECT": "p",
-        "FERRY_TEMPORAL_ADDRESS": "",
+        "FERRY_TEMPORAL_ADDRESS": "127.0.0.1:1",  # an operator's: never reached by these commands
+        "FERRY_API_URL": "",
+        "FERRY_TOKEN": "",
     }
     return runner.invoke(app, list(args), env=env)
 
