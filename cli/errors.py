@@ -150,10 +150,18 @@ def _sentence(message: str) -> str:
 def one_line_errors(function: Callable[P, R]) -> Callable[P, R]:
     """Wrap a command: its errors become one line on stderr and their exit code (exit_code_of).
 
-    The line starts with `ferry <command>`, from the function's name (`server_start`: `ferry server start`).
+    The line starts with `ferry <command>`, from the function's name (`server_start`: `ferry server start`);
+    a command whose name has a `-` says it with one_line_errors_as.
     """
-    command = "ferry " + function.__name__.replace("_", " ")
+    return _one_line(function, "ferry " + function.__name__.replace("_", " "))
 
+
+def one_line_errors_as(command: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """one_line_errors, its lines starting with `command` (`ferry set-priority`)."""
+    return lambda function: _one_line(function, command)
+
+
+def _one_line(function: Callable[P, R], command: str) -> Callable[P, R]:
     @functools.wraps(function)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         problem: str | None = None
@@ -193,6 +201,7 @@ def one_line_errors(function: Callable[P, R]) -> Callable[P, R]:
         say(command, problem)
         raise typer.Exit(code)
 
+    wrapper.ferry_command = command  # type: ignore[attr-defined]  # tests/cli: what a user typed
     return wrapper
 
 

@@ -16,7 +16,7 @@ import typer
 
 from cli import exit_codes
 from cli.backend import backend_app
-from cli.errors import FerryGroup, one_line_errors
+from cli.errors import FerryGroup, one_line_errors, one_line_errors_as
 from cli.fleet import fleet_app
 from cli.schedules import schedule_app
 from cli.secret import secret_app
@@ -396,7 +396,7 @@ def wait(
 
 
 @app.command("set-priority")
-@one_line_errors
+@one_line_errors_as("ferry set-priority")
 def set_priority(
     run: str = RUN,
     priority: int = typer.Argument(..., metavar="N", min=0, max=100, help="0-100, higher first."),

@@ -55,7 +55,7 @@ def _act(run_name: str, verb: str) -> None:
 
 @schedule_app.command("pause")
 @one_line_errors
-def pause(run: str = RUN) -> None:
+def schedule_pause(run: str = RUN) -> None:
     """No cycle starts until it is resumed (a cycle running now goes on)."""
     _act(run, "pause")
     typer.echo(f"run {run}: schedule paused", err=True)
@@ -63,7 +63,7 @@ def pause(run: str = RUN) -> None:
 
 @schedule_app.command("resume")
 @one_line_errors
-def resume(run: str = RUN) -> None:
+def schedule_resume(run: str = RUN) -> None:
     """Cycles start again at their cron times."""
     _act(run, "resume")
     typer.echo(f"run {run}: schedule resumed", err=True)
@@ -71,7 +71,7 @@ def resume(run: str = RUN) -> None:
 
 @schedule_app.command("trigger")
 @one_line_errors
-def trigger(run: str = RUN) -> None:
+def schedule_trigger(run: str = RUN) -> None:
     """Start a cycle now (skipped if one is running)."""
     _act(run, "trigger")
     typer.echo(f"run {run}: cycle triggered (ferry ps shows it)", err=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from cli.errors import FerryGroup, one_line_errors
+from cli.errors import FerryGroup, one_line_errors, one_line_errors_as
 
 
 def _app(help_text: str) -> typer.Typer:
@@ -114,7 +114,7 @@ def _token(user: dict[str, Any]) -> str:
 
 
 @user_app.command("set-role")
-@one_line_errors
+@one_line_errors_as("ferry user set-role")
 def user_set_role(
     name: str = NAME,
     role: str = typer.Argument(..., metavar="ROLE", help="admin or user.", show_default=False),

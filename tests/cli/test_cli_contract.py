@@ -131,3 +131,22 @@ def test_the_exit_codes_table_in_the_docs_is_the_code_s() -> None:
     table = text.split("<!-- exit codes:", 1)[1].split("\n\n", 1)[0].splitlines()[3:]
     rows = [[cell.strip().strip("`") for cell in line.strip("|").split("|")] for line in table]
     assert rows == [[str(code), name, meaning] for name, code, meaning in exit_codes.TABLE]
+
+
+def test_each_commands_one_line_starts_with_the_command_as_typed() -> None:
+    """`ferry set-priority: ...`, not `ferry set priority: ...` (cli/errors.py one_line_errors)."""
+    import typer
+
+    def leaves(command: object, path: list[str]) -> list[tuple[str, object]]:
+        subcommands = getattr(command, "commands", None)
+        if not subcommands:
+            return [(" ".join(["ferry", *path]), getattr(command, "callback", None))]
+        return [leaf for name, sub in subcommands.items() for leaf in leaves(sub, [*path, name])]
+
+    said = {
+        typed: getattr(callback, "ferry_command", None)
+        for typed, callback in leaves(typer.main.get_command(app), [])
+    }
+    wrapped = {typed: line for typed, line in said.items() if line is not None}
+    assert len(wrapped) > 40, said
+    assert {typed: line for typed, line in wrapped.items() if line != typed} == {}

@@ -108,7 +108,7 @@ def test_every_socket_of_the_embedded_stack_listens_on_loopback(tmp_path: Path) 
         refused = ferry("schedule", "trigger", "nope")
         assert refused.returncode == USAGE and "Traceback" not in refused.stderr
         assert refused.stderr.startswith(
-            "ferry trigger: TEMPORAL_API_KEY is set but no Temporal address is"
+            "ferry schedule trigger: TEMPORAL_API_KEY is set but no Temporal address is"
         ), refused.stderr
     finally:
         ferry("server", "stop")
