@@ -7,6 +7,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from api.fleet_routes import router as fleet_router
 from api.run_changes import router as run_changes_router
 from api.run_live import router as run_live_router
 from api.run_reads import router as run_reads_router
@@ -28,6 +29,7 @@ def make_app(store: Store, *, embedded: bool = False) -> FastAPI:
     app.include_router(run_live_router)
     app.include_router(secret_router)
     app.include_router(volume_router)
+    app.include_router(fleet_router)
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
     return app
 

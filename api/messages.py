@@ -9,11 +9,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from cli.services import ServiceView
 from cli.stuck import StuckWorkflow
-from core.configuration import RunConfiguration
+from core.configuration import FleetConfiguration, RunConfiguration
+from core.fleets.messages import FleetDescription
 from core.teams.roles import GlobalRole, ProjectRole
 from core.wire.messages import SSHEndpoint
 from core.wire.run_messages import DeployReply
-from store import JobSubmissionRecord, RunRecord
+from store import FleetRecord, InstanceRecord, JobSubmissionRecord, RunRecord
 
 # A user's or a project's name: what a command line and a URL path carry without quoting.
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
@@ -224,3 +225,37 @@ class NewVolume(Message):
 class CreatedVolume(Message):
     volume: VolumeInfo
     created: bool  # False: the same volume was there, unchanged
+
+
+class FleetRow(Message):
+    """A fleet and its instances, as `ferry fleet list` shows them (the store's records)."""
+
+    fleet: FleetRecord
+    instances: list[InstanceRecord]
+
+
+class FleetApplication(Message):
+    """`ferry apply -f fleet.yml`: the configuration with `env` as applied where the user applied it, and
+    the name that `-n` gave in place of its own."""
+
+    configuration: FleetConfiguration
+    name: str | None = None
+
+
+class FleetPlan(Message):
+    backend: str | None  # the backend that creates its instances; None: its SSH hosts are given
+
+
+class AppliedFleet(Message):
+    fleet: FleetRecord
+    created: bool  # False: the same fleet was there, unchanged
+
+
+class DeletedFleet(Message):
+    """A fleet being deleted, as its scheduler described it then (None: it was not running)."""
+
+    described: FleetDescription | None
+
+
+class NewPriority(Message):
+    priority: int

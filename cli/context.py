@@ -13,6 +13,8 @@ from core.settings import DEFAULT_PROJECT, Settings
 
 if TYPE_CHECKING:
     from cli.api import FerryAPI
+    from cli.fleet_api import FleetAPI
+    from cli.fleet_clients import ProjectFleets
     from cli.remote_runs import RunsClient
     from cli.secret_clients import ProjectSecrets
     from cli.volume_clients import ProjectVolumes
@@ -141,6 +143,19 @@ class Context:
         if self.through_api():
             return RemoteVolumes(ApiSession(), self.project)
         return StoreVolumes(self.store(), self.project)
+
+    def fleets(self) -> ProjectFleets:
+        """The project's fleets, as the logged-in user or the operator (docs/teams.md#fleets)."""
+        from cli.fleet_clients import RemoteFleets, StoreFleets
+        from cli.remote_runs import ApiSession
+
+        if self.through_api():
+            return RemoteFleets(ApiSession(), self.project)
+
+        async def fleet_api() -> FleetAPI:
+            return (await self.api()).fleets()
+
+        return StoreFleets(self.store(), self.project, fleet_api)
 
     def find_run(self, store: RunReads, name: str) -> RunRecord:
         """The latest run of this name in the project (or the run with this id); RunNotFound if none."""

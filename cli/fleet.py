@@ -1,7 +1,7 @@
 """`ferry fleet list|delete`, `ferry apply -f fleet.yml` (apply_fleet) and `ferry set-priority RUN N`.
 
-Thin commands over cli.fleet_api. `fleet list` reads the store only (no Temporal needed); the others
-reach the fleet's scheduler (FleetWorkflow) or the run's workflow.
+Thin commands over cli.fleet_clients: through Ferry's API as the logged-in user, which reaches the store,
+the fleet's scheduler (FleetWorkflow) or the run's workflow (docs/teams.md#fleets).
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ import typer
 
 from cli.errors import FerryGroup, one_line_errors
 from cli.tables import Column, FittedTable, Row
+from cli.teams import PROJECT, use_project
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
     from cli.context import Context
+    from cli.fleet_clients import ProjectFleets
     from core.configuration import FleetConfiguration
     from core.configuration.loading import LoadedConfiguration
     from core.fleets.messages import FleetDescription
@@ -40,15 +42,15 @@ fleet_app = typer.Typer(
 def fleet_list(
     as_json: bool = typer.Option(False, "--json", help="JSON, for scripts (schema: docs/cli.md)."),
     wide: bool = typer.Option(False, "-v", "--wide", help="Every column, however wide."),
+    project: str | None = PROJECT,
 ) -> None:
     """Fleets and their instances: status, address, the CPUs, memory and GPUs in use and free, busy
     blocks, jobs."""
     from cli import render
     from cli.context import Context
-    from cli.fleet_api import list_fleets
 
-    ctx = Context.from_env()
-    fleets = list_fleets(ctx.store(), ctx.project)
+    use_project(project)
+    fleets = [(row.fleet, row.instances) for row in Context.from_env().fleets().listed()]
     if as_json:
         typer.echo(json.dumps(fleets_json(fleets), indent=2))
         return
@@ -60,10 +62,12 @@ def fleet_list(
 def fleet_delete(
     name: str = typer.Argument(..., metavar="NAME", help="The fleet's name.", show_default=False),
     yes: bool = typer.Option(False, "-y", "--yes", help="Do not ask for confirmation."),
+    project: str | None = PROJECT,
 ) -> None:
     """Delete a fleet: no new jobs go there; its instances (and their agents) go once their jobs end."""
     from cli.context import Context, confirm
 
+    use_project(project)
     ctx = Context.from_env()
     if not confirm(f"Delete fleet {name}?", yes=yes):
         raise typer.Exit(1)
@@ -71,8 +75,7 @@ def fleet_delete(
 
 
 async def _delete(ctx: Context, name: str) -> str:
-    api = await ctx.api()
-    described = await api.fleets().delete(name, wait=DELETE_WAIT)
+    described = (await ctx.fleets().delete(name, DELETE_WAIT)).described
     if described is None or described.idle:
         return f"fleet {name} deleted"
     jobs = sum(len(i.jobs) for i in described.instances)
@@ -83,13 +86,7 @@ def set_priority(run: str, priority: int) -> None:
     """`ferry set-priority RUN N`: the run's waiting jobs move in their fleet's queue (0-100, high first)."""
     from cli.context import Context
 
-    ctx = Context.from_env()
-
-    async def change() -> None:
-        api = await ctx.api()
-        await api.fleets().set_priority(run, priority)
-
-    asyncio.run(change())
+    asyncio.run(Context.from_env().fleets().set_priority(run, priority))
     typer.echo(f"run {run}: priority {priority}", err=True)
 
 
@@ -105,31 +102,35 @@ def apply_fleet(loaded: LoadedConfiguration, *, yes: bool, detach: bool, name: s
     assert isinstance(configuration, FleetConfiguration)
     fleet_name = name or configuration.name
     ctx = Context.from_env()
-    if not configuration.is_ssh:  # refused before the plan when no backend can create its instances
-        from cli.fleet_api import backend_for
-
-        backend_for(ctx.store(), ctx.project, configuration, fleet_name or "-")
+    fleets = ctx.fleets()
+    fleets.plan(configuration, fleet_name)  # refused before the plan when no backend can create its instances
     console = render.console(stderr=True)
     console.print(plan_table(ctx, loaded.file, configuration, fleet_name))
     if not confirm("Create the fleet?", yes=yes):
         return 1
-    ctx.prepare_stack()
-    return asyncio.run(_apply(ctx, configuration, fleet_name, console, detach=detach))
+    return asyncio.run(_apply(fleets, configuration, fleet_name, console, detach=detach))
 
 
 async def _apply(
-    ctx: Context, configuration: FleetConfiguration, name: str | None, console: Console, *, detach: bool
+    fleets: ProjectFleets,
+    configuration: FleetConfiguration,
+    name: str | None,
+    console: Console,
+    *,
+    detach: bool,
 ) -> int:
-    api = await ctx.api()
-    record, created = await api.fleets().apply(configuration, name)
+    applied = await fleets.apply(configuration, name)
+    record, created = applied.fleet, applied.created
     hosts = len(configuration.ssh_config.hosts) if configuration.ssh_config else 0
     word = "created" if created else "unchanged"
     console.print(f"fleet {record.name} {word} ({hosts} host(s))", highlight=False)
     if detach:
         return 0
-    described = await api.fleets().wait_deployed(record.name, DEPLOY_WAIT)
-    fleets = await asyncio.to_thread(api.fleets().list)
-    console.print(fleets_table([(f, i) for f, i in fleets if f.name == record.name]))
+    from cli.fleet_deployment import until_deployed
+
+    described = await until_deployed(fleets.describe, record.name, DEPLOY_WAIT, poll=0.5)
+    rows = await asyncio.to_thread(fleets.listed)
+    console.print(fleets_table([(row.fleet, row.instances) for row in rows if row.fleet.name == record.name]))
     return _deployment_result(described, console)
 
 

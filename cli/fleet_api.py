@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Mapping
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -124,9 +125,14 @@ class FleetAPI:
     # --- SSH fleets ----------------------------------------------------------------------------------------
 
     async def apply(
-        self, configuration: FleetConfiguration, name: str | None = None
+        self,
+        configuration: FleetConfiguration,
+        name: str | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> tuple[FleetRecord, bool]:
-        """The fleet created (its hosts then deploy), or the same fleet again unchanged; True if created."""
+        """The fleet created (its hosts then deploy), or the same fleet again unchanged; True if created.
+        `env`'s bare NAMEs are taken from `environ` (default: this process's; the API's routes pass none:
+        the client applied them, docs/teams.md#fleets)."""
         name = name or configuration.name
         if name is None:
             raise FerryError("a fleet needs a name: set `name` in the file or pass -n NAME")
@@ -136,7 +142,7 @@ class FleetAPI:
         if not configuration.is_ssh:
             backend = await asyncio.to_thread(backend_for, self.store, self.project, configuration, name)
         try:  # `env` as applied: each bare NAME from this environment (docs/fleets.md#env)
-            env = configuration.resolved_env(os.environ)
+            env = configuration.resolved_env(os.environ if environ is None else environ)
         except ValueError as err:
             raise FerryError(str(err)) from None
         configuration = configuration.model_copy(update={"name": name, "env": env})
@@ -234,12 +240,9 @@ class FleetAPI:
 
     async def wait_deployed(self, name: str, timeout: float) -> FleetDescription:
         """Until the fleet's first deployment has ended (or `timeout` seconds): its description then."""
-        deadline = time.monotonic() + timeout
-        while True:
-            described = await self.describe(name)
-            if described.deployed or time.monotonic() > deadline:
-                return described
-            await asyncio.sleep(_POLL)
+        from cli.fleet_deployment import until_deployed
+
+        return await until_deployed(self.describe, name, timeout, _POLL)
 
     def list(self) -> list[tuple[FleetRecord, list[InstanceRecord]]]:
         return list_fleets(self.store, self.project)

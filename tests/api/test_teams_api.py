@@ -13,6 +13,7 @@ from tests.api.conftest import Api
 
 ALL = {"root", "alice", "bob", "carol"}
 MANAGERS_OF_A = {"root", "alice"}
+FLEET = {"type": "fleet", "name": "far", "ssh_config": {"user": "nobody", "hosts": ["127.0.0.1:9"]}}
 # method, path, body, the callers allowed (docs/teams.md#roles)
 ROUTES: list[tuple[str, str, dict[str, Any] | None, set[str]]] = [
     ("GET", "/api/me", None, ALL),
@@ -42,6 +43,10 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None, set[str]]] = [
     ("GET", "/api/projects/b/volumes", None, {"root", "carol"}),
     ("POST", "/api/projects/a/volumes", {"configuration": {"name": "data"}}, MANAGERS_OF_A),
     ("DELETE", "/api/projects/a/volumes/old", None, MANAGERS_OF_A),
+    # fleets (docs/teams.md#fleets): what needs no Temporal here; tests/e2e/test_runs_by_role.py the rest
+    ("GET", "/api/projects/a/fleets", None, {"root", "alice", "bob"}),
+    ("GET", "/api/projects/b/fleets", None, {"root", "carol"}),
+    ("POST", "/api/projects/a/fleet-plans", {"configuration": FLEET}, MANAGERS_OF_A),
 ]
 
 

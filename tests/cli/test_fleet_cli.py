@@ -139,7 +139,10 @@ def test_fleet_list_shows_each_instance_with_what_is_used_and_free(store: Store)
     assert " x86 4cpu 15.5GB 1gpu " in row  # -v: RESOURCES, with the CPU architecture the agent reports
 
 
-def test_fleet_list_reads_the_store_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_operators_fleet_list_reads_the_store_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Temporal's address, no login: the store itself, Temporal never reached (docs/teams.md#one-way-in)."""
     from typer.testing import CliRunner
 
     from cli.fleet import fleet_app
@@ -147,6 +150,9 @@ def test_fleet_list_reads_the_store_alone(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("FERRY_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("FERRY_DATABASE_URL", raising=False)
     monkeypatch.setenv("FERRY_PROJECT", "p")
+    monkeypatch.setenv("FERRY_TEMPORAL_ADDRESS", "127.0.0.1:1")
+    monkeypatch.delenv("FERRY_API_URL", raising=False)
+    monkeypatch.delenv("FERRY_TOKEN", raising=False)
     result = CliRunner().invoke(fleet_app, ["list", "--json"])
     assert result.exit_code == 0 and result.stdout.strip() == "[]"
 

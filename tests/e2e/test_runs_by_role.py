@@ -189,3 +189,57 @@ def test_a_run_that_is_not_there_is_one_line_and_exit_code_3(
 ) -> None:
     result = ferry(*args)
     assert (result.returncode, result.stderr) == (exit_codes.NOT_FOUND, expected + "\n")
+
+
+def test_fleets_volumes_and_secrets_by_role(ferry: Ferry, users: dict[str, str], tmp_path: Path) -> None:
+    """docs/teams.md#fleets, #volumes, #secrets: the admin applies and deletes a fleet in `a`, each kept with
+    its actor; alice, a user of `a`, lists them and may change none, and reaches none of `b`'s (bob's token
+    may be revoked by now)."""
+    fleet = tmp_path / "fleet.yml"
+    fleet.write_text("type: fleet\nname: far\nssh_config:\n  user: nobody\n  hosts: ['127.0.0.1:9']\n")
+    applied = ferry("apply", "-f", str(fleet), "-y", "-d", "-p", "a", timeout=120)
+    assert applied.returncode == 0, applied.stderr
+    assert "fleet far created (1 host(s))" in applied.stderr
+
+    alice = as_user(ferry, users, "alice", "a")
+    listed = ferry("fleet", "list", "--json", env=alice)
+    assert listed.returncode == 0, listed.stderr
+    assert "far" in [f["name"] for f in json.loads(listed.stdout)]
+    manage = (
+        "may not manage fleets, volumes and backends in project a: it takes the manager role (theirs: user)"
+    )
+    members: tuple[tuple[str, tuple[str, ...]], ...] = (
+        ("fleet delete", ("fleet", "delete", "-y", "far")),
+        ("apply", ("apply", "-f", str(fleet), "-y", "-d")),
+        ("volume create", ("volume", "create", "data")),
+    )
+    for command, args in members:
+        refused = ferry(*args, env=alice, timeout=120)
+        assert refused.returncode == exit_codes.DENIED, (args, refused.stderr)
+        assert last_line(refused.stderr) == f"ferry {command}: alice {manage}"
+    secret = ferry("secret", "delete", "-y", "HF_TOKEN", env=alice)
+    assert secret.returncode == exit_codes.DENIED, secret.stderr
+    alice_in_b = as_user(ferry, users, "alice", "b")
+    outsiders: tuple[tuple[str, tuple[str, ...]], ...] = (
+        ("fleet list", ("fleet", "list")),
+        ("volume list", ("volume", "list")),
+        ("secret list", ("secret", "list")),
+        ("set-priority", ("set-priority", "mine", "50")),
+    )
+    for command, args in outsiders:
+        refused = ferry(*args, env=alice_in_b)
+        assert refused.returncode == exit_codes.DENIED, (args, refused.stderr)
+        assert last_line(refused.stderr) == f"ferry {command}: alice is not a member of project b"
+
+    deleted = ferry("fleet", "delete", "-y", "far", "-p", "a", timeout=180)
+    assert deleted.returncode == 0, deleted.stderr
+    assert last_line(deleted.stderr).startswith("fleet far ")
+    from store.opening import open_store
+
+    store = open_store(f"sqlite:///{ferry.home / 'ferry.db'}")
+    try:
+        [admin] = [user.name for user in store.list_users() if user.role == "admin"]
+        changes = [(c.actor, c.subject, c.name, c.change) for c in store.list_changes("a")]
+        assert changes == [(admin, "fleet", "far", "created"), (admin, "fleet", "far", "deleted")]
+    finally:
+        store.engine.dispose()
