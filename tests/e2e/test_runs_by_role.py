@@ -197,9 +197,11 @@ def test_fleets_volumes_and_secrets_by_role(ferry: Ferry, users: dict[str, str],
     may be revoked by now)."""
     fleet = tmp_path / "fleet.yml"
     fleet.write_text("type: fleet\nname: far\nssh_config:\n  user: nobody\n  hosts: ['127.0.0.1:9']\n")
-    applied = ferry("apply", "-f", str(fleet), "-y", "-d", "-p", "a", timeout=120)
-    assert applied.returncode == 0, applied.stderr
+    # Followed through the API until its deployment has ended: its one host cannot be reached (exit 1).
+    applied = ferry("apply", "-f", str(fleet), "-y", "-p", "a", timeout=180)
+    assert applied.returncode == 1, applied.stderr
     assert "fleet far created (1 host(s))" in applied.stderr
+    assert last_line(applied.stderr).startswith("far-0: not deployed (tried again every few seconds): ")
 
     alice = as_user(ferry, users, "alice", "a")
     listed = ferry("fleet", "list", "--json", env=alice)
