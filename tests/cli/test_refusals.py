@@ -80,17 +80,6 @@ def test_apply_refuses_before_the_plan(tmp_path: Path) -> None:
     assert result.output.splitlines() == [f"ferry apply: {bad}:3: {NOTHING_TO_RUN}"]
 
 
-@pytest.mark.usefixtures("no_stack")
-def test_apply_refuses_a_fleet_of_nodes_when_no_backend_can_create_them(tmp_path: Path) -> None:
-    bad = tmp_path / "cloud.yml"
-    bad.write_text("type: fleet\nname: cloud\nnodes: 0..2\n")
-    result = runner.invoke(app, ["apply", "-y", "-f", str(bad)])
-    assert result.exit_code == 2
-    assert len(result.output.splitlines()) == 1
-    assert "fleet cloud has `nodes`, and project" in result.output
-    assert "has no backend that can create instances (it has none): apply one first" in result.output
-
-
 def test_the_api_refuses_before_touching_the_store(tmp_path: Path) -> None:
     # No client and no store: the refusal must come before either is used.
     api = FerryAPI(cast(Any, None), cast(Any, None))
