@@ -7,6 +7,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from api.backend_routes import router as backend_router
 from api.fleet_routes import router as fleet_router
 from api.run_changes import router as run_changes_router
 from api.run_live import router as run_live_router
@@ -30,6 +31,7 @@ def make_app(store: Store, *, embedded: bool = False) -> FastAPI:
     app.include_router(secret_router)
     app.include_router(volume_router)
     app.include_router(fleet_router)
+    app.include_router(backend_router)
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
     return app
 

@@ -9,7 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from cli.services import ServiceView
 from cli.stuck import StuckWorkflow
-from core.configuration import FleetConfiguration, RunConfiguration
+from core.configuration import FleetConfiguration, RunConfiguration, SlurmBackendConfiguration
 from core.fleets.messages import FleetDescription
 from core.teams.roles import GlobalRole, ProjectRole
 from core.wire.messages import SSHEndpoint
@@ -259,3 +259,24 @@ class DeletedFleet(Message):
 
 class NewPriority(Message):
     priority: int
+
+
+class BackendInfo(Message):
+    """A backend as `ferry backend list` shows it: never its login key."""
+
+    name: str
+    type: str
+    where: str  # its login node and partitions
+
+
+class BackendApplication(Message):
+    """`ferry apply -f slurm.yml`: the configuration and the login key its `identity_file` names, read
+    where the user applied it."""
+
+    configuration: SlurmBackendConfiguration
+    login_key: str
+
+
+class AppliedBackend(Message):
+    name: str
+    partitions: list[str]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Response
 
 from api.auth import Refused, caller, require, store_of
-from api.messages import RUN_REFUSALS, ChangeInfo, RepoCredential, SecretInfo, SecretSet, SecretValue
+from api.messages import RUN_REFUSALS, RepoCredential, SecretInfo, SecretSet, SecretValue
 from cli.errors import FerryError
 from cli.secret_clients import StoreSecrets
 from core.secrets import check_secret_name, check_secret_value
@@ -82,11 +82,3 @@ def remove_secret(
     except FerryError as err:
         raise Refused(404, str(err)) from None
     return Response(status_code=204)
-
-
-@router.get("/changes")
-def changes_of(
-    project: str, limit: int = 100, who: Caller = Depends(caller), store: Store = Depends(store_of)
-) -> list[ChangeInfo]:
-    """Who set, changed and deleted the project's secrets, oldest first (the latest `limit`, 1 to 1,000)."""
-    return _secrets(store, project, who, Action.READ_SECRETS).changes(max(1, min(limit, 1000)))

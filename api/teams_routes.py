@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends
 
 from api.auth import Refused, caller, require, store_of
 from api.messages import (
+    ChangeInfo,
     IssuedToken,
     Me,
     MemberInfo,
@@ -153,6 +154,20 @@ def delete_project(project: str, who: Caller = Depends(caller), store: Store = D
 def _project(store: Store, project: str) -> None:
     if not any(found.name == project for found in store.list_projects()):
         raise Refused(404, f"no project {project}")
+
+
+@router.get("/projects/{project}/changes")
+def list_changes(
+    project: str, limit: int = 100, who: Caller = Depends(caller), store: Store = Depends(store_of)
+) -> list[ChangeInfo]:
+    """Who set, changed and deleted the project's secrets, fleets and backends, oldest first (the latest
+    `limit`, 1 to 1,000; docs/teams.md#who-did-it)."""
+    require(who, Action.READ_MEMBERS, project)
+    _project(store, project)
+    return [
+        ChangeInfo(at=c.at, actor=c.actor, subject=c.subject, name=c.name, change=c.change)
+        for c in store.list_changes(project, max(1, min(limit, 1000)))
+    ]
 
 
 # --- members ----------------------------------------------------------------------------------------

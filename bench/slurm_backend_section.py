@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.common import Clock
-from cli.backend import record_backend
+from cli.backend_api import record_backend
 from core.backends.slurm import fleet_prefix
 from core.configuration import FleetConfiguration, SlurmBackendConfiguration, parse_configuration
 from store.keys import process_keys

@@ -17,7 +17,7 @@ from store import Store
 async def backend_offers(store: Store, project: str, fleet: str, nodes: int) -> list[BackendOffer]:
     """[] for a fleet without `nodes`."""
     from activities.slurm_backend import SlurmBackendError
-    from cli.backend import login_only, one_line
+    from cli.backend_api import login_only, one_line
     from store.backend_repository import open_backend_key
     from store.keys import process_keys
 

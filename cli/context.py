@@ -13,6 +13,7 @@ from core.settings import DEFAULT_PROJECT, Settings
 
 if TYPE_CHECKING:
     from cli.api import FerryAPI
+    from cli.backend_clients import ProjectBackends
     from cli.fleet_api import FleetAPI
     from cli.fleet_clients import ProjectFleets
     from cli.remote_runs import RunsClient
@@ -156,6 +157,15 @@ class Context:
             return (await self.api()).fleets()
 
         return StoreFleets(self.store(), self.project, fleet_api)
+
+    def backends(self) -> ProjectBackends:
+        """The project's backends, as the logged-in user or the operator (docs/teams.md#backends)."""
+        from cli.backend_clients import RemoteBackends, StoreBackends
+        from cli.remote_runs import ApiSession
+
+        if self.through_api():
+            return RemoteBackends(ApiSession(), self.project)
+        return StoreBackends(self.store(), self.project)
 
     def find_run(self, store: RunReads, name: str) -> RunRecord:
         """The latest run of this name in the project (or the run with this id); RunNotFound if none."""

@@ -1,4 +1,4 @@
-"""`ferry secret set|repo|list|delete|changes` and `ferry secret codec` (docs/secrets.md).
+"""`ferry secret set|repo|list|delete` and `ferry secret codec` (docs/secrets.md).
 
 Thin commands over cli.secret_clients: through Ferry's API as the logged-in user, which seals each value
 and records who changed what (docs/teams.md#secrets). A value is never an argument (a command line is
@@ -21,7 +21,7 @@ from cli.teams import PROJECT, use_project
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from api.messages import ChangeInfo, SecretInfo
+    from api.messages import SecretInfo
 
 secret_app = typer.Typer(
     cls=FerryGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -119,23 +119,6 @@ def secret_list(
         typer.echo(json.dumps([secret_json(secret) for secret in listed], indent=2))
 
 
-@secret_app.command("changes")
-@one_line_errors
-def secret_changes(
-    as_json: bool = typer.Option(False, "--json", help="JSON, for scripts."), project: str | None = PROJECT
-) -> None:
-    """Who set, changed and deleted the project's secrets, and when: the latest 100, oldest first."""
-    use_project(project)
-    from cli import render
-    from cli.context import Context
-
-    changes = Context.from_env().secrets().changes()
-    if not as_json:
-        render.console().print(changes_table(changes))
-    else:
-        typer.echo(json.dumps([change.model_dump() for change in changes], indent=2))
-
-
 @secret_app.command("delete")
 @one_line_errors
 def secret_delete(
@@ -193,16 +176,3 @@ def secret_json(secret: SecretInfo) -> dict[str, Any]:
         "updated_at": secret.updated_at,
         "updated_by": secret.updated_by,
     }
-
-
-def changes_table(changes: list[ChangeInfo]) -> Table:
-    from rich.table import Table
-
-    from cli.render import ago
-
-    table = Table(box=None, pad_edge=False)
-    for column in ("WHEN", "BY", "WHAT", "NAME", "CHANGE"):
-        table.add_column(column, no_wrap=True)
-    for change in changes:
-        table.add_row(ago(change.at), change.actor, change.subject, change.name, change.change)
-    return table

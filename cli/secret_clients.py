@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Protocol
 from urllib.parse import quote
 
-from api.messages import ChangeInfo, SecretInfo, SecretSet
+from api.messages import SecretInfo, SecretSet
 from cli.remote_runs import ApiSession
 from store import Store
 
@@ -20,7 +20,6 @@ class ProjectSecrets(Protocol):
     def set_repo(self, url: str, value: str, *, ssh_key: bool) -> str: ...  # the secret's name
     def listed(self) -> list[SecretInfo]: ...
     def delete(self, name: str) -> None: ...
-    def changes(self) -> list[ChangeInfo]: ...
 
 
 class RemoteSecrets:
@@ -47,10 +46,6 @@ class RemoteSecrets:
 
     def delete(self, name: str) -> None:
         self.session.request("DELETE", f"{self._base}/secrets/{quote(name, safe='')}")
-
-    def changes(self) -> list[ChangeInfo]:
-        answer = self.session.request("GET", f"{self._base}/changes")
-        return [ChangeInfo.model_validate(item) for item in answer.json()]
 
 
 class StoreSecrets:
@@ -87,9 +82,3 @@ class StoreSecrets:
         from cli.secret_api import delete_secret
 
         delete_secret(self.store, self.project, name, by=self.by)
-
-    def changes(self, limit: int = 100) -> list[ChangeInfo]:
-        return [
-            ChangeInfo(at=c.at, actor=c.actor, subject=c.subject, name=c.name, change=c.change)
-            for c in self.store.list_changes(self.project, limit)
-        ]

@@ -169,6 +169,20 @@ def project_list(as_json: bool = JSON) -> None:
     _show("/api/projects", as_json, ["NAME", "CREATED BY"], lambda p: [p["name"], p["created_by"] or "-"])
 
 
+@project_app.command("changes")
+@one_line_errors
+def project_changes(project: str | None = PROJECT, as_json: bool = JSON) -> None:
+    """Who set, changed and deleted the project's secrets, fleets and backends, and when: the latest 100."""
+    import time
+
+    def row(change: dict[str, Any]) -> list[str]:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(change["at"]))
+        return [when, change["actor"], change["subject"], change["name"], change["change"]]
+
+    path = f"/api/projects/{_project(project)}/changes"
+    _show(path, as_json, ["WHEN", "BY", "WHAT", "NAME", "CHANGE"], row)
+
+
 @project_app.command("delete")
 @one_line_errors
 def project_delete(name: str = PROJECT_NAME) -> None:

@@ -3,6 +3,7 @@ projects and a user in each (docs/teams.md)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -36,8 +37,9 @@ class Api:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    """One API process per module, over its own SQLite store."""
+def served(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Api]:
+    """One API process per module, over its own SQLite store; with the module's API_ENV in its environment,
+    if it has one."""
     url = f"sqlite:///{tmp_path_factory.mktemp('api') / 'ferry.db'}"
     engine = make_engine(url)
     migrate(engine)
@@ -46,6 +48,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
         [sys.executable, "-m", "api", "--database-url", url, "serve", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env={**os.environ, **getattr(request.module, "API_ENV", {})},
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

@@ -59,14 +59,14 @@ def test_a_manager_sets_a_user_lists_and_each_change_names_its_actor(api: Api, t
         exit_codes.NOT_FOUND,
         "ferry secret delete: no secret named HF_TOKEN in project 'a' (see ferry secret list)\n",
     )
-    changes = json.loads(ferry(tmp_path, "secret", "changes", "--json", "-p", "a", **bob).stdout)
+    changes = json.loads(ferry(tmp_path, "project", "changes", "--json", "-p", "a", **bob).stdout)
     assert [(c["actor"], c["name"], c["change"]) for c in changes] == [
         ("alice", "KEPT", "set"),  # the fixture's
         ("alice", "HF_TOKEN", "set"),
         ("alice", stored.stderr.split()[-1], "set"),
         ("alice", "HF_TOKEN", "deleted"),
     ]
-    table = ferry(tmp_path, "secret", "changes", "-p", "a", **bob).stdout
+    table = ferry(tmp_path, "project", "changes", "-p", "a", **bob).stdout
     assert table.split()[:5] == ["WHEN", "BY", "WHAT", "NAME", "CHANGE"]
 
 

@@ -1,4 +1,4 @@
-"""`ferry secret set|list|delete|changes|codec` as an operator's CLI (Temporal's address, no login: the
+"""`ferry secret set|list|delete|codec` as an operator's CLI (Temporal's address, no login: the
 store itself, docs/teams.md#one-way-in), and the check of a run's secrets before its submission.
 docs/secrets.md; tests/api/test_cli_secrets.py runs the same commands through the API."""
 
@@ -62,8 +62,8 @@ def test_set_from_stdin_list_names_only_and_delete(home: Path, store: Store) -> 
         3,
         "ferry secret delete: no secret named HF_TOKEN in project 'p' (see ferry secret list)\n",
     )
-    changes = json.loads(ferry(home, "secret", "changes", "--json").stdout)
-    assert [(c["actor"], c["name"], c["change"]) for c in changes] == [
+    changes = store.list_changes("p")
+    assert [(c.actor, c.name, c.change) for c in changes] == [
         ("operator", "HF_TOKEN", "set"),
         ("operator", "HF_TOKEN", "changed"),
         ("operator", "HF_TOKEN", "deleted"),

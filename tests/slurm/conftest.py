@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 
 from cli.api import FerryAPI
-from cli.backend import record_backend
+from cli.backend_api import record_backend
 from core.backends.slurm import fleet_prefix
 from core.configuration import FleetConfiguration, SlurmBackendConfiguration, parse_configuration
 from core.fleets.status import FleetStatus
