@@ -44,3 +44,10 @@ def require(who: Caller, action: Action, project: str | None = None) -> None:
     why = refusal(who, action, project)
     if why is not None:
         raise Refused(403, why)
+
+
+def require_in(store: Store, who: Caller, action: Action, project: str) -> None:
+    """`require`, then 404 for a project that does not exist (an admin may name any)."""
+    require(who, action, project)
+    if not any(found.name == project for found in store.list_projects()):
+        raise Refused(404, f"no project {project}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 
-from api.auth import Refused, caller, require, store_of
+from api.auth import caller, require_in, store_of
 from api.messages import RUN_REFUSALS, AppliedBackend, BackendApplication, BackendInfo
 from api.temporal import one_line_errors
 from cli.backend_clients import StoreBackends
@@ -18,9 +18,7 @@ router = APIRouter(prefix="/api/projects/{project}/backends", responses=RUN_REFU
 
 def _backends(store: Store, project: str, who: Caller, action: Action) -> StoreBackends:
     """403 unless `who`'s role allows `action`; 404 for a project that does not exist."""
-    require(who, action, project)
-    if project not in {p.name for p in store.list_projects()}:
-        raise Refused(404, f"no project {project}")
+    require_in(store, who, action, project)
     return StoreBackends(store, project, by=who.name)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from api.auth import Refused, caller, require, store_of
+from api.auth import caller, require_in, store_of
 from api.messages import (
     RUN_REFUSALS,
     AppliedFleet,
@@ -30,10 +30,8 @@ MAX_WAIT = 120.0  # seconds a deletion waits for an idle fleet to be gone
 def _fleets(request: Request, project: str, who: Caller, action: Action) -> StoreFleets:
     """The project's fleets as `who` acts on them: 403 unless their role allows `action`, 404 for a
     project that does not exist. `env` is never filled from the API's own environment."""
-    require(who, action, project)
     store = store_of(request)
-    if project not in {p.name for p in store.list_projects()}:
-        raise Refused(404, f"no project {project}")
+    require_in(store, who, action, project)
 
     async def fleet_api() -> FleetAPI:
         return FerryAPI(await temporal_client(request), store, project=project).fleets()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 
-from api.auth import Refused, caller, require, store_of
+from api.auth import Refused, caller, require_in, store_of
 from api.messages import RUN_REFUSALS, RepoCredential, SecretInfo, SecretSet, SecretValue
 from cli.errors import FerryError
 from cli.secret_clients import StoreSecrets
@@ -20,9 +20,7 @@ router = APIRouter(prefix="/api/projects/{project}", responses=RUN_REFUSALS)
 def _secrets(store: Store, project: str, who: Caller, action: Action) -> StoreSecrets:
     """The project's secrets as `who` acts on them: 403 unless their role allows `action`, 404 for a
     project that does not exist (an admin may name any)."""
-    require(who, action, project)
-    if project not in {p.name for p in store.list_projects()}:
-        raise Refused(404, f"no project {project}")
+    require_in(store, who, action, project)
     return StoreSecrets(store, project, by=who.name)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from pydantic import ValidationError
 
-from api.auth import Refused, caller, require, store_of
+from api.auth import Refused, caller, require_in, store_of
 from api.messages import RUN_REFUSALS, CreatedVolume, NewVolume, VolumeInfo
 from api.temporal import one_line_errors
 from cli.volume_clients import StoreVolumes
@@ -19,9 +19,7 @@ router = APIRouter(prefix="/api/projects/{project}/volumes", responses=RUN_REFUS
 
 def _volumes(store: Store, project: str, who: Caller, action: Action) -> StoreVolumes:
     """403 unless `who`'s role allows `action`; 404 for a project that does not exist."""
-    require(who, action, project)
-    if project not in {p.name for p in store.list_projects()}:
-        raise Refused(404, f"no project {project}")
+    require_in(store, who, action, project)
     return StoreVolumes(store, project)
 
 
