@@ -15,12 +15,14 @@ from api.messages import (
     FleetPlan,
     FleetRow,
     NewPriority,
+    OfferAsk,
 )
 from api.temporal import one_line_errors, temporal_client
 from cli.api import FerryAPI
 from cli.fleet_api import FleetAPI
 from cli.fleet_clients import StoreFleets
 from core.fleets.messages import FleetDescription
+from core.fleets.offers import FleetOffer
 from core.teams.roles import Action, Caller
 
 router = APIRouter(prefix="/api/projects/{project}", responses=RUN_REFUSALS)
@@ -96,3 +98,12 @@ async def set_priority(
     with one_line_errors():
         await fleets.set_priority(name, body.priority)
     return Response(status_code=204)
+
+
+@router.post("/offers")
+async def offer(project: str, body: OfferAsk, request: Request, who: Caller = Depends(caller)) -> FleetOffer:
+    """`ferry offer`: where a run of the configuration could go now, as the fleet it would be submitted to
+    answers (and its backend, for a fleet with `nodes`); nothing is submitted, queued or held."""
+    fleets = _fleets(request, project, who, Action.READ_RESOURCES)
+    with one_line_errors():
+        return await fleets.offer(body.configuration)

@@ -280,3 +280,9 @@ class BackendApplication(Message):
 class AppliedBackend(Message):
     name: str
     partitions: list[str]
+
+
+class OfferAsk(Message):
+    """`ferry offer -f FILE`: where a run of this configuration could go now."""
+
+    configuration: RunConfiguration

@@ -12,8 +12,9 @@ from urllib.parse import quote
 
 from api.messages import AppliedFleet, DeletedFleet, FleetPlan, FleetRow
 from cli.remote_runs import ApiSession
-from core.configuration import FleetConfiguration
+from core.configuration import FleetConfiguration, RunConfiguration
 from core.fleets.messages import FleetDescription
+from core.fleets.offers import FleetOffer
 from store import Store
 
 if TYPE_CHECKING:  # Temporal's SDK is imported only where a fleet's scheduler is reached
@@ -31,6 +32,7 @@ class ProjectFleets(Protocol):
     async def describe(self, name: str) -> FleetDescription: ...
     async def delete(self, name: str, wait: float) -> DeletedFleet: ...
     async def set_priority(self, run_name: str, priority: int) -> None: ...
+    async def offer(self, configuration: RunConfiguration) -> FleetOffer: ...
 
 
 class RemoteFleets:
@@ -77,6 +79,14 @@ class RemoteFleets:
     async def set_priority(self, run_name: str, priority: int) -> None:
         path = f"{self._base}/runs/{quote(run_name, safe='')}/priority"
         await asyncio.to_thread(self.session.request, "PUT", path, json={"priority": priority})
+
+    async def offer(self, configuration: RunConfiguration) -> FleetOffer:
+        import json
+
+        body = {"configuration": json.loads(configuration.model_dump_json())}
+        path = f"{self._base}/offers"
+        answer = await asyncio.to_thread(self.session.request, "POST", path, json=body, timeout=120)
+        return FleetOffer.model_validate(answer.json())
 
 
 def _body(configuration: FleetConfiguration, name: str | None) -> dict[str, object]:
@@ -137,3 +147,8 @@ class StoreFleets:
 
     async def set_priority(self, run_name: str, priority: int) -> None:
         await (await self._fleet_api()).set_priority(run_name, priority)
+
+    async def offer(self, configuration: RunConfiguration) -> FleetOffer:
+        from cli.offer_api import ask_offer
+
+        return await ask_offer(self.store, await self._fleet_api(), configuration)

@@ -204,6 +204,10 @@ def test_fleets_volumes_and_secrets_by_role(ferry: Ferry, users: dict[str, str],
     assert last_line(applied.stderr).startswith("far-0: not deployed (tried again every few seconds): ")
 
     alice = as_user(ferry, users, "alice", "a")
+    here = task(tmp_path, "here", "true", extra="fleets: [local]\n")
+    offered = ferry("offer", "-f", here, "--json", env=alice, timeout=120)
+    assert offered.returncode == 0, offered.stderr
+    assert json.loads(offered.stdout)["fleet"] == "local"
     listed = ferry("fleet", "list", "--json", env=alice)
     assert listed.returncode == 0, listed.stderr
     assert "far" in [f["name"] for f in json.loads(listed.stdout)]
@@ -227,6 +231,7 @@ def test_fleets_volumes_and_secrets_by_role(ferry: Ferry, users: dict[str, str],
         ("volume list", ("volume", "list")),
         ("secret list", ("secret", "list")),
         ("set-priority", ("set-priority", "mine", "50")),
+        ("offer", ("offer", "-f", str(task(tmp_path, "where", "true")))),
     )
     for command, args in outsiders:
         refused = ferry(*args, env=alice_in_b)
