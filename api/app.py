@@ -12,6 +12,7 @@ from api.fleet_routes import router as fleet_router
 from api.run_changes import router as run_changes_router
 from api.run_live import router as run_live_router
 from api.run_reads import router as run_reads_router
+from api.run_tools_routes import router as run_tools_router
 from api.secret_routes import router as secret_router
 from api.teams_routes import router as teams_router
 from api.volume_routes import router as volume_router
@@ -28,6 +29,7 @@ def make_app(store: Store, *, embedded: bool = False) -> FastAPI:
     app.include_router(run_reads_router)
     app.include_router(run_changes_router)
     app.include_router(run_live_router)
+    app.include_router(run_tools_router)
     app.include_router(secret_router)
     app.include_router(volume_router)
     app.include_router(fleet_router)

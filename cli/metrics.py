@@ -2,7 +2,8 @@
 (docs/jobs.md#metrics); `-w` refreshes it every WATCH_INTERVAL seconds until Ctrl-C or the run's end.
 
 The agents are reached the way the worker reaches them (their addresses and tokens stay there): each
-sample is a MetricsWorkflow, one activity that asks every running job's agent at once.
+sample is a MetricsWorkflow, one activity that asks every running job's agent at once, started by Ferry's
+API for the logged-in user, or by an operator's CLI itself (cli/run_tool_clients.py).
 """
 
 from __future__ import annotations
@@ -10,34 +11,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import secrets
 import sys
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.live import Live
-from temporalio.client import WorkflowFailureError
 
+from api.run_tool_messages import RunMetrics
 from cli import exit_codes, render
 from cli.context import Context
-from cli.errors import CommandError, RunNotFound
-from cli.pipeline_tasks import run_jobs, task_run
+from cli.errors import CommandError, FerryError
+from cli.run_tool_clients import RunTools, run_tools
 from cli.tables import Column, FittedTable, Row
-from core.status import JobStatus, RunStatus
+from core.status import RunStatus
 from core.wire.agent_api import BYTES_PER_GB, TaskMetrics
-from core.wire.messages import JobMetrics, MetricsReply, MetricsRequest, TaskRef
-from core.wire.workflow_ids import metrics_workflow_id
-from workflows.metrics import MetricsWorkflow
 
 if TYPE_CHECKING:
-    from cli.api import FerryAPI
     from store import JobSubmissionRecord, RunRecord
 
 WATCH_INTERVAL = 2.0
-SAMPLE_TIMEOUT = timedelta(seconds=30)  # the whole sample: its workflow, the activity and every agent
 COLUMNS = (
     Column("REPLICA"),
     Column("JOB"),
@@ -57,44 +51,52 @@ class JobSample:
 
 
 def metrics(run_name: str, *, watch: bool, as_json: bool) -> int:
-    ctx = Context.from_env()
+    tools = run_tools(Context.from_env())
     try:
-        return asyncio.run(_metrics(ctx, run_name, watch=watch, as_json=as_json))
+        return asyncio.run(_metrics(tools, run_name, watch=watch, as_json=as_json))
     except KeyboardInterrupt:
         return exit_codes.OK
 
 
-async def _metrics(ctx: Context, run_name: str, *, watch: bool, as_json: bool) -> int:
-    store = ctx.store()
-    try:
-        record = ctx.find_run(store, run_name)
-    except RunNotFound as err:
-        raise CommandError(str(err), exit_codes.NOT_FOUND) from None
-    if RunStatus(record.status).is_finished():
-        # What can never happen: a finished run's jobs have no processes left to measure.
-        message = f"run {record.run_name} has finished ({record.status}): it has no live metrics"
-        raise CommandError(message, exit_codes.USAGE)
-    api = await ctx.api()
+async def _metrics(tools: RunTools, run_name: str, *, watch: bool, as_json: bool) -> int:
+    answer = await tools.metrics(run_name)  # NOT_FOUND for no such run, USAGE for a finished one
     console = render.console()
     if not watch:
-        _show(console, record, await sample(api, record), as_json)
+        _show(console, answer.run, job_samples(answer), as_json)
         return exit_codes.OK
     live = Live(console=console, auto_refresh=False) if console.is_terminal and not as_json else None
     with live or contextlib.nullcontext():
         while True:
-            latest = await asyncio.to_thread(store.get_run, record.id)
-            record = latest or record
-            if RunStatus(record.status).is_finished():
+            if live is not None:
+                live.update(metrics_table(job_samples(answer)), refresh=True)
+            else:
+                _show(console, answer.run, job_samples(answer), as_json)
+            await asyncio.sleep(WATCH_INTERVAL)
+            latest = await _next_sample(tools, answer.run)
+            if not isinstance(latest, RunMetrics):
                 render.console(stderr=True).print(
-                    f"run {record.run_name} has finished ({record.status})", highlight=False
+                    f"run {latest.run_name} has finished ({latest.status})", highlight=False
                 )
                 return exit_codes.OK
-            samples = await sample(api, record)
-            if live is not None:
-                live.update(metrics_table(samples), refresh=True)
-            else:
-                _show(console, record, samples, as_json)
-            await asyncio.sleep(WATCH_INTERVAL)
+            answer = latest
+
+
+async def _next_sample(tools: RunTools, record: RunRecord) -> RunMetrics | RunRecord:
+    """A new sample of the run; its record instead once it has finished."""
+    record = await tools.get_run(record.id) or record
+    if RunStatus(record.status).is_finished():
+        return record
+    try:
+        return await tools.metrics(record.id, by_id=True)
+    except (FerryError, CommandError) as err:  # USAGE: it has finished since it was read
+        ended = await tools.get_run(record.id)
+        if err.exit_code != exit_codes.USAGE or ended is None or not RunStatus(ended.status).is_finished():
+            raise
+        return ended
+
+
+def job_samples(answer: RunMetrics) -> list[JobSample]:
+    return [JobSample(found.job, found.metrics, found.unavailable) for found in answer.jobs]
 
 
 def _show(console: Console, record: RunRecord, samples: list[JobSample], as_json: bool) -> None:
@@ -103,37 +105,6 @@ def _show(console: Console, record: RunRecord, samples: list[JobSample], as_json
     else:
         console.print(metrics_table(samples))
         sys.stdout.flush()
-
-
-async def sample(api: FerryAPI, record: RunRecord) -> list[JobSample]:
-    """The latest submission of each of the run's jobs (a pipeline's current task's), the running ones
-    with what their agents measure now."""
-    store = api.store
-    current = await asyncio.to_thread(task_run, store, record, None)
-    jobs = render.latest_jobs(await asyncio.to_thread(run_jobs, store, current))
-    running = [job for job in jobs if job.status == JobStatus.RUNNING and job.instance_name]
-    replies: dict[str, JobMetrics] = {}
-    if running:
-        refs = [TaskRef(job_submission_id=job.id, instance_name=job.instance_name or "") for job in running]
-        try:
-            reply: MetricsReply = await api.client.execute_workflow(
-                MetricsWorkflow.run,
-                MetricsRequest(tasks=refs),
-                id=metrics_workflow_id(record.workflow_id, secrets.token_hex(6)),
-                task_queue=api.task_queue,
-                execution_timeout=SAMPLE_TIMEOUT,
-            )
-        except WorkflowFailureError as err:  # timed out: no worker took it, or its agents did not answer
-            raise CommandError(f"run {record.run_name}: no sample of its metrics: {err.cause}") from None
-        replies = {answer.job_submission_id: answer for answer in reply.jobs}
-    samples = []
-    for job in jobs:
-        answer = replies.get(job.id)
-        if answer is None:
-            samples.append(JobSample(job))
-        else:
-            samples.append(JobSample(job, answer.metrics, answer.unavailable))
-    return samples
 
 
 def size(count: int) -> str:

@@ -1,7 +1,8 @@
 """`ferry schedule pause|resume|trigger RUN`: a scheduled run's Temporal Schedule (docs/schedules.md).
 
-The schedule is the run's (created when it starts, deleted when it ends); these reach it through the
-Temporal client. The same is at hand in the Temporal Web UI, under Schedules.
+The schedule is the run's (created when it starts, deleted when it ends); these reach it through Ferry's
+API as the logged-in user, or an operator's CLI through the Temporal client itself
+(cli/run_tool_clients.py). The same is at hand in the Temporal Web UI, under Schedules.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from cli.errors import CommandError, FerryGroup, one_line_errors
-from core.status import RunStatus
+from cli.errors import FerryGroup, one_line_errors
 
 if TYPE_CHECKING:
-    from temporalio.client import ScheduleHandle
+    from api.run_tool_messages import ScheduleAction
 
 schedule_app = typer.Typer(
     cls=FerryGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -24,33 +24,11 @@ schedule_app = typer.Typer(
 RUN = typer.Argument(..., metavar="RUN", help="The scheduled run's name.", show_default=False)
 
 
-async def _schedule(run_name: str) -> ScheduleHandle:
+def _act(run_name: str, action: ScheduleAction) -> None:
     from cli.context import Context
-    from core.wire.workflow_ids import schedule_id
+    from cli.run_tool_clients import run_tools
 
-    ctx = Context.from_env()
-    api = await ctx.api()
-    record = await api.get_run(run_name)
-    if RunStatus(record.status).is_finished():
-        raise CommandError(f"run {run_name} has finished ({record.status}): its schedule is gone")
-    configuration = record.run_configuration()
-    if configuration is None or configuration.schedule is None:
-        raise CommandError(f"run {run_name} has no schedule")
-    return api.client.get_schedule_handle(schedule_id(record.workflow_id, record.id))
-
-
-def _act(run_name: str, verb: str) -> None:
-    async def act() -> None:
-        handle = await _schedule(run_name)
-        note = f"ferry schedule {verb}"
-        if verb == "pause":
-            await handle.pause(note=note)
-        elif verb == "resume":
-            await handle.unpause(note=note)
-        else:
-            await handle.trigger()
-
-    asyncio.run(act())
+    asyncio.run(run_tools(Context.from_env()).schedule(run_name, action))
 
 
 @schedule_app.command("pause")
