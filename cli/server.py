@@ -59,7 +59,16 @@ def print_status(ctx: Context, status: StackStatus) -> None:
     state = "running" if status.running else "not running"
     console.print(f"Ferry {status.version} stack of {status.home}: {state}", highlight=False)
     console.print(status_table(ctx, status))
-    if not ctx.embedded:
+    from cli.login_file import kept_login
+
+    login = kept_login()
+    if login is not None:  # `ferry server` is this machine's stack; a login sends the rest elsewhere
+        console.print(
+            f"note: logged in to {login[0]}, so run commands use that server's API, not this stack "
+            "(docs/teams.md#this-machines-stack)",
+            highlight=False,
+        )
+    elif not ctx.embedded:
         console.print(
             f"note: FERRY_TEMPORAL_ADDRESS={ctx.settings.temporal_address} is set, so commands use that "
             "server, not this stack",

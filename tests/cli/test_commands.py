@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -81,3 +83,18 @@ def test_connect_problem_in_a_few_words() -> None:
     assert (
         connect_problem("h:1", "Failed client connect: odd") == "cannot reach the Temporal server at h:1: odd"
     )
+
+
+def test_server_status_says_a_login_sends_the_run_commands_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ferry server` is this machine's stack (docs/teams.md#this-machines-stack): logged in, it says the
+    run commands go to the server's API instead; nothing is started or asked of that API."""
+    monkeypatch.setenv("FERRY_HOME", str(tmp_path))
+    monkeypatch.setenv("FERRY_API_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("FERRY_TOKEN", "a-token")
+    monkeypatch.delenv("FERRY_TEMPORAL_ADDRESS", raising=False)
+    result = CliRunner().invoke(app, ["server", "status"])
+    assert result.exit_code == 3, result.output  # not running here
+    assert "not running" in result.output
+    assert "note: logged in to http://127.0.0.1:1, so run commands use that server's API" in result.output
