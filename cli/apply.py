@@ -275,10 +275,10 @@ async def _submit(
         console.print(f"follow it with: ferry logs -f {record.run_name}", highlight=False)
         return 0
     if isinstance(configuration, DevEnvironmentConfiguration):
-        from cli.attach import attach_and_follow
+        from cli.attach import attach_and_follow, job_routes
 
-        # As dstack's apply does; attaching asks the run's workflow where its job is (docs/attach.md).
-        return await attach_and_follow(await ctx.api(), ctx.settings.home, record, console)
+        # As dstack's apply does, the way its run went (docs/attach.md, docs/teams.md#attach).
+        return await attach_and_follow(job_routes(ctx, api), ctx.settings.home, record, console)
     outcome = {"detached": False}
 
     async def on_interrupt() -> bool:

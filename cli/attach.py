@@ -1,7 +1,8 @@
 """`ferry attach RUN`: the user's own OpenSSH into a running job (docs/attach.md).
 
 The job's agent runs an SSH server on its instance (on its loopback; on a Slurm node, on the node's
-addresses); the job's workflow tells where (`JobWorkflow.ssh_endpoint`). This writes `Host <run>` (and the
+addresses); the job's workflow tells where (`JobWorkflow.ssh_endpoint`), asked by Ferry's API for a user's
+CLI, by an operator's CLI itself (cli/ssh_routes.py, docs/teams.md#attach). This writes `Host <run>` (and the
 jump to it: `<run>-host` for an SSH fleet's host, `<run>-login` for a Slurm backend's login node) into
 Ferry's SSH config, forwards the configuration's `ports` to localhost with `ssh -N -L`, prints the IDE link
 of a dev environment, and follows the run's logs until Ctrl-C releases the forwards.
@@ -22,13 +23,13 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from activities.ssh_config import ssh_targets
+from api.attach_messages import SSHRoute
 from cli import render
 from cli.context import Context, confirm
 from cli.dev_environments import ide_link
-from cli.errors import CommandError
+from cli.errors import CommandError, RunNotFound
 from cli.follow import LogStream, follow_run
-from cli.pipeline_tasks import run_jobs, task_run
+from cli.remote_runs import RemoteRuns, RunsClient
 from cli.ssh_hosts import (
     HostEntry,
     add_include,
@@ -37,26 +38,22 @@ from cli.ssh_hosts import (
     user_config_includes,
     write_entries,
 )
+from cli.ssh_routes import DirectRoutes, JobRoutes, RemoteRoutes, running_job
 from cli.user_keys import user_key
-from core.backends.slurm import slurm_backend_name
-from core.configuration import FleetConfiguration, NotARun, parse_configuration
-from core.configuration.backend import SlurmBackendConfiguration, SlurmLogin
+from core.configuration import NotARun, parse_configuration
 from core.configuration.fields import PortMapping
-from core.configuration.fleet import ProxyJump
 from core.run_types import configurator_for
-from core.status import JobStatus, RunStatus
-from core.wire.messages import SSHEndpoint
-from core.wire.workflow_ids import LOCAL_FLEET, job_workflow_id
-from store import JobSubmissionRecord, RunRecord, Store
+from core.status import RunStatus
+from store import RunRecord
+from store.run_reads import RunReads
 
 if TYPE_CHECKING:
-    from cli.api import FerryAPI
+    from temporalio.client import Client
 
 _WAIT_POLL = 0.5
 _LOGIN_TIMEOUT = 20.0
 _FORWARD_START = 10.0
 _NEXT_FREE_PORTS = 100  # a busy local port: the next free one within this many
-_WAITS_FOR = frozenset({JobStatus.SUBMITTED, JobStatus.PROVISIONING, JobStatus.PULLING})
 
 
 @dataclass
@@ -87,15 +84,29 @@ def attach_command(run_name: str, *, replica: int, job: int, logs: bool) -> int:
 async def _attach_and_follow(
     ctx: Context, run_name: str, console: Console, *, replica: int, job: int, logs: bool
 ) -> int:
-    api = await ctx.api()
-    record = await api.get_run(run_name)
+    routes = job_routes(ctx, ctx.runs())
+    record = await asyncio.to_thread(routes.store.find_run, ctx.project, run_name)
+    if record is None:
+        raise RunNotFound(f"no run named {run_name!r} in project {ctx.project!r}")
     return await attach_and_follow(
-        api, ctx.settings.home, record, console, replica=replica, job=job, logs=logs
+        routes, ctx.settings.home, record, console, replica=replica, job=job, logs=logs
     )
 
 
+def job_routes(ctx: Context, runs: RunsClient) -> JobRoutes:
+    """The way into a run's jobs, the way its runs go (cli/context.py `Context.runs`): through the API, or
+    an operator's CLI over the store and Temporal itself."""
+    if isinstance(runs, RemoteRuns):
+        return RemoteRoutes(runs.session, runs.store, runs.project)
+
+    async def client() -> Client:
+        return (await ctx.api()).client
+
+    return DirectRoutes(ctx.store(), ctx.project, client)
+
+
 async def attach_and_follow(
-    api: FerryAPI,
+    routes: JobRoutes,
     home: Path,
     record: RunRecord,
     console: Console,
@@ -105,7 +116,7 @@ async def attach_and_follow(
     logs: bool = True,
 ) -> int:
     """Attached until Ctrl-C or the run's end (`ferry attach`, and `ferry apply` of a dev environment)."""
-    attached = await attach(api, home, record, console, replica=replica, job=job)
+    attached = await attach(routes, home, record, console, replica=replica, job=job)
     try:
         say_attached(attached, record, console)
         console.print(
@@ -113,9 +124,9 @@ async def attach_and_follow(
         )
         with open(os.devnull, "wb") as discard:
             out = sys.stdout.buffer if logs else discard
-            stream = LogStream(api.store, record, out, replica=replica, job=job)
+            stream = LogStream(routes.store, record, out, replica=replica, job=job)
             final = await follow_run(
-                api.store, record, status_console=None, on_interrupt=lambda: False, logs=stream
+                routes.store, record, status_console=None, on_interrupt=lambda: False, logs=stream
             )
     finally:
         attached.release()
@@ -129,23 +140,18 @@ async def attach_and_follow(
 
 
 async def attach(
-    api: FerryAPI, home: Path, record: RunRecord, console: Console, *, replica: int = 0, job: int = 0
+    routes: JobRoutes, home: Path, record: RunRecord, console: Console, *, replica: int = 0, job: int = 0
 ) -> Attached:
     """Wait for the job to run, write its SSH entries, open its forwards; the forwards are the caller's
     to release."""
-    store = api.store
-    run, submission = await _running_job(store, record, replica, job, console)
-    workflow_id = job_workflow_id(run.workflow_id, replica, job, submission.submission_num)
-    handle = api.client.get_workflow_handle(workflow_id)
-    endpoint: SSHEndpoint = await handle.execute_update("ssh_endpoint", result_type=SSHEndpoint)
-    if endpoint.refused is not None or endpoint.port is None:
-        raise CommandError(f"run {record.run_name}: cannot attach: {endpoint.refused}")
+    await _running_job(routes.store, record, replica, job, console)
+    route = await routes.ssh_route(record, replica, job)
     alias = record.run_name
-    hosts, host_keys = await asyncio.to_thread(_route, store, home, alias, endpoint)
-    config = await asyncio.to_thread(write_entries, home, alias, hosts, host_keys)
+    hosts = await asyncio.to_thread(_entries, route, home)
+    config = await asyncio.to_thread(write_entries, home, alias, hosts, route.host_keys)
     _offer_include(home, console)
     working_dir = await _login(config, alias)
-    await asyncio.to_thread(note_attached, home, alias, endpoint.user, working_dir)  # `ferry ps`'s link
+    await asyncio.to_thread(note_attached, home, alias, route.user, working_dir)  # `ferry ps`'s link
     attached = Attached(alias=alias, config=config, forwards={}, working_dir=working_dir)
     conf = parse_configuration(record.configuration_data())
     ports: list[PortMapping] = []
@@ -170,109 +176,36 @@ def say_attached(attached: Attached, record: RunRecord, console: Console) -> Non
         console.print(f"open in your IDE: {link}", highlight=False)
 
 
-async def _running_job(
-    store: Store, record: RunRecord, replica: int, job: int, console: Console
-) -> tuple[RunRecord, JobSubmissionRecord]:
-    """The latest submission of (replica, job) (of a pipeline's latest task), once it runs, with its run;
-    the reason it never will, as an error."""
+async def _running_job(reads: RunReads, record: RunRecord, replica: int, job: int, console: Console) -> None:
+    """Until the run's job (replica, job) runs; the reason it never will, as an error."""
     said = ""
     while True:
-        run = await asyncio.to_thread(store.get_run, record.id) or record
-        if RunStatus(run.status).is_finished():
-            raise CommandError(
-                f"run {run.run_name} has finished ({run.status}): there is no job to attach to"
-            )
-        current = await asyncio.to_thread(task_run, store, run, None)
-        jobs = [
-            j
-            for j in await asyncio.to_thread(run_jobs, store, current)
-            if (j.replica_num, j.job_num) == (replica, job)
-        ]
-        latest = max(jobs, key=lambda j: j.submission_num, default=None)
-        if latest is not None and latest.status == JobStatus.RUNNING:
-            return current, latest
-        if latest is None and run.status not in (RunStatus.SUBMITTED, RunStatus.PENDING):
-            raise CommandError(f"run {run.run_name} has no job {job} of replica {replica}")
-        if latest is not None and JobStatus(latest.status) not in _WAITS_FOR:
-            what = f"replica {replica}, job {job} is {latest.status}"
-            raise CommandError(f"run {run.run_name}: {what}: there is nothing to attach to")
-        line = f"run {run.run_name}: waiting for its job to run ({latest.status if latest else run.status})"
+        run = await asyncio.to_thread(reads.get_run, record.id) or record
+        waits_in = await asyncio.to_thread(running_job, reads, run, replica, job)
+        if not isinstance(waits_in, str):
+            return
+        line = f"run {run.run_name}: waiting for its job to run ({waits_in})"
         if line != said:
             console.print(line, highlight=False)
             said = line
         await asyncio.sleep(_WAIT_POLL)
 
 
-def _route(
-    store: Store, home: Path, alias: str, endpoint: SSHEndpoint
-) -> tuple[list[HostEntry], dict[str, str]]:
-    """The job's `Host` entry, behind the host it is reached through when the instance is not this machine:
-    an SSH fleet's host (the agent's SSH server is on its loopback), or a Slurm backend's login node (the
-    agent's SSH server is on the compute node's addresses, docs/backends.md#dev-environments-and-attach)."""
-    key = str(user_key(home))
-    key_alias = f"ferry-agent-{endpoint.instance_name}"
-    job_host = HostEntry(
-        alias=alias,
-        hostname="127.0.0.1",
-        port=endpoint.port or 0,
-        user=endpoint.user,
-        identity_file=key,
-        host_key_alias=key_alias,
-    )
-    host_keys = {key_alias: endpoint.host_key} if endpoint.host_key else {}
-    instance = store.find_instance(endpoint.instance_name)
-    fleet = (
-        store.get_fleet(instance.project, instance.fleet)
-        if instance is not None and instance.fleet != LOCAL_FLEET
-        else None
-    )
-    if instance is None or fleet is None:
-        return [job_host], host_keys
-    if (backend := slurm_backend_name(fleet.backend)) is not None:
-        login = _slurm_login(store, fleet.project, backend)
-        hop = HostEntry(
-            alias=f"{alias}-login",
-            hostname=login.hostname,
-            port=login.port,
-            user=login.user,
-            identity_file=login.identity_file,
-            proxy_jump=_jump(login.proxy_jump, login.user, login.port),
-        )
-        job_host = dataclasses.replace(job_host, hostname=instance.address, proxy_jump=hop.alias)
-        return [job_host, hop], host_keys
-    conf = FleetConfiguration.model_validate(fleet.configuration_data())
-    target = next((t for t in ssh_targets(conf, instance.fleet) if t.name == endpoint.instance_name), None)
-    if target is None:
-        return [job_host], host_keys
-    jump = None
-    if target.proxy_jump is not None:
-        jump = f"{target.proxy_jump.user}@{target.proxy_jump.hostname}:{target.proxy_jump.port}"
-    fleet_host = HostEntry(
-        alias=f"{alias}-host",
-        hostname=target.hostname,
-        port=target.port,
-        user=target.user,
-        identity_file=target.identity_file,
-        proxy_jump=jump,
-    )
-    job_host = dataclasses.replace(job_host, proxy_jump=fleet_host.alias)
-    return [job_host, fleet_host], host_keys
-
-
-def _slurm_login(store: Store, project: str, backend: str) -> SlurmLogin:
-    record = store.get_backend(project, backend)
-    if record is None:
-        raise CommandError(
-            f"project {project} has no backend {backend} any more: its nodes cannot be reached"
-        )
-    return SlurmBackendConfiguration.model_validate(record.configuration_data()).login
-
-
-def _jump(hop: ProxyJump | None, user: str, port: int) -> str | None:
-    """OpenSSH's ProxyJump for a login node's own `proxy_jump` (its unset fields are the login's)."""
-    if hop is None:
-        return None
-    return f"{hop.user or user}@{hop.hostname}:{hop.port or 22}"
+def _entries(route: SSHRoute, home: Path) -> list[HostEntry]:
+    """The route's entries as this machine uses them: the job's with the user's own key; a fleet host's
+    or login node's key where its file is here, else none (OpenSSH then offers the user's own keys and
+    agent; docs/attach.md)."""
+    entries = [HostEntry(**host.model_dump()) for host in route.hosts]
+    job, *hops = entries
+    return [
+        dataclasses.replace(job, identity_file=str(user_key(home))),
+        *(
+            hop
+            if hop.identity_file is None or Path(hop.identity_file).expanduser().is_file()
+            else dataclasses.replace(hop, identity_file=None)
+            for hop in hops
+        ),
+    ]
 
 
 def _offer_include(home: Path, console: Console) -> None:

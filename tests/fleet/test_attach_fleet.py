@@ -15,6 +15,7 @@ from rich.console import Console
 from cli.api import FerryAPI
 from cli.attach import attach
 from cli.dev_environments import ask_connections, dev_views
+from cli.ssh_routes import DirectRoutes
 from cli.user_keys import public_key_line
 from core.configuration import DevEnvironmentConfiguration, parse_configuration
 from core.status import JobStatus
@@ -47,7 +48,7 @@ async def test_a_dev_environment_on_a_fleet_host_is_reached_through_the_hosts_ss
     assert isinstance(conf, DevEnvironmentConfiguration)
     record = await api.submit(conf, repo_dir=cluster.repo, run_name="fleet-dev")
     try:
-        attached = await attach(api, home, record, Console(file=io.StringIO()))
+        attached = await attach(DirectRoutes.over(api), home, record, Console(file=io.StringIO()))
         [job] = cluster.jobs(record)
         host = network.host(cluster.host_index(job.instance_name))
         config = attached.config

@@ -20,6 +20,7 @@ from rich.console import Console
 
 from cli.api import FerryAPI
 from cli.attach import attach
+from cli.ssh_routes import DirectRoutes
 from cli.user_keys import public_key_line
 from core.configuration import DevEnvironmentConfiguration, ServiceConfiguration, parse_configuration
 from core.status import RunStatus
@@ -129,7 +130,7 @@ async def test_ssh_into_a_job_through_a_python_3_9_hosts_sshd_and_agent(
     assert isinstance(conf, DevEnvironmentConfiguration)
     record = await api.submit(conf, repo_dir=fleet.repo, run_name="old-dev")
     try:
-        attached = await attach(api, home, record, Console(file=io.StringIO()))
+        attached = await attach(DirectRoutes.over(api), home, record, Console(file=io.StringIO()))
         [job] = fleet.jobs(record)
         # The scheduler takes the first of equally free instances, by name: host 1's.
         host = fleet.network.host(fleet.host_index(job.instance_name))

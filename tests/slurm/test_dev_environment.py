@@ -18,6 +18,7 @@ from rich.console import Console
 
 from cli.api import FerryAPI
 from cli.attach import attach
+from cli.ssh_routes import DirectRoutes
 from cli.user_keys import public_key_line
 from core.configuration import DevEnvironmentConfiguration, parse_configuration
 from testbed.fleets import until_ps_sees_attached, user_ssh
@@ -63,7 +64,7 @@ async def test_a_dev_environment_on_a_slurm_node_is_attached_through_the_login_n
         record = await api.submit(conf, repo_dir=stack.repo, run_name=run)
         try:
             attached = await asyncio.wait_for(
-                attach(api, home, record, Console(file=io.StringIO())), ALLOCATION_WAIT
+                attach(DirectRoutes.over(api), home, record, Console(file=io.StringIO())), ALLOCATION_WAIT
             )
             [job] = api.store.list_job_submissions(record.id)
             assert job.instance_name is not None
