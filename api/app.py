@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from api.attach_routes import router as attach_router
 from api.backend_routes import router as backend_router
 from api.fleet_routes import router as fleet_router
+from api.pipeline_routes import router as pipeline_router
 from api.run_changes import router as run_changes_router
 from api.run_live import router as run_live_router
 from api.run_reads import router as run_reads_router
@@ -30,6 +31,7 @@ def make_app(store: Store, *, embedded: bool = False) -> FastAPI:
     app.include_router(run_reads_router)
     app.include_router(run_changes_router)
     app.include_router(attach_router)
+    app.include_router(pipeline_router)
     app.include_router(run_live_router)
     app.include_router(run_tools_router)
     app.include_router(secret_router)

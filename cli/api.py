@@ -16,7 +16,6 @@ from cli.code_archive import packed_code, with_environment
 from cli.errors import CodeMissing, FerryError, RunActive, RunNotFound, RunStuck
 from cli.fleet_api import FleetAPI, choose_fleet
 from cli.login_file import default_user
-from cli.pipeline_tasks import task_run
 from cli.run_names import generated_name
 from cli.secret_api import check_secrets
 from cli.stuck import StuckWorkflow, stop_stuck_run, stuck_runs, stuck_workflows
@@ -170,37 +169,52 @@ class FerryAPI:
         run_name: str | None = None,
         user: str | None = None,
     ) -> RunRecord:
-        """A pipeline's tasks, run one after another as one run (docs/pipelines.md)."""
-        from core.configuration.loading import ensure_runnable
-
+        """A pipeline's tasks, run one after another as one run (docs/pipelines.md): its tasks' `env` as
+        applied here, its code stored, then `submit_stored_pipeline` (an operator's CLI, and tests)."""
         name = run_name or pipeline.name or generated_name()
-        for index, task in enumerate(pipeline.tasks, start=1):
-            ensure_runnable(task, f"run {name} task {index}")
-            if task.repos or task.files:  # one code directory for every task (docs/pipelines.md)
-                raise FerryError(f"run {name} task {index}: pipeline tasks take no `repos` or `files` yet")
-        await self.check_secrets(list(pipeline.tasks), f"run {name}")
-        await self._ensure_name_free(name)
+        _refuse_pipeline(pipeline, name)  # refused before anything is stored
         try:
             tasks = [task.with_environment(dict(os.environ)) for task in pipeline.tasks]
         except ValueError as err:
             raise FerryError(str(err)) from None
+        code_hash, code_name = await self.store_code(repo_dir)
+        applied = pipeline.model_copy(update={"tasks": tasks})
+        return await self.submit_stored_pipeline(
+            applied, code_hash=code_hash, code_name=code_name, run_name=name, user=user
+        )
+
+    async def submit_stored_pipeline(
+        self,
+        pipeline: PipelineConfiguration,
+        *,
+        code_hash: str,
+        code_name: str,
+        run_name: str | None = None,
+        user: str | None = None,
+    ) -> RunRecord:
+        """The pipeline started, its code already in the store and its tasks' `env` as applied where the
+        user applies it: what Ferry's API does with a submission (api/pipeline_routes.py)."""
+        name = run_name or pipeline.name or generated_name()
+        _refuse_pipeline(pipeline, name)
+        if not await asyncio.to_thread(self.store.has_code, code_hash):
+            raise CodeMissing(f"run {name}: its code ({code_hash}) is not in the store: send it first")
+        await self.check_secrets(list(pipeline.tasks), f"run {name}")
+        await self._ensure_name_free(name)
         fleets, volume_instances = [], {}
-        for task in tasks:  # each task where its volumes are (docs/volumes.md), else where it would go
+        for task in pipeline.tasks:  # each where its volumes are (docs/volumes.md), else where it would go
             on, instances = await asyncio.to_thread(run_volumes, self.store, self.project, task)
             fleets.append(on or await choose_fleet(self.store, self.project, task))
             volume_instances.update(instances)
         if LOCAL_FLEET in fleets:
             await self.fleets().ensure_local()
-        code_hash, code_name = await self.store_code(repo_dir)
         now = time.time()
-        data = pipeline.model_copy(update={"tasks": tasks}).model_dump_json()
-        record = await self._put_record(name, user, PIPELINE_TYPE, data, code_hash, now)
+        record = await self._put_record(name, user, PIPELINE_TYPE, pipeline.model_dump_json(), code_hash, now)
         inp = PipelineInput(
             run_id=record.id,
             project=self.project,
             run_name=name,
             user=record.user,
-            tasks=tasks,
+            tasks=list(pipeline.tasks),
             fleets=fleets,
             volume_instances=volume_instances,
             code_hash=code_hash,
@@ -275,10 +289,6 @@ class FerryAPI:
         """The job's code in the store (`packed_code`); its hash, and its name (repo_id)."""
         archive, name = await asyncio.to_thread(packed_code, repo_dir, configuration)
         return await asyncio.to_thread(self.store.put_code, archive), name
-
-    def pipeline_task(self, record: RunRecord, task: int | None) -> RunRecord:
-        """A pipeline's task run (cli.pipeline_tasks.task_run)."""
-        return task_run(self.store, record, task)
 
     def resolve_dependencies(self, name: str, configuration: RunConfiguration) -> list[DependencyTarget]:
         """The runs `configuration` waits for, as the latest run of each name (docs/dependencies.md);
@@ -397,3 +407,13 @@ class FerryAPI:
 
 def _events(rows: list[EventRecord]) -> list[Event]:
     return [r.to_event() for r in rows]
+
+
+def _refuse_pipeline(pipeline: PipelineConfiguration, name: str) -> None:
+    """FerryError for a task that cannot run, or names repos or files (one code directory serves all)."""
+    from core.configuration.loading import ensure_runnable
+
+    for index, task in enumerate(pipeline.tasks, start=1):
+        ensure_runnable(task, f"run {name} task {index}")
+        if task.repos or task.files:
+            raise FerryError(f"run {name} task {index}: pipeline tasks take no `repos` or `files` yet")

@@ -246,12 +246,9 @@ def token(
     rotate: bool = typer.Option(False, "--rotate", help="A new token; the old one stops working."),
 ) -> None:
     """Your token: what a service with `auth` (the default) asks for, as `Authorization: Bearer <token>`."""
-    from cli.context import Context
-    from cli.login_file import default_user
-    from cli.services import TOKEN_FILE, user_token
+    from cli.user_tokens import print_token
 
-    ctx = Context.from_env()
-    typer.echo(user_token(ctx.store(), ctx.settings.home / TOKEN_FILE, default_user(), rotate=rotate))
+    print_token(rotate=rotate)
 
 
 @app.command()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
@@ -13,6 +14,9 @@ from cli.context import Context, confirm
 from cli.errors import USAGE_EXIT, CommandError
 from core.configuration.pipeline import LoadedPipeline
 from core.status import RunStatus
+
+if TYPE_CHECKING:
+    from cli.pipeline_clients import PipelinesClient
 
 
 def apply_pipeline(
@@ -27,8 +31,10 @@ def apply_pipeline(
     console.print(plan_table(loaded.file, pipeline.name, loaded))
     if not confirm("Submit the pipeline?", yes=yes):
         return 1
-    ctx.prepare_stack()
-    return asyncio.run(_submit(ctx, loaded, pipeline.name, detach=detach))
+    from cli.pipeline_clients import pipelines_client
+
+    pipelines = pipelines_client(ctx)  # through Ferry's API as the logged-in user (docs/teams.md#pipelines)
+    return asyncio.run(_submit(pipelines, loaded, pipeline.name, detach=detach))
 
 
 def plan_table(file: str, name: str | None, loaded: LoadedPipeline) -> Table:
@@ -48,20 +54,21 @@ def plan_table(file: str, name: str | None, loaded: LoadedPipeline) -> Table:
     return table
 
 
-async def _submit(ctx: Context, loaded: LoadedPipeline, name: str | None, *, detach: bool) -> int:
+async def _submit(
+    pipelines: PipelinesClient, loaded: LoadedPipeline, name: str | None, *, detach: bool
+) -> int:
     from cli.follow import follow_run
 
-    api = await ctx.api()
     console = render.console(stderr=True)
     pipeline = loaded.pipeline.model_copy(update={"name": name})
     repo_dir = Path(loaded.file).resolve().parent
-    record = await api.submit_pipeline(pipeline, repo_dir=repo_dir)
+    record = await pipelines.submit(pipeline, repo_dir=repo_dir)
     count = len(pipeline.tasks)
     console.print(f"run {record.run_name} submitted (id {record.id}): {count} tasks", highlight=False)
     if detach:
         console.print(f"follow it with: ferry ps; a task's logs: ferry logs {record.run_name} --task N")
         return 0
-    final = await follow_run(api.store, record, status_console=console, on_interrupt=lambda: False)
+    final = await follow_run(pipelines.store, record, status_console=console, on_interrupt=lambda: False)
     console.print(
         f"run {final.run_name}: {final.status} ({final.status_message})", highlight=False, markup=False
     )
