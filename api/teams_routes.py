@@ -95,7 +95,9 @@ def set_user_role(
 @router.post("/users/{name}/token")
 def rotate_token(name: str, who: Caller = Depends(caller), store: Store = Depends(store_of)) -> IssuedToken:
     """A new token for the user (their old one stops working at once): an admin's for anyone, anyone's
-    for themselves."""
+    for themselves, but not with a job's token, which must not outlive its run as a token of its own."""
+    if who.job_of is not None:
+        raise Refused(403, f"a job's token cannot rotate {who.name}'s token (it is run {who.job_of}'s)")
     if name != who.name:
         require(who, Action.MANAGE_USERS)
     _user(store, name)

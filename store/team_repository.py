@@ -182,4 +182,4 @@ def _run_token_caller(session: Session, token_hash: str) -> Caller | None:
     member = session.get(MemberRecord, (token.project, user.name))
     if member is None and user.role != GlobalRole.ADMIN:
         return None
-    return Caller(user.name, GlobalRole.USER, {token.project: ProjectRole.USER})
+    return Caller(user.name, GlobalRole.USER, {token.project: ProjectRole.USER}, job_of=run.id)

@@ -66,6 +66,7 @@ class Caller:
     name: str
     role: GlobalRole = GlobalRole.USER
     projects: Mapping[str, ProjectRole] = field(default_factory=dict)
+    job_of: str | None = None  # a job's token: the run that holds it (docs/teams.md#a-jobs-token)
 
     def sees(self, project: str) -> bool:
         """Whether the project exists for this caller at all (listed, named in answers)."""

@@ -4,11 +4,13 @@ one): allowed or refused with the right status, and nothing changed by a refused
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from core.services.replicas import token_hash
+from store import RunRecord
 from tests.api.conftest import Api
 
 ALL = {"root", "alice", "bob", "carol"}
@@ -156,3 +158,31 @@ def test_bad_input_gets_one_line(api: Api) -> None:
     )
     assert (unknown.status_code, unknown.json()) == (404, {"detail": "no user nobody"})
     assert role.status_code == 422 and role.json()["detail"].startswith("role: Input should be")
+
+
+def test_a_jobs_token_acts_as_its_user_but_cannot_rotate_their_token(api: Api) -> None:
+    """docs/teams.md#a-jobs-token: a job's token is bob's in project a while its run is active; it may not
+    take a token of bob's own, which would outlive the run."""
+    now = time.time()
+    run = RunRecord(
+        id="job-run-1", project="a", run_name="job-run", user="bob", type="task", status="running",
+        configuration="{}", code_hash="", submitted_at=now, updated_at=now, workflow_id="main/job-run",
+    )  # fmt: skip
+    api.store.put_run(run)
+    api.store.put_run_token(token_hash("job-token"), run.id, "a", "bob")
+    try:
+        with api.client(token="job-token") as job:
+            me = job.get("/api/me")
+            assert (me.status_code, me.json()["name"], me.json()["projects"]) == (200, "bob", {"a": "user"})
+            rotated = job.post("/api/users/bob/token")
+            assert rotated.status_code == 403
+            assert (
+                rotated.json()["detail"] == "a job's token cannot rotate bob's token (it is run job-run-1's)"
+            )
+        assert api.store.get_user("bob").token_hash == token_hash("bob-token")  # type: ignore[union-attr]
+        with api.client("bob") as bob:
+            assert bob.get("/api/me").status_code == 200
+    finally:  # what the module's other tests must not find in project a
+        with api.store.engine.begin() as connection:
+            connection.exec_driver_sql("DELETE FROM run_tokens")
+            connection.exec_driver_sql("DELETE FROM runs WHERE id = 'job-run-1'")
