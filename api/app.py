@@ -18,8 +18,13 @@ from api.run_tools_routes import router as run_tools_router
 from api.secret_routes import router as secret_router
 from api.teams_routes import router as teams_router
 from api.volume_routes import router as volume_router
+from cli.fleet_api import LocalFleetStarts
 from core.version import ferry_version
 from store.repository import Store
+
+# How often the API makes sure again that a project's local fleet runs, rather than at every submission: it
+# cannot be deleted and its scheduler runs for ever, so this only restarts one that an operator terminated.
+LOCAL_FLEET_RECHECK_S = 60.0
 
 
 def make_app(store: Store, *, embedded: bool = False) -> FastAPI:
@@ -27,6 +32,7 @@ def make_app(store: Store, *, embedded: bool = False) -> FastAPI:
     app = FastAPI(title="Ferry", version=ferry_version())
     app.state.store = store
     app.state.embedded = embedded
+    app.state.local_starts = LocalFleetStarts(recheck_s=LOCAL_FLEET_RECHECK_S)
     app.include_router(teams_router)
     app.include_router(run_reads_router)
     app.include_router(run_changes_router)

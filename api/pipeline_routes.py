@@ -30,7 +30,13 @@ async def submit_pipeline(
     a `409` with `X-Ferry-Code-Needed` asks for it) and its tasks' `env` as the user applied them."""
     require(who, Action.SUBMIT_RUNS, project)
     client = await temporal_client(request)
-    api = FerryAPI(client, store_of(request), project=project, authorized_keys=submission.authorized_keys)
+    api = FerryAPI(
+        client,
+        store_of(request),
+        project=project,
+        authorized_keys=submission.authorized_keys,
+        local_starts=request.app.state.local_starts,
+    )
     name = submission.run_name or submission.pipeline.name or generated_name()
     with one_line_errors():
         _refuse_what_a_run_would_be(name, submission.pipeline, embedded=request.app.state.embedded)

@@ -14,6 +14,7 @@ from api.messages import DeletedRun, DeployedRun, LiveAsk, LiveNews, RunPlan, Ru
 from cli.api import FerryAPI
 from cli.dev_environments import ask_connections
 from cli.errors import FerryError
+from cli.fleet_api import LocalFleetStarts
 from cli.pulls import pull_lines
 from cli.services import service_line, service_views
 from cli.stuck import ASK_TIMEOUT, stuck_runs, stuck_workflows
@@ -35,9 +36,16 @@ class ProjectRuns:
     # Whether webhooks may go to loopback and private addresses (docs/deployment.md#webhooks): refused
     # before submission where they may not, as the worker would refuse to post them.
     private_webhooks: bool = False
+    local_starts: LocalFleetStarts | None = None  # the API's, shared by its submissions (cli.fleet_api)
 
     def _api(self, authorized_keys: list[str] | None = None) -> FerryAPI:
-        return FerryAPI(self._client(), self.store, project=self.project, authorized_keys=authorized_keys)
+        return FerryAPI(
+            self._client(),
+            self.store,
+            project=self.project,
+            authorized_keys=authorized_keys,
+            local_starts=self.local_starts,
+        )
 
     async def submit(self, submission: RunSubmission, user: str) -> SubmittedRun:
         if not self.private_webhooks:

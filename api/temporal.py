@@ -49,7 +49,8 @@ async def temporal_client(request: Request) -> Client:
 
 async def project_runs(request: Request, project: str) -> ProjectRuns:
     allowed = private_webhooks_allowed(Settings.from_env().webhooks_allow_private, request.app.state.embedded)
-    return ProjectRuns(store_of(request), await temporal_client(request), project, allowed)
+    client = await temporal_client(request)
+    return ProjectRuns(store_of(request), client, project, allowed, request.app.state.local_starts)
 
 
 @contextmanager

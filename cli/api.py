@@ -14,7 +14,7 @@ from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy, W
 
 from cli.code_archive import packed_code, with_environment
 from cli.errors import CodeMissing, FerryError, RunActive, RunNotFound, RunStuck
-from cli.fleet_api import FleetAPI, choose_fleet
+from cli.fleet_api import FleetAPI, LocalFleetStarts, choose_fleet
 from cli.login_file import default_user
 from cli.run_names import generated_name
 from cli.secret_api import check_secrets
@@ -56,6 +56,7 @@ class FerryAPI:
         project: str = DEFAULT_PROJECT,
         task_queue: str = TASK_QUEUE,
         authorized_keys: list[str] | None = None,
+        local_starts: LocalFleetStarts | None = None,
     ):
         self.client = client
         self.store = store
@@ -64,12 +65,17 @@ class FerryAPI:
         # The user's SSH public keys, installed for each job it submits (docs/attach.md).
         self.authorized_keys = authorized_keys or []
         self._fleet_api: FleetAPI | None = None
+        self._local_starts = local_starts  # shared by the API's submissions (cli.fleet_api)
 
     def fleets(self) -> FleetAPI:
         """Fleets of this project: apply, list, describe, delete; set-priority (cli.fleet_api)."""
         if self._fleet_api is None:
             self._fleet_api = FleetAPI(
-                self.client, self.store, project=self.project, task_queue=self.task_queue
+                self.client,
+                self.store,
+                project=self.project,
+                task_queue=self.task_queue,
+                local_starts=self._local_starts,
             )
         return self._fleet_api
 

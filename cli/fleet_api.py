@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -90,24 +90,53 @@ def list_fleets(store: Store, project: str) -> list[tuple[FleetRecord, list[Inst
     return [(fleet, store.list_instances(project, fleet.name)) for fleet in store.list_fleets(project)]
 
 
+class LocalFleetStarts:
+    """When each project's local fleet was last made sure of (recorded, its scheduler started) in this
+    process. A CLI makes sure once; Ferry's API, which submits for every caller, once per `recheck_s` per
+    project rather than once per submission: each costs Temporal a start (docs/teams.md#the-apis-cost)."""
+
+    def __init__(self, recheck_s: float = float("inf")) -> None:
+        self.recheck_s = recheck_s
+        self._started: dict[str, tuple[asyncio.Future[None], float]] = {}
+
+    async def ensure(self, project: str, start: Callable[[], Awaitable[None]]) -> None:
+        """`start()` unless a start of the project's local fleet succeeded (or is under way) within
+        `recheck_s`; submissions made at once share one start."""
+        found = self._started.get(project)
+        now = time.monotonic()
+        if (
+            found is None
+            or now - found[1] > self.recheck_s
+            or found[0].done()
+            and (found[0].cancelled() or found[0].exception() is not None)
+        ):  # the first, one after a failure, or one to check again
+            found = (asyncio.ensure_future(start()), now)
+            self._started[project] = found
+        await asyncio.shield(found[0])
+
+
 class FleetAPI:
-    def __init__(self, client: Client, store: Store, *, project: str, task_queue: str) -> None:
+    def __init__(
+        self,
+        client: Client,
+        store: Store,
+        *,
+        project: str,
+        task_queue: str,
+        local_starts: LocalFleetStarts | None = None,
+    ) -> None:
         self.client = client
         self.store = store
         self.project = project
         self.task_queue = task_queue
-        self._local_started: asyncio.Future[None] | None = None
+        self._local_starts = local_starts or LocalFleetStarts()
 
     # --- the local fleet -----------------------------------------------------------------------------------
 
     async def ensure_local(self) -> None:
-        """The project's local fleet: recorded, and its scheduler running (started if it is not). Once per
-        FleetAPI: submissions made at once share the first one's (each would cost Temporal a start)."""
-        started = self._local_started
-        if started is None or started.done() and (started.cancelled() or started.exception() is not None):
-            # the first call's start, or another after a failure
-            self._local_started = started = asyncio.ensure_future(self._start_local())
-        await asyncio.shield(started)
+        """The project's local fleet: recorded, and its scheduler running (started if it is not), as often
+        as its LocalFleetStarts says (once per FleetAPI by default)."""
+        await self._local_starts.ensure(self.project, self._start_local)
 
     async def _start_local(self) -> None:
         record = await asyncio.to_thread(self.store.get_fleet, self.project, LOCAL_FLEET)
