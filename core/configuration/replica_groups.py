@@ -3,7 +3,8 @@ dstack's newer form, a list of replica groups, each with its own count, `scaling
 `resources` (docs/services.md#replica-groups). Every group serves the same service behind the proxy; each
 group's count follows the service's load by its own `scaling.target`. One group may be the service's router
 (`router: {type: sglang}`): the proxy sends every request to it, and the worker registers the other groups'
-ready replicas with it (docs/services.md#a-router-group).
+ready replicas with it (docs/services.md#a-router-group). A group's `image`, `python` and `privileged` are its
+jobs' own, over the service's (docs/services.md#replica-groups).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from core.configuration.resources import ResourcesSpec
 from core.configuration.specs import ReplicaRange, Replicas
 
 # Group fields dstack documents that Ferry takes but does not act on (named in `validate`'s warning line).
-GROUP_FIELDS_NOT_ACTED_ON = ("image", "python", "nvcc", "docker", "privileged", "spot_policy", "reservation")
+GROUP_FIELDS_NOT_ACTED_ON = ("nvcc", "docker", "spot_policy", "reservation")
 
 
 _GROUP_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,40}$")
@@ -93,6 +94,8 @@ class ReplicaGroupSpec(ConfigModel):
     @model_validator(mode="after")
     def _check_group(self) -> ReplicaGroupSpec:
         check_scaling(self.count, self.scaling, ["count"])
+        if self.image is not None and self.python is not None:
+            raise ConfigFieldError(["python"], "cannot be used with `image`: the image decides the Python")
         if self.router is not None and self.router.type == "dynamo":
             # Dynamo's workers find its frontend through etcd/NATS at an address dstack injects
             # (DSTACK_ROUTER_INTERNAL_IP) once the router replica is placed; Ferry injects none.
@@ -111,6 +114,15 @@ class ServiceGroup(ConfigModel):
     commands: list[str]
     resources: ResourcesSpec
     router: RouterSpec | None = None
+    # The group's own container (None: the service's): `image` or `python`, and `privileged`.
+    image: str | None = None
+    python: str | float | None = None
+    privileged: bool | None = None
+
+    @property
+    def has_own_container(self) -> bool:
+        """Whether the group names its own image (or Python), which replaces the service's."""
+        return self.image is not None or self.python is not None
 
     @property
     def starting_count(self) -> int:

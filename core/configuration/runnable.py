@@ -57,7 +57,12 @@ def refusals(configuration: AnyConfiguration) -> list[Refusal]:
             + [
                 refusal
                 for group, at in zip(configuration.groups, _group_paths(configuration), strict=True)
-                for refusal in _commands_refusals(configuration, group.commands, at)
+                for refusal in _commands_refusals(
+                    configuration,
+                    group.commands,
+                    at,
+                    group.image if group.has_own_container else configuration.image,
+                )
             ]
         )
     if isinstance(configuration, TaskConfiguration) and configuration.groups is not None:
@@ -65,11 +70,13 @@ def refusals(configuration: AnyConfiguration) -> list[Refusal]:
             refusal
             for index, group in enumerate(configuration.groups)
             for refusal in _commands_refusals(
-                configuration, group.commands, ("groups", str(index), "commands")
+                configuration, group.commands, ("groups", str(index), "commands"), configuration.image
             )
         ]
     if isinstance(configuration, TaskConfiguration):
-        return found + _commands_refusals(configuration, configuration.commands, ("commands",))
+        return found + _commands_refusals(
+            configuration, configuration.commands, ("commands",), configuration.image
+        )
     # A dev environment always runs: its `init`, then a command that keeps it up (core.run_types).
     return found
 
@@ -195,12 +202,16 @@ def _group_paths(configuration: ServiceConfiguration) -> list[tuple[str, ...]]:
 
 
 def _commands_refusals(
-    configuration: TaskConfiguration | ServiceConfiguration, commands: list[str], at: tuple[str, ...]
+    configuration: TaskConfiguration | ServiceConfiguration,
+    commands: list[str],
+    at: tuple[str, ...],
+    image: str | None,
 ) -> list[Refusal]:
+    """`image`: the jobs' (a replica group's own, else the configuration's)."""
     if any(command.strip() for command in commands):
         return []
     kind = configuration.type
-    if configuration.image is not None and not commands:
+    if image is not None and not commands:
         return []  # the image's entrypoint runs, as in dstack (docs/containers.md)
     if commands:
         reason = "nothing to run: every command is blank"

@@ -16,7 +16,12 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Discriminator, Field, Tag, model_validator
 
-from core.configuration.base import RUN_FIELDS_NOT_ACTED_ON, BaseRunConfiguration, ConfigSummary
+from core.configuration.base import (
+    CONTAINER_FIELDS,
+    RUN_FIELDS_NOT_ACTED_ON,
+    BaseRunConfiguration,
+    ConfigSummary,
+)
 from core.configuration.durations import Duration
 from core.configuration.fields import Commands, Port, Reference
 from core.configuration.interpolation import PROBE, Context, commands_context, substitute
@@ -250,6 +255,9 @@ class ServiceConfiguration(BaseRunConfiguration):
                 commands=list(group.commands),
                 resources=group.resources or self.resources,
                 router=group.router,
+                image=group.image,
+                python=group.python,
+                privileged=group.privileged,
             )
             for group in self.replicas
         ]
@@ -298,6 +306,8 @@ class ServiceConfiguration(BaseRunConfiguration):
     def asks_for(self, field: str) -> bool:
         if field == "probes.until_ready":
             return any(probe.until_ready for probe in self.probes)
+        if field in CONTAINER_FIELDS and any(group.has_own_container for group in self.groups):
+            return False  # the container executor acts on it, for the groups with their own image
         return super().asks_for(field)
 
     def summary(self) -> ConfigSummary:

@@ -15,13 +15,17 @@ class ServiceConfigurator(RunConfigurator[ServiceConfiguration]):
 
     def for_group(self, group: str | None) -> ServiceConfigurator:
         """The configurator of one replica group's jobs: the service with the group's commands and
-        resources (docs/services.md#replica-groups)."""
+        resources, and its own image (or Python) and `privileged` where it names them
+        (docs/services.md#replica-groups)."""
         if group is None:
             return self
         spec = self.configuration.group(group)
-        configurator = ServiceConfigurator(
-            self.configuration.model_copy(update={"commands": spec.commands, "resources": spec.resources})
-        )
+        update: dict[str, object] = {"commands": spec.commands, "resources": spec.resources}
+        if spec.has_own_container:
+            update |= {"image": spec.image, "python": spec.python}
+        if spec.privileged is not None:
+            update["privileged"] = spec.privileged
+        configurator = ServiceConfigurator(self.configuration.model_copy(update=update))
         configurator.group = group
         return configurator
 

@@ -19,6 +19,7 @@ from core.runs.state_machine import replay_run
 from core.runs.status_words import status_message
 from core.runs.submissions import job_input
 from core.status import JobStatus, JobTerminationReason, RunStatus
+from core.wire.agent_api import python_image
 from core.wire.services import LoadChange
 from tests.core.test_run_lifecycle import T0, finished, keys_of, news, run_input, running, said
 
@@ -90,9 +91,36 @@ def test_top_level_scaling_or_commands_beside_groups_is_refused() -> None:
 
 
 def test_group_fields_not_acted_on_are_named() -> None:
-    conf = grouped([{"count": 1, "commands": ["a"], "image": "x", "docker": False}]).configuration
-    assert conf.unsupported_fields() == ["replicas.image"]
+    conf = grouped([{"count": 1, "commands": ["a"], "nvcc": True, "docker": False}]).configuration
+    assert conf.unsupported_fields() == ["replicas.nvcc"]
     assert grouped().configuration.unsupported_fields() == []
+
+
+def test_each_group_runs_in_its_own_image_python_or_the_services() -> None:
+    """dstack's replica groups each with an `image` or a `python` (a router on one, workers on another):
+    a group's own replaces the service's; `privileged` likewise (docs/services.md#replica-groups)."""
+    groups = [
+        {"name": "router", "count": 1, "python": "3.12", "commands": ["route"]},
+        {"name": "worker", "count": 1, "image": "ghcr.io/w:1", "privileged": True},  # its entrypoint runs
+        {"name": "plain", "count": 1, "commands": ["serve"]},
+    ]
+    inp = grouped(groups, image="base:2", registry_auth={"username": "u", "password": "p"})
+    assert refusals(inp.configuration) == []
+    assert inp.configuration.unsupported_fields() == []
+    state = submit_run(inp, T0).machine.state
+    router, worker, plain = (job_input(inp, state, "run-wf", replica, 0) for replica in (0, 1, 2))
+    assert router.container is not None and worker.container is not None and plain.container is not None
+    assert (router.container.image, router.container.python) == (python_image("3.12"), "3.12")
+    assert (worker.container.image, worker.container.privileged) == ("ghcr.io/w:1", True)
+    assert (plain.container.image, plain.container.privileged) == ("base:2", False)
+    assert worker.container.registry_auth is not None  # the service's, for every group's image
+    assert worker.spec.commands == [] and router.spec.commands == ["route"]
+
+
+def test_a_group_with_its_own_image_but_a_python_too_is_refused() -> None:
+    group = "  - {count: 1, commands: [a], image: x, python: '3.12'}\n"
+    message = parse_error(f"type: service\nport: 8000\nreplicas:\n{group}")
+    assert "svc.yml:4: replicas.0.python: cannot be used with `image`" in message
 
 
 def test_each_group_is_planned_and_submitted_with_its_commands_and_resources() -> None:

@@ -150,6 +150,9 @@ ACTED_ON = {
     "ReplicaGroupSpec.resources": "core/configuration/service.py",
     "ReplicaGroupSpec.count": "core/configuration/service.py",
     "ReplicaGroupSpec.scaling": "core/configuration/service.py",
+    # A group's own container, over the service's (core/run_types/service.py for_group).
+    **{f"ReplicaGroupSpec.{field}": "core/configuration/service.py" for field in ("image", "python")},
+    "ReplicaGroupSpec.privileged": "core/configuration/service.py",
     "ReplicaGroupSpec.router": "core/run_types/service.py::router_group",  # docs/services.md#a-router-group
     "RouterSpec.type": "core/configuration/replica_groups.py",
     **{f"ScalingSpec.{field}": "core/services/autoscaler.py" for field in ("target", "scale_up_delay")},

@@ -139,6 +139,45 @@ def test_a_container_service_is_served_through_its_published_port(ferry: Ferry, 
     assert stopped.returncode == 0, stopped.stderr
 
 
+def test_replica_groups_run_in_their_own_image_or_on_the_host(ferry: Ferry, tmp_path: Path) -> None:
+    """dstack's replica groups with an `image` of their own (docs/services.md#replica-groups): one group's
+    replica in the image, the other's on the host, both behind the service's one URL."""
+    port = 18473
+    conf = write(
+        tmp_path,
+        "mixed",
+        f"type: service\nname: mixed\nport: {port}\nauth: false\nreplicas:\n"
+        f"  - name: box\n    count: 1\n    image: {IMAGE}\n    commands:\n"
+        '      - mkdir -p /tmp/www && echo "box $(cat /proc/1/comm)" > /tmp/www/index.html\n'
+        f"      - httpd -f -p {port} -h /tmp/www\n"
+        "  - name: host\n    count: 1\n    commands:\n"
+        '      - mkdir -p www && echo "host" > www/index.html\n'
+        f"      - cd www && exec python3 -m http.server {port}\n",
+    )
+    result = ferry("apply", "-y", "-d", "-f", conf, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "does not act on" not in result.stderr  # a group's image is acted on now
+    url = next(word for word in result.stdout.split() + result.stderr.split() if "/proxy/services/" in word)
+    try:
+        seen: set[str] = set()
+        for _ in range(900):
+            try:
+                answer = httpx.get(url, timeout=5)
+            except httpx.HTTPError:
+                answer = None
+            if answer is not None and answer.status_code == 200:
+                seen.add(answer.text.strip())
+            if len(seen) == 2:
+                break
+            time.sleep(0.1)
+        # In the image, PID 1 is the container's own command; on the host there is no such answer.
+        assert seen == {"box sh", "host"}, seen
+        table = ferry("ps").stdout
+        assert table.count("ports ") == 1, table  # only the container's port is published
+    finally:
+        ferry("stop", "-y", "-x", "mixed", timeout=120)
+
+
 def test_an_engine_brought_up_after_ferrys_first_run_is_used_once_the_stack_starts_again(
     podman: PodmanService, tmp_path: Path
 ) -> None:
