@@ -96,6 +96,9 @@ _QUEUE_RECORDED = "fleet-queue-recorded"
 # agent that describes it otherwise; the local fleet has a watch of its own
 # (docs/fleets.md#what-an-instance-is).
 _DESCRIBED = "instance-descriptions"
+# Since this patch a fleet with `nodes` starts with `nodes.target` instances, not `min`
+# (docs/backends.md#elastic-fleets).
+_NODES_TARGET = "fleet-nodes-target"
 # How long an elastic fleet's instance watch waits on a silent agent before its jobs count as lost: the
 # backend's own watch tells when an allocation has ended (docs/backends.md#elastic-fleets).
 _BACKEND_SILENCE = 24 * 3600.0
@@ -176,6 +179,10 @@ class FleetWorkflow:
         self._queue_recorded = workflow.patched(_QUEUE_RECORDED)
         self._describing = workflow.patched(_DESCRIBED)
         if inp.carry is None and self._book.provisioning is not None:
+            nodes = inp.configuration.nodes if inp.configuration is not None else None
+            if nodes is not None and workflow.patched(_NODES_TARGET):  # it starts with TARGET instances
+                initial = self._book.provisioning.model_copy(update={"initial": nodes.target})
+                self._book = self._book.copy_with(provisioning=initial)
             self._book, notices = deployed(self._book, [], {})  # its instances come from its backend
         elif inp.carry is None:
             slots, failed = await self._deploy(inp)

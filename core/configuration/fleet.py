@@ -140,11 +140,8 @@ class FleetConfiguration(ConfigModel):
     # `ssh_config.network`: the nodes reach each other at `internal_ip` or the address dialled. A fleet
     # with `nodes` acts on ELASTIC_FIELDS (core.fleets.provisioning); a backend is asked for no /dev/shm
     # size (`resources.shm_size`: a job's is matched at placement, docs/fleets.md#placement-and-blocks).
-    # `nodes.target` above `min`: the fleet starts with MIN instances and grows for the runs it gets
-    # (docs/backends.md#elastic-fleets).
     NOT_ACTED_ON: ClassVar[frozenset[str]] = CLOUD_FIELDS_NOT_ACTED_ON | {
         "resources.shm_size",
-        "nodes.target",
         "ssh_config.network",
         "placement",
         "retry",
@@ -200,8 +197,6 @@ class FleetConfiguration(ConfigModel):
     def asks_for(self, field: str) -> bool:
         if field == "placement":
             return self.placement == "cluster"
-        if field == "nodes.target":
-            return self.nodes is not None and self.nodes.target != self.nodes.min
         return super().asks_for(field)
 
     def unsupported_fields(self) -> list[str]:

@@ -62,6 +62,9 @@ class Provisioning(Frozen):
     made: int = 0  # groups named so far
     idle_since: dict[str, float] = Field(default_factory=dict, description="instance -> idle since")
     refused: str | None = Field(default=None, description="the backend's last refusal, for `fleet list`")
+    # `nodes.target`, until the first plan has asked for that many: a fleet starts with TARGET instances
+    # and keeps MIN (docs/backends.md#elastic-fleets); 0 once asked for, or for a fleet begun before it.
+    initial: int = Field(default=0, ge=0)
 
     def counted_nodes(self) -> int:
         """The instances the fleet has or has asked for (MAX counts these)."""
@@ -127,7 +130,8 @@ def plan(
     provisioning: Provisioning, scheduler: SchedulerState, fleet: str, now: float, *, deleting: bool = False
 ) -> tuple[Provisioning, list[ProvisioningEffect]]:
     """What to create and release now: a group for each waiting replica that has none, within MAX; MIN
-    kept; groups idle for `idle_duration` released (all of them once the fleet is deleted)."""
+    kept (TARGET at the first plan); groups idle for `idle_duration` released (all of them once the fleet
+    is deleted)."""
     effects: list[ProvisioningEffect] = []
     provisioning = _idle_times(provisioning, scheduler, now)
     if deleting:
@@ -143,9 +147,11 @@ def plan(
             break  # the queue's order holds: a later, smaller replica does not overtake it
         provisioning, created = _create(provisioning, fleet, len(request.nodes), request.request_id, now)
         effects.append(created)
-    while provisioning.counted_nodes() < provisioning.spec.min:
+    while provisioning.counted_nodes() < max(provisioning.spec.min, provisioning.initial):
         provisioning, created = _create(provisioning, fleet, 1, None, now)
         effects.append(created)
+    if provisioning.initial:  # asked for: from now on MIN is kept, and the rest goes once idle
+        provisioning = provisioning.model_copy(update={"initial": 0})
     for group in sorted(provisioning.groups.values(), key=lambda g: g.name):
         if group.phase != GroupPhase.READY or not _all_idle(group, scheduler):
             continue

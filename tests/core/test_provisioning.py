@@ -98,6 +98,29 @@ def test_min_is_kept_and_an_idle_group_is_released_after_idle_duration() -> None
     assert "hpc-g2-0" not in current.scheduler.instances  # it takes no more jobs
 
 
+def test_target_instances_at_the_start_then_min_is_kept() -> None:
+    """dstack's `nodes: {min: 1, target: 3, max: 5}`: three instances at creation; the two above MIN go
+    once idle for `idle_duration`, and none is made again (docs/backends.md#elastic-fleets)."""
+    current = book(min_=1, max_=5, idle=60)
+    assert current.provisioning is not None
+    started = current.provisioning.model_copy(update={"initial": 3})
+    current, effects = plan_step(current.copy_with(provisioning=started), 0.0)
+    assert [(type(e), e.group.name, e.group.for_request) for e in effects] == [
+        (Create, "g1", None),
+        (Create, "g2", None),
+        (Create, "g3", None),
+    ]
+    assert current.provisioning is not None and current.provisioning.initial == 0
+    for group in ("g1", "g2", "g3"):
+        current = ready(current, group, 1.0)
+    current, effects = plan_step(current, 30.0)  # idle from now
+    assert effects == []
+    assert plan_step(current, 89.0)[1] == []  # not idle long enough yet
+    current, effects = plan_step(current, 91.0)
+    assert sorted((type(e).__name__, e.group.name) for e in effects) == [("Release", "g1"), ("Release", "g2")]
+    assert plan_step(current, 2000.0)[1] == []  # MIN: g3 stays, and nothing is made again
+
+
 def test_a_preempted_allocation_ends_its_jobs_as_an_interruption_and_is_cleaned_up() -> None:
     current = enqueue(book(), "a")
     current, _ = plan_step(current, 0.0)

@@ -181,6 +181,7 @@ ACTED_ON = {
     "FleetConfiguration.blocks": "core/fleets/book.py",
     "FleetConfiguration.env": "core/fleets/book.py",
     **{f"FleetNodes.{field}": "core/fleets/provisioning.py" for field in ("min", "max")},
+    "FleetNodes.target": "workflows/fleet.py",  # the first plan asks for TARGET (Provisioning.initial)
     **{f"SSHConfig.{field}": "activities/ssh_config.py" for field in ("user", "port", "identity_file")},
     "SSHConfig.proxy_jump": "activities/ssh_config.py",
     "SSHConfig.hosts": "cli/fleet_api.py",
@@ -219,7 +220,6 @@ SAMPLES: dict[str, list[Any]] = {
     "termination_policy": ["destroy-after-idle"],
     "registry_auth": [{"username": "u", "password": "p"}],
     "ssh_config.network": ["10.0.0.0/24"],
-    "nodes.target": [2],
     "resources.gpu.compute_capability": [{"count": 1, "compute_capability": "7.5"}],
 }
 _CANDIDATES: list[Any] = [True, "x", ["x"], {"x": "y"}, 1, "1h", "1GB", [{"name": "x"}], "7.5"]

@@ -160,6 +160,22 @@ async def test_a_fleet_grows_to_max_under_queued_tasks_and_shrinks_back_to_min(s
     assert [i.status for i in described.instances] == ["ready"]
 
 
+async def test_a_fleet_starts_with_target_allocations_and_keeps_min(stack: SlurmStack) -> None:
+    """dstack's `nodes: {min: 1, target: 2, max: 3}`: two allocations at creation, with no run asking;
+    the one above MIN goes once idle (docs/backends.md#elastic-fleets)."""
+    conf = stack.fleet_configuration(nodes={"min": 1, "target": 2, "max": 3}, idle_duration="2s")
+    assert conf.unsupported_fields() == []
+    await stack.api.fleets().apply(conf)
+    await until(
+        "TARGET's two allocations to run",
+        lambda: len([j for j in stack.our_jobs() if j["state"] == "RUNNING"]) == 2,
+        ALLOCATION_WAIT,
+    )
+    await until("the fleet to shrink to MIN", lambda: len(stack.our_jobs()) == 1, ALLOCATION_WAIT)
+    described = await stack.api.fleets().describe(stack.fleet)
+    assert [i.status for i in described.instances] == ["ready"]
+
+
 async def test_an_allocation_slurm_refuses_fails_the_run_with_slurms_reason(stack: SlurmStack) -> None:
     big = {"cpu": 1, "memory": "5GB", "disk": "0GB.."}  # the nodes have 2000 MB
     await stack.api.fleets().apply(stack.fleet_configuration(nodes="0..1", resources=big))
