@@ -82,8 +82,6 @@ RUN_FIELDS_NOT_ACTED_ON = (
     | {
         "nvcc",
         "creation_policy",
-        # A run goes to a fleet, whose scheduler picks the instance (docs/fleets.md).
-        "instances",
         # Deprecated in dstack, with no effect there either (but a dev environment's `setup`).
         "home_dir",
         "setup",

@@ -228,8 +228,9 @@ def _instance_selector(value: Any) -> Any:
 
 
 class InstanceSpec(ConfigModel):
-    """One of dstack's `instances` (not acted on yet): an instance by `name`, by `hostname`, or a fleet's
-    instance by its number (`fleet` and `instance`)."""
+    """One of dstack's `instances`, where a run's jobs may go (docs/fleets.md#pinned-instances): an
+    instance by `name`, by `hostname` (the address Ferry reaches it at), or a fleet's instance by its number
+    (`fleet` and `instance`: an SSH fleet's host by its place in `ssh_config.hosts`, from 0)."""
 
     name: str | None = Field(default=None, min_length=1)
     hostname: str | None = Field(default=None, min_length=1)
@@ -242,6 +243,17 @@ class InstanceSpec(ConfigModel):
         if given not in ({"name"}, {"hostname"}, {"fleet", "instance"}):
             raise ValueError("expected a name, {name}, {hostname}, or {fleet, instance}")
         return self
+
+    def picks(self, name: str, address: str, fleet: str) -> bool:
+        """Whether it names this instance (`fleet`: the instance's fleet, within the run's project)."""
+        if self.name is not None:
+            return name == self.name
+        if self.hostname is not None:
+            return address == self.hostname
+        return fleet == self.fleet and name == f"{fleet}-{self.instance}"  # core.fleets.book.instance_name
+
+    def shown(self) -> str:
+        return self.name or self.hostname or f"{self.fleet} #{self.instance}"
 
 
 InstanceSelector = Annotated[InstanceSpec, BeforeValidator(_instance_selector)]

@@ -162,6 +162,8 @@ def node_cost(slot: InstanceSlot, node: NodeRequest) -> tuple[int, Resources] | 
     """(blocks, reserved resources) for `node` on `slot` when empty, or why it can never fit there."""
     if node.instance is not None and node.instance != slot.name:
         return [f"its volumes are on instance {node.instance}"]
+    if node.picks and not any(pick.picks(slot.name, slot.address, slot.fleet) for pick in node.picks):
+        return [f"not one of the run's `instances` ({', '.join(pick.shown() for pick in node.picks)})"]
     reasons = []
     if node.container and slot.container_engine is None:
         reasons.append("needs a container engine (image or python), instance has none")

@@ -119,6 +119,7 @@ def replica_enqueue(
                 # On the host, `privileged: true` is a placement requirement (docs/containers.md#privileged);
                 # in a container it is the container's --privileged (the container spec).
                 privileged=node.configuration.privileged and not container,
+                picks=node.configuration.instances or [],  # docs/fleets.md#pinned-instances
             )
             for job, instance, node in zip(job_ids, only, nodes, strict=True)
         ],

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from core.configuration.resources import ResourcesSpec
-from core.configuration.specs import UtilizationPolicy
+from core.configuration.specs import InstanceSpec, UtilizationPolicy
 from core.eventlog import Event
 from core.status import JobStatus, JobTerminationReason
 from core.wire.agent_api import ClusterInfo, ContainerSpec, JobSpec, Resources
@@ -36,6 +36,9 @@ class NodeRequest(Frozen):
     privileged: bool = Field(
         default=False,
         description="`privileged: true` on the host (not in a container): only where the agent runs as root",
+    )
+    picks: list[InstanceSpec] = Field(
+        default_factory=list, description="the run's `instances`: one of these only (none: any)"
     )
 
 

@@ -164,7 +164,7 @@ def test_newer_fields_are_accepted_and_named() -> None:
     assert config.configuration.resources.gpu.vendor == "tenstorrent"
     assert config.warning() == (
         "x.yml: warning: Ferry does not act on yet: home_dir, setup, "
-        "resources.gpu.compute_capability, instances, backend_options"
+        "resources.gpu.compute_capability, backend_options"
     )
 
 

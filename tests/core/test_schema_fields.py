@@ -72,6 +72,10 @@ ACTED_ON = {
     # On the host, a placement requirement (NodeRequest.privileged); a container's --privileged in
     # core/run_types/base.py (docs/containers.md#privileged).
     "BaseRunConfiguration.privileged": "core/runs/submissions.py",
+    # Where a run's jobs may go: its placement request's picks (docs/fleets.md#pinned-instances).
+    "BaseRunConfiguration.instances": "core/runs/submissions.py",
+    **{f"InstanceSpec.{field}": "core/configuration/specs.py" for field in ("name", "hostname", "instance")},
+    "InstanceSpec.fleet": "core/configuration/specs.py",
     "BaseRunConfiguration.registry_auth": "core/run_types/base.py",
     "RegistryAuth.username": "core/run_types/base.py",
     "RegistryAuth.password": "core/run_types/base.py",

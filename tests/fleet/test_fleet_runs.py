@@ -61,6 +61,28 @@ async def test_a_two_node_task_runs_across_hosts_with_the_masters_address(cluste
     await cluster.check_idle()
 
 
+async def test_instances_pin_a_run_to_the_hosts_it_names(cluster: Cluster) -> None:
+    """dstack's `instances` (docs/fleets.md#pinned-instances): by a fleet's instance number, by address;
+    one no host is gets the never-fits line, and the run fails with it rather than wait."""
+    await cluster.apply()
+    by_number = task(["hostname"], instances=[{"fleet": cluster.fleet, "instance": 2}])
+    final = await cluster.finished(await cluster.submit(by_number, "pin-number"))
+    assert final.status == RunStatus.DONE
+    assert [j.instance_name for j in cluster.jobs(final)] == [f"{cluster.fleet}-2"]
+    address = cluster.network.hosts[1].address
+    by_address = task(["hostname"], instances=[{"hostname": address}])
+    final = await cluster.finished(await cluster.submit(by_address, "pin-address"))
+    assert final.status == RunStatus.DONE
+    assert [cluster.address_of(j.instance_name) for j in cluster.jobs(final)] == [address]
+    nowhere = task(["hostname"], instances=["no-such-host"])
+    final = await cluster.finished(await cluster.submit(nowhere, "pin-nowhere"))
+    assert final.status == RunStatus.FAILED
+    [job] = cluster.jobs(final)
+    said = f"{job.status_message} {job.termination_message}"
+    assert "not one of the run's `instances` (no-such-host)" in said, said
+    await cluster.check_idle()
+
+
 async def test_a_higher_priority_is_placed_first_and_set_priority_reorders(
     cluster: Cluster, tmp_path: Path
 ) -> None:
