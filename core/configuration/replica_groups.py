@@ -22,7 +22,7 @@ from core.configuration.resources import ResourcesSpec
 from core.configuration.specs import ReplicaRange, Replicas
 
 # Group fields dstack documents that Ferry takes but does not act on (named in `validate`'s warning line).
-GROUP_FIELDS_NOT_ACTED_ON = ("nvcc", "docker", "spot_policy", "reservation")
+GROUP_FIELDS_NOT_ACTED_ON = ("nvcc", "spot_policy", "reservation")  # `docker: true` is refused, as a run's
 
 
 _GROUP_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,40}$")

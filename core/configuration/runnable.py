@@ -102,7 +102,14 @@ DOCKER_REFUSED = (
 
 
 def _docker_refusals(configuration: RunConfiguration) -> list[Refusal]:
-    return [Refusal(("docker",), DOCKER_REFUSED)] if configuration.docker else []
+    found = [Refusal(("docker",), DOCKER_REFUSED)] if configuration.docker else []
+    if isinstance(configuration, ServiceConfiguration) and isinstance(configuration.replicas, list):
+        found += [
+            Refusal(("replicas", str(index), "docker"), DOCKER_REFUSED)
+            for index, group in enumerate(configuration.replicas)
+            if group.docker
+        ]
+    return found
 
 
 def _files_refusals(configuration: RunConfiguration) -> list[Refusal]:

@@ -117,6 +117,13 @@ def test_each_group_runs_in_its_own_image_python_or_the_services() -> None:
     assert worker.spec.commands == [] and router.spec.commands == ["route"]
 
 
+def test_a_groups_docker_true_is_refused_as_a_runs() -> None:
+    conf = grouped([{"count": 1, "commands": ["a"]}, {"count": 1, "commands": ["b"], "docker": True}])
+    [refused] = refusals(conf.configuration)
+    assert refused.path == ("replicas", "1", "docker")
+    assert refused.reason.startswith("Ferry does not give a job a container engine")
+
+
 def test_a_group_with_its_own_image_but_a_python_too_is_refused() -> None:
     group = "  - {count: 1, commands: [a], image: x, python: '3.12'}\n"
     message = parse_error(f"type: service\nport: 8000\nreplicas:\n{group}")

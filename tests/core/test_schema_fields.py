@@ -206,6 +206,7 @@ ACTED_ON = {
 RUN_TYPES = ("task", "service", "dev-environment")
 REFUSED: dict[tuple[str, str], tuple[str, Any, str]] = {
     ("run", "docker"): ("docker", True, "Ferry does not give a job a container engine"),
+    ("service", "replicas.docker"): ("replicas.docker", True, "Ferry does not give a job a container engine"),
     # `router: {type: sglang}` is acted on (docs/services.md#a-router-group); dynamo's is refused
     ("service", "replicas.router.type"): ("replicas.router", {"type": "dynamo"}, "not supported: dynamo"),
     ("service", "model.chat_template"): ("model", {"name": "m", "chat_template": "t"}, "format: tgi"),
