@@ -29,6 +29,10 @@ class SSHTarget(SSHLogin):
     proxy_jump: SSHLogin | None = None
     internal_ip: str | None = None
     blocks: int | Literal["auto"] = 1
+    # `placement: cluster` (core.fleets.cluster): the other hosts it must reach directly, and the network
+    # its address for them must be in (`ssh_config.network`); None: not a cluster fleet.
+    cluster_peers: list[str] | None = None
+    cluster_network: str | None = None
 
 
 def ssh_targets(fleet: FleetConfiguration, fleet_name: str) -> list[SSHTarget]:
@@ -49,9 +53,14 @@ def ssh_targets(fleet: FleetConfiguration, fleet_name: str) -> list[SSHTarget]:
             else None
         )
 
+    def reached_at(host: SSHHost) -> str:
+        return host.internal_ip or host.hostname
+
     def target(index: int, host: SSHHost) -> SSHTarget:
         user = host.user or config.user or ""
         identity = host.identity_file or config.identity_file
+        cluster = fleet.placement == "cluster"
+        peers = [reached_at(other) for at, other in enumerate(config.hosts) if at != index]
         return SSHTarget(
             name=instance_name(fleet_name, index),
             hostname=host.hostname,
@@ -61,6 +70,8 @@ def ssh_targets(fleet: FleetConfiguration, fleet_name: str) -> list[SSHTarget]:
             proxy_jump=jump(host.proxy_jump or config.proxy_jump, user, identity),
             internal_ip=host.internal_ip,
             blocks=host.blocks if host.blocks is not None else fleet.blocks,
+            cluster_peers=peers if cluster else None,
+            cluster_network=config.network if cluster else None,
         )
 
     return [target(index, host) for index, host in enumerate(config.hosts)]

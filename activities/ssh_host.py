@@ -29,6 +29,7 @@ take the agent's token and run commands as the fleet's user.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import re
 import shlex
@@ -52,6 +53,7 @@ from activities.host_scripts import (
 )
 from activities.ssh_config import DeployedAgent, DeployOptions, SSHLogin, SSHTarget
 from activities.ssh_tunnel import LocalTunnel, open_ssh
+from core.fleets.cluster import NotAClusterError, cluster_address, parse_probes, probe_script
 from core.wire.volumes import HostDirs
 
 # The agent bundle for a host's interpreter (HostPool.bundle); BundleError when it cannot be built.
@@ -297,6 +299,8 @@ class SSHAgentHost:
             raise SSHDeployError(
                 f"{self.target.name}: the agent does not answer: {_one_line(str(exc))}"
             ) from exc
+        if self.target.cluster_peers is not None:  # `placement: cluster`: docs/fleets.md#cluster-placement
+            self.address = await self._cluster_address()
         self.bundle = bundle
         deployed = DeployedAgent(
             name=self.target.name,
@@ -310,6 +314,28 @@ class SSHAgentHost:
             reused=bool(reply["reused"]),
         )
         return deployed, changed
+
+    async def _cluster_address(self) -> str:
+        """Its address on the network it shares with the fleet's other hosts, as it reaches them
+        (core.fleets.cluster); SSHDeployError saying which it does not reach so."""
+        network = self.target.cluster_network
+        internal = self.target.internal_ip
+        if internal:  # the user's own word for it
+            if network is not None and ipaddress.ip_address(internal) not in ipaddress.ip_network(network):
+                raise SSHDeployError(
+                    f"placement: cluster: {self.target.name}'s internal_ip {internal} is not in "
+                    f"ssh_config.network {network}"
+                )
+            return internal
+        peers = self.target.cluster_peers or []
+        if not peers:
+            return self.address
+        done = await self._run(["sh", "-c", probe_script(peers)], "the cluster check", timeout=30)
+        try:
+            found = cluster_address(self.target.name, parse_probes(str(done.stdout or "")), network)
+        except NotAClusterError as err:
+            raise SSHDeployError(str(err)) from None
+        return found or self.address
 
     async def stop_agent(self) -> None:
         await self._ensure(False, stop=True)

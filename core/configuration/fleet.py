@@ -134,16 +134,14 @@ ELASTIC_FIELDS = frozenset({"backends", "spot_policy", "idle_duration", "placeme
 class FleetConfiguration(ConfigModel):
     # `retry` and the termination fields are about the instances a cloud backend would create. `env` is
     # given to every job placed on the fleet's instances, under the run's own (core.fleets.book).
-    # An SSH fleet's `placement: cluster` stays warned: dstack then finds the network the hosts share and
-    # has their nodes talk over it; Ferry looks for none and places a multi-node task on any of the hosts,
-    # as they are (see asks_for);
-    # `ssh_config.network`: the nodes reach each other at `internal_ip` or the address dialled. A fleet
-    # with `nodes` acts on ELASTIC_FIELDS (core.fleets.provisioning); a backend is asked for no /dev/shm
-    # size (`resources.shm_size`: a job's is matched at placement, docs/fleets.md#placement-and-blocks).
+    # An SSH fleet's `placement: cluster` is acted on: each host must reach the others on a network they
+    # share (`ssh_config.network`, where it names one), and its address there is the one the other nodes
+    # get (core.fleets.cluster, docs/fleets.md#cluster-placement); without `cluster`, `network` is warned.
+    # A fleet with `nodes` acts on ELASTIC_FIELDS (core.fleets.provisioning); a backend is asked for no
+    # /dev/shm size (`resources.shm_size`: a job's is matched at placement, docs/fleets.md#placement-and-blocks).
     NOT_ACTED_ON: ClassVar[frozenset[str]] = CLOUD_FIELDS_NOT_ACTED_ON | {
         "resources.shm_size",
         "ssh_config.network",
-        "placement",
         "retry",
         "termination_policy",
         "termination_idle_time",
@@ -195,8 +193,8 @@ class FleetConfiguration(ConfigModel):
         return self.ssh_config is not None
 
     def asks_for(self, field: str) -> bool:
-        if field == "placement":
-            return self.placement == "cluster"
+        if field == "ssh_config.network":  # acted on by `placement: cluster` only
+            return self.placement != "cluster" and super().asks_for(field)
         return super().asks_for(field)
 
     def unsupported_fields(self) -> list[str]:

@@ -100,7 +100,9 @@ def test_nested_fields_are_named_with_their_path() -> None:
     assert warned(RUN_TYPES["task"] + "resources: {cpu: 2.., shm_size: 1GB}\n") == []  # placement
     ssh = "type: fleet\nssh_config:\n  user: u\n  hosts: [a, b]\n"
     assert warned(ssh) == []
-    assert warned(ssh + "  network: 10.0.0.0/24\nplacement: cluster\n") == ["ssh_config.network", "placement"]
+    # `placement: cluster` is acted on, and with it `network` (docs/fleets.md#cluster-placement)
+    assert warned(ssh + "  network: 10.0.0.0/24\nplacement: cluster\n") == []
+    assert warned(ssh + "  network: 10.0.0.0/24\n") == ["ssh_config.network"]
     assert warned(ssh + "placement: any\n") == []
 
 

@@ -188,6 +188,9 @@ ACTED_ON = {
     "FleetNodes.target": "workflows/fleet.py",  # the first plan asks for TARGET (Provisioning.initial)
     **{f"SSHConfig.{field}": "activities/ssh_config.py" for field in ("user", "port", "identity_file")},
     "SSHConfig.proxy_jump": "activities/ssh_config.py",
+    # `placement: cluster`: each host's cluster check (activities/ssh_host.py, core/fleets/cluster.py)
+    "FleetConfiguration.placement": "activities/ssh_config.py",
+    "SSHConfig.network": "activities/ssh_config.py",
     "SSHConfig.hosts": "cli/fleet_api.py",
     **{f"SSHHost.{field}": "activities/ssh_config.py" for field in ("hostname", "port", "user")},
     "SSHHost.identity_file": "activities/ssh_config.py",
@@ -219,7 +222,6 @@ REFUSED_CASES = [
 ]
 # A value for a warned field where the first that loads would not do.
 SAMPLES: dict[str, list[Any]] = {
-    "placement": ["cluster"],
     "creation_policy": ["reuse"],
     "spot_policy": ["auto"],
     "termination_policy": ["destroy-after-idle"],

@@ -22,7 +22,7 @@ from core.fleets.placement import InstanceStatus
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 from core.wire.agent_api import AGENT_SERVICE_NAME
 from store import RunRecord
-from testbed.fleets import WAIT, Cluster, fleet_configuration, task, until
+from testbed.fleets import DEPLOY_WAIT, WAIT, Cluster, fleet_configuration, task, until
 
 RETRY_ON_INTERRUPTION = {"on_events": ["interruption"], "duration": "1h"}
 
@@ -81,6 +81,43 @@ async def test_instances_pin_a_run_to_the_hosts_it_names(cluster: Cluster) -> No
     said = f"{job.status_message} {job.termination_message}"
     assert "not one of the run's `instances` (no-such-host)" in said, said
     await cluster.check_idle()
+
+
+async def test_placement_cluster_takes_hosts_that_share_a_network(cluster: Cluster) -> None:
+    """`placement: cluster` (docs/fleets.md#cluster-placement): each host reaches the others on the test
+    network directly, so the fleet deploys, each at its address there, and a two-node task gets them."""
+    plain = fleet_configuration(cluster.network, cluster.fleet)
+    conf = plain.model_validate({**plain.model_dump(exclude_unset=True), "placement": "cluster"})
+    assert conf.unsupported_fields() == []
+    await cluster.fleets.apply(conf)
+    described = await cluster.fleets.wait_deployed(cluster.fleet, DEPLOY_WAIT)
+    assert described.deployed and not described.pending, described.pending
+    addresses = {host.address for host in cluster.network.hosts}
+    assert {cluster.address_of(i.name) for i in described.instances} == addresses
+    show = "echo master=$FERRY_MASTER_NODE_IP ips=$(echo $DSTACK_NODES_IPS | tr ' ' ,)"
+    final = await cluster.finished(await cluster.submit(task([show], nodes=2), "cluster-pair"))
+    assert final.status == RunStatus.DONE
+    said = cluster.api.logs(final)[0].decode().split()
+    assert said[0].removeprefix("master=") in addresses
+    await cluster.check_idle()
+
+
+async def test_placement_cluster_refuses_hosts_outside_its_network(cluster: Cluster) -> None:
+    """`ssh_config.network` that no host is on: each host's deployment fails, saying so in one line."""
+    plain = fleet_configuration(cluster.network, cluster.fleet)
+    data = plain.model_dump(exclude_unset=True)
+    data["ssh_config"] = {**data["ssh_config"], "network": "192.168.77.0/24"}
+    conf = plain.model_validate({**data, "placement": "cluster"})
+    await cluster.fleets.apply(conf)
+    described = await cluster.fleets.wait_deployed(cluster.fleet, DEPLOY_WAIT)
+    assert described.deployed and not described.instances
+    assert sorted(described.pending) == [f"{cluster.fleet}-{k}" for k in range(3)]
+    hosts = cluster.network.hosts
+    said = (
+        f"placement: cluster: {cluster.fleet}-0 reaches {hosts[1].address} from {hosts[0].address}, which "
+        "is not in ssh_config.network 192.168.77.0/24"
+    )
+    assert said in described.pending[f"{cluster.fleet}-0"], described.pending
 
 
 async def test_a_higher_priority_is_placed_first_and_set_priority_reorders(
