@@ -138,7 +138,8 @@ class FleetConfiguration(ConfigModel):
     # share (`ssh_config.network`, where it names one), and its address there is the one the other nodes
     # get (core.fleets.cluster, docs/fleets.md#cluster-placement); without `cluster`, `network` is warned.
     # A fleet with `nodes` acts on ELASTIC_FIELDS (core.fleets.provisioning); a backend is asked for no
-    # /dev/shm size (`resources.shm_size`: a job's is matched at placement, docs/fleets.md#placement-and-blocks).
+    # /dev/shm size (`resources.shm_size`: a job's is matched at placement,
+    # docs/fleets.md#placement-and-blocks).
     NOT_ACTED_ON: ClassVar[frozenset[str]] = CLOUD_FIELDS_NOT_ACTED_ON | {
         "resources.shm_size",
         "ssh_config.network",
