@@ -256,7 +256,10 @@ class AgentClient:
 
 
 def _json_body(model: BaseModel) -> dict[str, Any]:
-    return {"content": model.model_dump_json().encode(), "headers": {"Content-Type": "application/json"}}
+    """The body without what the agent fills in itself (its defaults): an agent of an earlier release,
+    which forbids a field it does not know, takes a request that uses nothing new (docs/upgrades.md)."""
+    content = model.model_dump_json(exclude_defaults=True).encode()
+    return {"content": content, "headers": {"Content-Type": "application/json"}}
 
 
 def _error_message(response: Response) -> str:
