@@ -10,14 +10,12 @@ import json
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote
 
-from api.messages import StoredCode
 from api.pipeline_messages import PipelineSubmission, SubmittedPipeline
-from cli.api_client import CODE_NEEDED
 from cli.code_archive import packed_code
-from cli.errors import CommandError, FerryError
+from cli.errors import FerryError
 from cli.login_file import default_user
 from cli.remote_runs import ApiSession, RunReader
 from cli.run_names import generated_name
@@ -75,24 +73,10 @@ class RemotePipelines:
             authorized_keys=self.authorized_keys,
         )
         body = json.loads(submission.model_dump_json())
-        # The submission first: the code is sent only when the store lacks it, then the submission again.
-        answer = await asyncio.to_thread(self._submit, body)
-        if answer is None:
-            await asyncio.to_thread(self._send_code, archive)
-            answer = await asyncio.to_thread(self._submit, body)
-            if answer is None:
-                raise CommandError(f"run {name}: Ferry's API lost its code as it was sent: apply again")
-        return answer.run
-
-    def _submit(self, body: dict[str, Any]) -> SubmittedPipeline | None:
-        """The pipeline submitted; None where the API lacks its code."""
-        answer = self.session.request("POST", f"{self._base}/pipelines", json=body, allow=CODE_NEEDED)
-        return None if answer.headers.get(CODE_NEEDED) else SubmittedPipeline.model_validate(answer.json())
-
-    def _send_code(self, archive: bytes) -> None:
-        octets = {"Content-Type": "application/octet-stream"}
-        answer = self.session.request("POST", f"{self._base}/code", content=archive, headers=octets)
-        StoredCode.model_validate(answer.json())
+        answer = await asyncio.to_thread(
+            self.session.submit_with_code, self._base, "/pipelines", body, archive, name
+        )
+        return SubmittedPipeline.model_validate(answer).run
 
 
 class DirectPipelines:

@@ -94,6 +94,19 @@ class ApiSession:
             raise refusal(answer)
         return answer.json()
 
+    def submit_with_code(self, base: str, path: str, body: Any, archive: bytes, name: str) -> Any:
+        """A submission's answer (JSON), its code sent first where the API lacks it (a changed one): a
+        `409` with CODE_NEEDED asks for it, then the submission goes again (api/temporal.py)."""
+        for attempt in range(2):
+            answer = self.request("POST", f"{base}{path}", json=body, allow=CODE_NEEDED)
+            if not answer.headers.get(CODE_NEEDED):
+                return answer.json()
+            if attempt == 0:
+                octets = {"Content-Type": "application/octet-stream"}
+                sent = self.request("POST", f"{base}/code", content=archive, headers=octets)
+                StoredCode.model_validate(sent.json())
+        raise CommandError(f"run {name}: Ferry's API lost its code as it was sent: apply again")
+
     def close(self) -> None:
         self._client.close()
 
@@ -196,24 +209,10 @@ class RemoteRuns:
         configuration = with_environment(configuration)
         archive, code_name = await asyncio.to_thread(packed_code, repo_dir, configuration)
         body = submission_body(configuration, name, code_hash(archive), code_name, self.authorized_keys)
-        # The submission first: the code is sent only when the store lacks it (a changed one), then again.
-        answer = await asyncio.to_thread(self._submit, body)
-        if answer is None:
-            await asyncio.to_thread(self._send_code, archive)
-            answer = await asyncio.to_thread(self._submit, body)
-            if answer is None:
-                raise CommandError(f"run {name}: Ferry's API lost its code as it was sent: apply again")
-        return answer
-
-    def _submit(self, body: dict[str, Any]) -> SubmittedRun | None:
-        """The run submitted; None where the API lacks its code."""
-        answer = self.session.request("POST", f"{self._base}/runs", json=body, allow=CODE_NEEDED)
-        return None if answer.headers.get(CODE_NEEDED) else SubmittedRun.model_validate(answer.json())
-
-    def _send_code(self, archive: bytes) -> None:
-        octets = {"Content-Type": "application/octet-stream"}
-        answer = self.session.request("POST", f"{self._base}/code", content=archive, headers=octets)
-        StoredCode.model_validate(answer.json())
+        answer = await asyncio.to_thread(
+            self.session.submit_with_code, self._base, "/runs", body, archive, name
+        )
+        return SubmittedRun.model_validate(answer)
 
     def plan(self, configuration: RunConfiguration) -> RunPlan:
         body = {"configuration": json.loads(configuration.model_dump_json())}
