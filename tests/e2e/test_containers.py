@@ -108,6 +108,23 @@ def test_ferry_ps_shows_how_far_a_pull_is(ferry: Ferry, podman: PodmanService, t
     assert "/noise.bin" in logs.stdout
 
 
+def answers(url: str, count: int, *, tries: int) -> set[str]:
+    """The distinct answers of the service at `url`, until there are `count` of them (or `tries` are made,
+    0.1 s apart): its replicas, as the proxy balances between them."""
+    seen: set[str] = set()
+    for _ in range(tries):
+        try:
+            answer = httpx.get(url, timeout=5)
+        except httpx.HTTPError:
+            answer = None
+        if answer is not None and answer.status_code == 200:
+            seen.add(answer.text.strip())
+        if len(seen) == count:
+            break
+        time.sleep(0.1)
+    return seen
+
+
 def test_a_container_service_is_served_through_its_published_port(ferry: Ferry, tmp_path: Path) -> None:
     conf = write(
         tmp_path,
@@ -119,18 +136,7 @@ def test_a_container_service_is_served_through_its_published_port(ferry: Ferry, 
     result = ferry("apply", "-y", "-d", "-f", conf, timeout=180)
     assert result.returncode == 0, result.stderr
     url = next(word for word in result.stdout.split() + result.stderr.split() if "/proxy/services/" in word)
-    seen: set[str] = set()
-    for _ in range(600):
-        try:
-            answer = httpx.get(url, timeout=5)
-        except httpx.HTTPError:
-            answer = None
-        if answer is not None and answer.status_code == 200:
-            seen.add(answer.text.strip())
-        if len(seen) == 2:
-            break
-        time.sleep(0.1)
-    assert seen == {"replica 0", "replica 1"}
+    assert answers(url, 2, tries=600) == {"replica 0", "replica 1"}
     # Bridged on the shared local instance: ps says where each replica's port is published
     # (docs/containers.md#networks).
     table = ferry("ps").stdout
@@ -159,19 +165,8 @@ def test_replica_groups_run_in_their_own_image_or_on_the_host(ferry: Ferry, tmp_
     assert "does not act on" not in result.stderr  # a group's image is acted on now
     url = next(word for word in result.stdout.split() + result.stderr.split() if "/proxy/services/" in word)
     try:
-        seen: set[str] = set()
-        for _ in range(900):
-            try:
-                answer = httpx.get(url, timeout=5)
-            except httpx.HTTPError:
-                answer = None
-            if answer is not None and answer.status_code == 200:
-                seen.add(answer.text.strip())
-            if len(seen) == 2:
-                break
-            time.sleep(0.1)
         # In the image, PID 1 is the container's own command; on the host there is no such answer.
-        assert seen == {"box sh", "host"}, seen
+        assert answers(url, 2, tries=900) == {"box sh", "host"}
         table = ferry("ps").stdout
         assert table.count("ports ") == 1, table  # only the container's port is published
     finally:
