@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote
 
 from api.pipeline_messages import PipelineSubmission, SubmittedPipeline
-from cli.code_archive import packed_code
-from cli.errors import FerryError
+from cli.code_archive import packed_code, with_environment
 from cli.login_file import default_user
 from cli.remote_runs import ApiSession, RunReader
 from cli.run_names import generated_name
@@ -60,10 +58,7 @@ class RemotePipelines:
         self, pipeline: PipelineConfiguration, *, repo_dir: Path, run_name: str | None = None
     ) -> RunRecord:
         name = run_name or pipeline.name or generated_name()
-        try:  # as cli.code_archive.with_environment does for a run
-            tasks = [task.with_environment(dict(os.environ)) for task in pipeline.tasks]
-        except ValueError as err:
-            raise FerryError(str(err)) from None
+        tasks = [with_environment(task) for task in pipeline.tasks]  # where the user applies
         archive, code_name = await asyncio.to_thread(packed_code, repo_dir)
         submission = PipelineSubmission(
             pipeline=pipeline.model_copy(update={"tasks": tasks}),

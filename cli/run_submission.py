@@ -6,7 +6,6 @@ runs once started."""
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 import time
 from pathlib import Path
@@ -175,10 +174,7 @@ class RunSubmissions:
         applied here, its code stored, then `submit_stored_pipeline` (an operator's CLI, and tests)."""
         name = run_name or pipeline.name or generated_name()
         _refuse_pipeline(pipeline, name)  # refused before anything is stored
-        try:
-            tasks = [task.with_environment(dict(os.environ)) for task in pipeline.tasks]
-        except ValueError as err:
-            raise FerryError(str(err)) from None
+        tasks = [with_environment(task) for task in pipeline.tasks]  # where the user applies
         code_hash, code_name = await self.store_code(repo_dir)
         applied = pipeline.model_copy(update={"tasks": tasks})
         return await self.submit_stored_pipeline(
