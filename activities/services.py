@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.agent_client import AgentError
 from activities.handover import hands_over
@@ -39,7 +40,8 @@ from core.backends.slurm import slurm_backend_name
 from core.configuration.service import ProbeSpec
 from core.services.autoscaler import desired_replicas
 from core.services.probes import PORT_PROBE, ProbeStatus, replica_state
-from core.services.routers import RouterNote, next_note
+from core.services.routers import RouterNote, next_note, router_address
+from core.status import JobTerminationReason
 from core.wire import activity_names as names
 from core.wire.services import (
     DrainReplica,
@@ -48,6 +50,7 @@ from core.wire.services import (
     ProbeReplica,
     ReplicaReadiness,
     ReplicaState,
+    RouterAddressRequest,
     WatchLoad,
 )
 from store import ServiceReplicaRecord, Store
@@ -63,6 +66,7 @@ PORT_PROBE_TIMEOUT = 2.0
 GATEWAY_SILENT_AFTER = 5.0
 DRAIN_POLL = 0.05
 LOAD_POLL = 0.5
+ROUTER_POLL = 0.5  # a Dynamo worker's look for its router replica's address
 
 
 class LoginNodes(Protocol):
@@ -168,6 +172,27 @@ class ServiceActivities:
         self._router_notes.pop(job_submission_id, None)
         await asyncio.to_thread(self._store.remove_replica, job_submission_id)
 
+    @activity.defn(name=names.ROUTER_ADDRESS)
+    @hands_over
+    async def router_address(self, request: RouterAddressRequest) -> str:
+        """Once the run's router replica runs (its probes have begun): the address its url names, where the
+        proxies reach it (docs/services.md#a-dynamo-router)."""
+        async with heartbeating():
+            while True:
+                records = await asyncio.to_thread(self._store.list_service_replicas, [request.run_id])
+                registered = ((r.group_name, r.state, r.url) for r in records)
+                found = router_address(registered, request.router_group)
+                if found is not None:
+                    return found
+                if time.time() > request.not_after:
+                    raise ApplicationError(
+                        f"the router replica (group {request.router_group}) has not run: a worker does not "
+                        "start without its address",
+                        type=JobTerminationReason.TERMINATED_BY_SERVER.name,
+                        non_retryable=True,
+                    )
+                await asyncio.sleep(ROUTER_POLL)
+
     @activity.defn(name=names.WATCH_LOAD)
     @hands_over
     async def watch_load(self, request: WatchLoad) -> LoadChange:
@@ -210,7 +235,7 @@ class ServiceActivities:
     def _router_sync(self, request: ProbeReplica, url: str) -> RouterSync | None:
         """The router's worker sync, for a replica of the service's router group (None for any other)."""
         service = request.service
-        if service.router_group is None or service.group != service.router_group:
+        if not service.syncs_router() or service.router_group is None:
             return None
         return RouterSync(self._store, request.run_id, service.router_group, url)
 

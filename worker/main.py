@@ -115,6 +115,7 @@ def activities_for(
         services.drain_replica,
         services.unregister_replica,
         services.watch_load,
+        services.router_address,
         schedules.create_schedule,
         schedules.delete_schedule,
         schedules.update_schedule,

@@ -62,6 +62,7 @@ from core.wire.services import (
     LoadChange,
     ProbeReplica,
     ReplicaReadiness,
+    RouterAddressRequest,
     WatchLoad,
 )
 from core.wire.stuck_stop import (
@@ -239,6 +240,11 @@ async def drain_replica(request: DrainReplica) -> DrainResult:
 
 @activity.defn(name=names.UNREGISTER_REPLICA)
 async def unregister_replica(job_submission_id: str) -> None:
+    raise _declared()
+
+
+@activity.defn(name=names.ROUTER_ADDRESS)
+async def router_address(request: RouterAddressRequest) -> str:
     raise _declared()
 
 

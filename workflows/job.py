@@ -52,13 +52,16 @@ with workflow.unsafe.imports_passed_through():
     from workflows.job_agent import JobAgent, Stopped
     from workflows.job_news import JobNews
     from workflows.job_serving import ReplicaServing
+    from workflows.job_startup import StartupWaits
     from workflows.job_utilization import UtilizationWatch
     from workflows.web_ui import end_job, show_job
 
 # Past this the agent is presumed gone even if it answered before: the grace period has long ended.
 _STOP_MARGIN = timedelta(seconds=30)
 _AGENT_STEP_TIMEOUT = timedelta(minutes=10)  # an image pull or a big code archive may take a while
-_STORE_STEP_TIMEOUT = timedelta(seconds=30)  # a volume's attachment: one short transaction
+_STORE_STEP_TIMEOUT = timedelta(seconds=30)
+# As dstack: a Dynamo worker waits this long for its router replica to run, then fails.
+_ROUTER_WAIT = timedelta(minutes=30)  # a volume's attachment: one short transaction
 # A job's shorter history (docs/jobs.md#a-shorter-history): the one-step start and the task's removal as a
 # local activity. Histories begun before take two steps and remove with a regular activity. One patch
 # for both: each patch costs every history a marker and a search attribute update.
@@ -88,6 +91,7 @@ class JobWorkflow:
         show_job(self._state)
         self._news = JobNews(inp, lambda: (self._events, self._state))
         self._agent = JobAgent(self._id, lambda: self._control)
+        self._waits = StartupWaits(self._agent, lambda: self._control, self._log, self._news.publish)
         self._serving = (
             None if inp.service is None else ReplicaServing(inp, self._id, lambda: self._control, self._note)
         )
@@ -164,8 +168,8 @@ class JobWorkflow:
             # fleet began before that watch (docs/jobs.md#the-instance-watch).
             owner = workflow.info().workflow_id if placement.watched else None
             prepare = job.prepare_task(inp, self._id, placement, owner)
-            start = job.start_job(inp, self._id, placement)
             if job.starts_in_one_step(inp) and workflow.patched(_SHORT_HISTORY):
+                start = job.start_job(inp, self._id, placement)
                 both = PrepareAndStart(prepare=prepare, start=start)
                 published = await self._agent.step(
                     activity_stubs.prepare_and_start, both, timeout=_AGENT_STEP_TIMEOUT
@@ -173,7 +177,9 @@ class JobWorkflow:
                 self._log("pull")
             else:
                 await self._agent.step(activity_stubs.prepare_task, prepare, timeout=_AGENT_STEP_TIMEOUT)
-                await self._wait_for_peers(inp)
+                await self._waits.peers(inp)
+                router = await self._waits.router(inp)
+                start = job.start_job(inp, self._id, placement, router)
                 self._log("pull")
                 self._news.publish(soon=True)
                 published = await self._agent.step(
@@ -217,19 +223,6 @@ class JobWorkflow:
                 return None
             self._log("memo", waiting="capacity")
             self._news.publish()
-
-    async def _wait_for_peers(self, inp: JobInput) -> None:
-        """`startup_order`: hold, placed and prepared, until the run says the jobs this one waits for have
-        started (core.runs.startup); a stop ends the wait."""
-        if not inp.waits_for or self._control.peers_started:
-            return
-        self._log("memo", waiting=job.peers_memo(inp))
-        self._news.publish()
-        await workflow.wait_condition(
-            lambda: self._control.peers_started or self._control.terminate is not None
-        )
-        if self._control.terminate is not None:
-            raise Stopped()
 
     async def _watch(self, placement: Placement) -> JobOutcome:
         instance = placement.instance_name

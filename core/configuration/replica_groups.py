@@ -2,9 +2,10 @@
 dstack's newer form, a list of replica groups, each with its own count, `scaling`, `commands` and
 `resources` (docs/services.md#replica-groups). Every group serves the same service behind the proxy; each
 group's count follows the service's load by its own `scaling.target`. One group may be the service's router
-(`router: {type: sglang}`): the proxy sends every request to it, and the worker registers the other groups'
-ready replicas with it (docs/services.md#a-router-group). A group's `image`, `python` and `privileged` are its
-jobs' own, over the service's (docs/services.md#replica-groups).
+(`router: {type: sglang}` or `dynamo`): the proxy sends every request to it. The worker registers the
+other groups' ready replicas with an SGLang router (docs/services.md#a-router-group); Dynamo's workers are
+told the router's address instead (docs/services.md#a-dynamo-router). A group's `image`, `python` and
+`privileged` are its jobs' own, over the service's (docs/services.md#replica-groups).
 """
 
 from __future__ import annotations
@@ -96,12 +97,6 @@ class ReplicaGroupSpec(ConfigModel):
         check_scaling(self.count, self.scaling, ["count"])
         if self.image is not None and self.python is not None:
             raise ConfigFieldError(["python"], "cannot be used with `image`: the image decides the Python")
-        if self.router is not None and self.router.type == "dynamo":
-            # Dynamo's workers find its frontend through etcd/NATS at an address dstack injects
-            # (DSTACK_ROUTER_INTERNAL_IP) once the router replica is placed; Ferry injects none.
-            raise ConfigFieldError(
-                ["router", "type"], "not supported: dynamo (its workers need the router's address injected)"
-            )
         return self
 
 

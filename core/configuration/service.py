@@ -230,6 +230,12 @@ class ServiceConfiguration(BaseRunConfiguration):
             check_scaling(self.replicas, self.scaling, ["replicas"])
             return self
         check_groups(self.replicas)
+        if self.retry is not None and any(g.router and g.router.type == "dynamo" for g in self.replicas):
+            # As dstack: a retried router would come back at another address, which the workers already
+            # running would never learn (docs/services.md#a-dynamo-router).
+            raise ConfigFieldError(
+                ["retry"], "cannot be used with a Dynamo router group: its workers keep the router's address"
+            )
         for field in ("scaling", "commands"):
             if field in self.model_fields_set and getattr(self, field):
                 raise ConfigFieldError([field], "set it in each replica group when `replicas` lists groups")
@@ -267,6 +273,11 @@ class ServiceConfiguration(BaseRunConfiguration):
         """The name of the group whose replicas get the service's requests and route them to the other
         groups' (docs/services.md#a-router-group); None when every group serves requests."""
         return next((group.name for group in self.groups if group.router is not None), None)
+
+    @property
+    def router_type(self) -> str | None:
+        """The router group's `router.type` (sglang, dynamo); None without one."""
+        return next((group.router.type for group in self.groups if group.router is not None), None)
 
     def group(self, name: str | None) -> ServiceGroup:
         """The group `name` (None: the single form); KeyError when there is no such group."""

@@ -92,7 +92,12 @@ def last_note(state: JobState) -> str | None:
 _WAITING_FOR_PEERS = {
     "master": "waiting for the master node to start (startup_order: master-first)",
     "workers": "waiting for the worker nodes to start (startup_order: workers-first)",
+    "router": "waiting for the router replica to run (router: dynamo)",
 }
+
+
+# A Dynamo worker's router replica's address (docs/services.md#a-dynamo-router): dstack's name, and Ferry's.
+ROUTER_ADDRESS_ENV = ("DSTACK_ROUTER_INTERNAL_IP", "FERRY_ROUTER_INTERNAL_IP")
 
 
 def peers_memo(inp: JobInput) -> str:
@@ -174,13 +179,25 @@ def starts_in_one_step(inp: JobInput) -> bool:
     """A job with no peers to wait for once prepared (`startup_order`) and no image to pull: its task is
     prepared and started by one activity, whose history events are fewer (docs/jobs.md#one-step-start).
     A container's pull is a step of its own, so that `ferry ps` shows it PULLING meanwhile."""
-    return not inp.waits_for and inp.container is None
+    return not inp.waits_for and inp.container is None and not waits_for_router(inp)
 
 
-def start_job(inp: JobInput, job_id: str, placement: Placement) -> StartJobRequest:
-    """The agent's second step: the job started with its code, knowing its cluster (every node's IP)."""
+def waits_for_router(inp: JobInput) -> bool:
+    """A Dynamo worker replica: started once the router replica runs, with its address
+    (docs/services.md#a-dynamo-router)."""
+    return inp.service is not None and inp.service.waits_for_router()
+
+
+def start_job(
+    inp: JobInput, job_id: str, placement: Placement, router_address: str | None = None
+) -> StartJobRequest:
+    """The agent's second step: the job started with its code, knowing its cluster (every node's IP) and,
+    a Dynamo worker, its router replica's address (under dstack's name and Ferry's)."""
     cluster = placement.cluster
     spec = inp.spec.model_copy(update={"cluster_info": cluster})
+    if router_address is not None:
+        env = {**spec.env, **dict.fromkeys(ROUTER_ADDRESS_ENV, router_address)}
+        spec = spec.model_copy(update={"env": env})
     if inp.node_groups:  # `${{ groups[i].nodes[j].IP_ADDRESS }}`: known now that the replica is placed
         addresses = node_addresses(inp.node_groups, cluster.node_ips or [cluster.master_node_ip])
         spec = spec.model_copy(update={"commands": [substitute(c, addresses) for c in spec.commands]})

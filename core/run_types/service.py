@@ -41,4 +41,5 @@ class ServiceConfigurator(RunConfigurator[ServiceConfiguration]):
             probes=list(self.configuration.probes),
             group=self.group,
             router_group=self.configuration.router_group,
+            router_type=self.configuration.router_type,
         )

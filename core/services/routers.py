@@ -125,3 +125,13 @@ def next_note(last: RouterNote | None, line: str | None, trouble: bool, now: flo
     if trouble and last is not None and last.trouble and now - last.at < TROUBLE_EVERY:
         return None
     return RouterNote(line=line, at=now, trouble=trouble)
+
+
+def router_address(replicas: Iterable[tuple[str | None, str, str]], router_group: str) -> str | None:
+    """Of a run's registered replicas, as (group, state, url): the host of its router replica's url, where
+    the other replicas reach it (a Dynamo router, docs/services.md#a-dynamo-router); None until the router
+    replica runs. A draining router (being replaced) is not the one to join."""
+    for group, state, url in replicas:
+        if group == router_group and state != "draining":
+            return urlsplit(url).hostname
+    return None

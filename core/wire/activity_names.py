@@ -33,6 +33,7 @@ PROBE_REPLICA = "probe_replica"
 DRAIN_REPLICA = "drain_replica"
 UNREGISTER_REPLICA = "unregister_replica"
 WATCH_LOAD = "watch_load"
+ROUTER_ADDRESS = "router_address"
 
 # Schedules (activities/schedules.py): a scheduled run's Temporal Schedule.
 CREATE_SCHEDULE = "create_schedule"

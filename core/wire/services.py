@@ -42,6 +42,26 @@ class ServiceJob(Message):
     group: str | None = None  # the replica's group (None: the single form)
     # The group that routes the service's requests to the others (docs/services.md#a-router-group)
     router_group: str | None = None
+    router_type: str | None = None  # its `router.type`; None in jobs begun before Dynamo: SGLang's
+
+    def waits_for_router(self) -> bool:
+        """A Dynamo worker: it starts once the router replica runs, told its address
+        (docs/services.md#a-dynamo-router)."""
+        return self.router_type == "dynamo" and self.group != self.router_group
+
+    def syncs_router(self) -> bool:
+        """An SGLang router replica, whose workers the worker keeps in step (activities.service_router)."""
+        is_router = self.router_group is not None and self.group == self.router_group
+        return is_router and self.router_type != "dynamo"
+
+
+class RouterAddressRequest(Message):
+    """Until the run's router replica runs: its address, as a Dynamo worker is told it
+    (docs/services.md#a-dynamo-router)."""
+
+    run_id: str
+    router_group: str
+    not_after: float  # past this the router has not run: the worker fails rather than wait on
 
 
 class ProbeReplica(Message):

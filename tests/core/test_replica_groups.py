@@ -70,7 +70,11 @@ def test_groups_parse_with_names_by_position_and_either_spelling_of_the_count() 
             "  - {count: 2, commands: [a], router: {type: sglang}}\n",
             "svc.yml:4: replicas.0.count: a router group",
         ),
-        ("  - {count: 1, commands: [a], router: {type: dynamo}}\n", "replicas.0.router.type: not supported"),
+        (
+            "  - {count: 1, commands: [a], router: {type: dynamo}}\n"
+            "  - {count: 2, commands: [b]}\nretry: true\n",
+            "svc.yml:6: retry: cannot be used with a Dynamo router group",
+        ),
         ("  - {count: 1}\n", "svc.yml:4: replicas.0.commands: required: each group lists its commands"),
         ("  []\n", "svc.yml:3: replicas: an empty list"),
     ],

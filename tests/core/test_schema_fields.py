@@ -158,7 +158,7 @@ ACTED_ON = {
     **{f"ReplicaGroupSpec.{field}": "core/configuration/service.py" for field in ("image", "python")},
     "ReplicaGroupSpec.privileged": "core/configuration/service.py",
     "ReplicaGroupSpec.router": "core/run_types/service.py::router_group",  # docs/services.md#a-router-group
-    "RouterSpec.type": "core/configuration/replica_groups.py",
+    "RouterSpec.type": "core/run_types/service.py::router_type",  # docs/services.md#a-dynamo-router
     **{f"ScalingSpec.{field}": "core/services/autoscaler.py" for field in ("target", "scale_up_delay")},
     "ScalingSpec.scale_down_delay": "core/services/autoscaler.py",
     "ScalingSpec.window": "activities/services.py",
@@ -210,8 +210,6 @@ RUN_TYPES = ("task", "service", "dev-environment")
 REFUSED: dict[tuple[str, str], tuple[str, Any, str]] = {
     ("run", "docker"): ("docker", True, "Ferry does not give a job a container engine"),
     ("service", "replicas.docker"): ("replicas.docker", True, "Ferry does not give a job a container engine"),
-    # `router: {type: sglang}` is acted on (docs/services.md#a-router-group); dynamo's is refused
-    ("service", "replicas.router.type"): ("replicas.router", {"type": "dynamo"}, "not supported: dynamo"),
     ("service", "model.chat_template"): ("model", {"name": "m", "chat_template": "t"}, "format: tgi"),
     ("service", "model.eos_token"): ("model", {"name": "m", "eos_token": "e"}, "format: tgi"),
     ("volume", "volume_id"): ("volume_id", "vol-1", "Ferry cannot register a cloud disk"),

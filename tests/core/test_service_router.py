@@ -67,7 +67,6 @@ def test_a_router_group_is_taken_and_named() -> None:
             [{**ROUTER, "count": "1..2", "scaling": {"target": 1}}, DECODE],
             "replicas.0.count: a router group has exactly 1 replica",
         ),
-        ([{**ROUTER, "router": {"type": "dynamo"}}, DECODE], "replicas.0.router.type: not supported: dynamo"),
         ([{**ROUTER, "router": {"type": "nginx"}}, DECODE], "replicas.0.router.type"),
         ([{**ROUTER, "router": {"type": "sglang", "policy": "x"}}, DECODE], "policy"),
     ],
