@@ -79,10 +79,14 @@ def _stack_env(home: Path) -> dict[str, str]:
 class FerrySide:
     """The embedded stack of a temporary FERRY_HOME, and the workloads run on it."""
 
-    def __init__(self, home: Path, report: Report, workers: int = 1) -> None:
+    def __init__(self, home: Path, report: Report, workers: int = 1, database_url: str | None = None) -> None:
         self.home = home
         self.report = report
         self.env = _stack_env(home)
+        # The store: FERRY_HOME's SQLite file, or (`--store postgres`) a database of the bench's PostgreSQL.
+        self.database_url = database_url or f"sqlite:///{home / 'ferry.db'}"
+        if database_url is not None:
+            self.env["FERRY_DATABASE_URL"] = database_url
         self.stack = Stack(home, self.env)
         self.workers = workers
         self.extra_workers = ExtraWorkers(self.stack)
@@ -106,6 +110,7 @@ class FerrySide:
         self.extra_workers.start(self.workers - 1)
         self.report.put("stack_start_s", clock.elapsed())
         self.report.put("stack_workers", self.workers)
+        self.report.put("stack_store", self.database_url.split(":", 1)[0])
         return status
 
     async def close_http(self) -> None:
@@ -135,7 +140,7 @@ class FerrySide:
 
     async def connect(self) -> None:
         self._client = await connect(self.address, keys=load_keys(self.env))  # the stack's key, in its home
-        self._store = await asyncio.to_thread(open_store, f"sqlite:///{self.home / 'ferry.db'}")
+        self._store = await asyncio.to_thread(open_store, self.database_url)
 
     @property
     def client(self) -> Any:
@@ -188,6 +193,8 @@ class FerrySide:
             url = next(p.address for p in self.stack.status().processes if p.name == "api")
             assert url is not None, "the stack serves no API"
             token = await asyncio.to_thread(user_token, self.store, self.home / TOKEN_FILE, default_user())
+            if self._http is not None:  # another request of the burst made it meanwhile
+                return self._http
             self._http = aiohttp.ClientSession(
                 url,
                 headers={"Authorization": f"Bearer {token}"},

@@ -70,6 +70,7 @@ class Plan:
     profile_dir: Path | None
     peers: Path
     workers: int = 1  # the stack's worker and workers - 1 more (embedded.extra_workers)
+    store: str = "sqlite"  # or "postgres": each stack's store a database of one PostgreSQL the bench starts
 
 
 def plan_from(args: argparse.Namespace) -> Plan:
@@ -98,6 +99,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
         profile_dir=args.profile,
         peers=args.peers,
         workers=args.workers,
+        store=args.store,
     )
 
 
@@ -139,9 +141,24 @@ class Bench:
         self.plan = plan
         self.report = report
         self.work = work
-        self.ferry = FerrySide(work / "ferry-home", report, plan.workers)
         self.slurm: SlurmSide | None = None
         self.exits = contextlib.ExitStack()  # what a section started before the stack: closed after its stop
+        self._postgres: Any = None
+        if plan.store == "postgres":
+            # Debian's binaries, as the store's tests run them (tests/store/postgres_server.py).
+            from tests.store.postgres_server import find_binaries, start_server
+
+            binaries = find_binaries()
+            if binaries is None:
+                raise SystemExit("--store postgres: no PostgreSQL binaries (Debian's `postgresql` package)")
+            self._postgres = start_server(binaries)
+            self.exits.callback(self._postgres.stop)
+        self.ferry = self.side("ferry-home", report)
+
+    def side(self, name: str, report: Report) -> FerrySide:
+        """A stack in `work/name`; with `--store postgres`, its store is a database of its own there."""
+        url = None if self._postgres is None else self._postgres.create_database(name.replace("-", "_"))
+        return FerrySide(self.work / name, report, self.plan.workers, url)
 
     def wants(self, section: str) -> bool:
         return section in self.plan.sections
@@ -323,7 +340,7 @@ class Bench:
         closed runs accumulate (three identical bursts of 500 in a row on one stack: 8.8, 8.4, 7.6 runs/s),
         so bursts compared must each start on a fresh one, warmed up alike."""
         # Its start unsaid:
-        side = FerrySide(self.work / f"ferry-home-{label}", Report(out=io.StringIO()), self.plan.workers)
+        side = self.side(f"ferry-home-{label}", Report(out=io.StringIO()))
         try:
             await asyncio.to_thread(side.start)
             await side.connect()
@@ -411,6 +428,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", type=Path, help="py-spy the worker and agent into this directory")
     parser.add_argument("--peers", type=Path, default=DEFAULT_PEERS, help=f"default {DEFAULT_PEERS}")
     parser.add_argument("--workers", type=int, default=1, help="workers on the stack (1): CPU and RSS summed")
+    parser.add_argument(
+        "--store", choices=("sqlite", "postgres"), default="sqlite", help="each stack's store (sqlite)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary FERRY_HOME and Slurm files")
     args = parser.parse_args(argv)
     plan = plan_from(args)

@@ -171,6 +171,13 @@ MAX_CACHED_WORKFLOWS = 2_000
 FLEET_WORKFLOW_TASKS = 4
 FLEET_CACHED_WORKFLOWS = 100
 
+# How long a workflow task waits for the worker that has its workflow cached before any worker may take it
+# and replay the whole history (the SDK's default is 10 s). In a burst the queue is longer than that: with
+# 10 s, two workers replayed each other's workflows and did 0.79x one worker's runs/s, at 1.3x its CPU
+# per run (docs/scaling.md#several-workers). A worker shut down hands its tasks back at once; one
+# SIGKILLed leaves those already queued to it waiting this long.
+STICKY_QUEUE_TIMEOUT = timedelta(seconds=60)
+
 
 class FerryWorker:
     """The worker: one Temporal worker on the task queue, one on the fleets' queue beside it (both in this
@@ -214,6 +221,7 @@ def build_worker(
         "workflow_runner": runner,
         "max_concurrent_activities": MAX_CONCURRENT_ACTIVITIES,
         "graceful_shutdown_timeout": timedelta(seconds=5),
+        "sticky_queue_schedule_to_start_timeout": STICKY_QUEUE_TIMEOUT,
     }
     main = Worker(
         client,
