@@ -314,6 +314,35 @@ class FerrySide:
         names = ("worker", "temporal", "agent")
         return {name: sum(cpu_seconds(pid) or 0.0 for pid in self.pids(name)) for name in names}
 
+    async def array(self, count: int, parallel: int) -> BurstResult:
+        """One array task of `count` elements of `true`, `parallel` at once (docs/runs.md#arrays); until its
+        run has finished (or 10 min have passed). Each element's time is its submit -> its job's end."""
+        project = "array"
+        raw = {"type": "task", "commands": ["true"], "resources": SHARED}
+        conf = parse_configuration({**raw, "array": {"count": count, "max_parallel": parallel}})
+        assert isinstance(conf, TaskConfiguration)
+        cpu = self.cpu_times()
+        written = self.temporal_written()
+        t0 = time.time()
+        record = await self.api(project).submit(conf, repo_dir=self.repo, run_name="array")
+        t1 = time.time()
+        deadline = time.monotonic() + 600
+        while not await asyncio.to_thread(self._finished_runs, project) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        finished = await asyncio.to_thread(self._finished_runs, project)
+        last = finished[0][2] if finished else time.time()
+        jobs = await asyncio.to_thread(self.store.list_job_submissions, record.id)
+        done = [job for job in jobs if job.status == "done"]
+        return BurstResult(
+            submit_s=t1 - t0,
+            all_done_s=last - t0,
+            completed=len({job.replica_num for job in done}),
+            failed=count - len({job.replica_num for job in done}),
+            per_run_s=[(job.finished_at or last) - job.submitted_at for job in done],
+            cpu_s={name: self.cpu_times()[name] - used for name, used in cpu.items()},
+            temporal_written_mb=_minus(self.temporal_written(), written),
+        )
+
     def _finished_runs(self, project: str) -> list[tuple[str, str, float]]:
         runs = RunRecord.__table__.c  # type: ignore[attr-defined]
         statement = sa.select(runs.id, runs.status, runs.finished_at, runs.updated_at).where(

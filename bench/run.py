@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ SECTIONS = (
     "containers",
     "throughput",
     "slots",
+    "array",
     "skeleton",
     "logs",
     "scale",
@@ -51,6 +52,7 @@ SECTIONS = (
     "slurm-backend",
 )
 DEFAULT_PEERS = REPO_ROOT.parent / "shared" / "peers"
+ARRAY_SLOTS = 64  # the array section's elements at once: Slurm's `tuned_os32` job slots
 
 
 @dataclass
@@ -60,6 +62,7 @@ class Plan:
     containers_runs: int
     burst: int
     slots_burst: int
+    array: int  # the array section's elements
     scale: int
     log_bytes: int
     skeleton_runs: int
@@ -89,6 +92,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
         burst=args.burst or (100 if quick else 500),
         # The same burst as the unqueued one, so that their completion rates compare (issue 19).
         slots_burst=args.slots_burst or args.burst or (100 if quick else 500),
+        array=args.array or (200 if quick else 1000),
         scale=args.scale or (100 if quick else 1000),
         log_bytes=int((args.log_mb or (20 if quick else 200)) * 1e6) // 100_000 * 100_000,
         skeleton_runs=100 if quick else 500,
@@ -223,6 +227,8 @@ class Bench:
             await self.section("containers", containers_bench.measure(self.ferry, r, runs))
         if self.wants("throughput"):
             await self.section("throughput", self.throughput())
+        if self.wants("array"):
+            await self.section("array", self.arrays())
         if self.wants("skeleton"):
             await asyncio.to_thread(
                 skeleton_section.measure, self.ferry, r, self.plan.peers, self.plan.skeleton_runs
@@ -339,18 +345,42 @@ class Bench:
         """A burst on a stack of its own, the main one idle beside it: a stack's Temporal slows as its
         closed runs accumulate (three identical bursts of 500 in a row on one stack: 8.8, 8.4, 7.6 runs/s),
         so bursts compared must each start on a fresh one, warmed up alike."""
-        # Its start unsaid:
+        async with self.fresh_side(label) as side:
+            with self.profile(label, side):
+                return await side.burst(count, label, through_api=through_api, **resources)
+
+    @contextlib.asynccontextmanager
+    async def fresh_side(self, label: str) -> AsyncIterator[FerrySide]:
+        """A stack of its own, started and warmed up by two runs (its start unsaid); stopped after."""
         side = self.side(f"ferry-home-{label}", Report(out=io.StringIO()))
         try:
             await asyncio.to_thread(side.start)
             await side.connect()
             for i in range(2):
                 await side.latency_sample(-1 - i)
-            with self.profile(label, side):
-                return await side.burst(count, label, through_api=through_api, **resources)
+            yield side
         finally:
             await side.close_http()
             await asyncio.to_thread(side.stop)
+
+    async def arrays(self) -> None:
+        """An array of `true` (1,000 elements, 64 at once) on a stack of its own, beside Slurm's `sbatch
+        --array` of as many at 64 job slots (`tuned_os32`), as bench.sh's arrayN (issue 44)."""
+        r, n = self.report, self.plan.array
+        async with self.fresh_side("array") as side:
+            with self.profile("array", side):
+                burst_figures(r, "array_64slots", n, await side.array(n, ARRAY_SLOTS))
+        if self.start_slurm("tuned_os32"):
+            assert self.slurm is not None
+            burst_figures(r, "slurm_array_64slots", n, await asyncio.to_thread(self.slurm.array, n))
+            self.stop_slurm()
+        ferry, slurm = (
+            r.figures.get("array_64slots_completion_rate_runs_per_s"),
+            r.figures.get("slurm_array_64slots_completion_rate_runs_per_s"),
+        )
+        if isinstance(ferry, float | int) and isinstance(slurm, float | int) and slurm:
+            r.put("ratio_array_64slots_ferry_over_slurm", ferry / slurm, 2)
+        r.note("goal: an array of 1,000 `true` at >= 1.0x Slurm's `sbatch --array` rate, 64 slots (issue 44)")
 
     def queued_over_unqueued(self) -> None:
         """Each slotted burst's completion rate over the unqueued burst's: a queue must cost no speed."""
@@ -418,6 +448,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--containers-runs", type=int, help="process and container runs each (20; quick 5)")
     parser.add_argument("--burst", type=int, help="runs submitted at once (500; quick 100)")
     parser.add_argument("--slots-burst", type=int, help="runs of the slots section's bursts (--burst's)")
+    parser.add_argument("--array", type=int, help="elements of the array section's array (1000; quick 200)")
     parser.add_argument("--scale", type=int, help="concurrent long runs (1000; quick 100), e.g. 10000")
     parser.add_argument("--log-mb", type=float, help="MB the logs job prints (200; quick 20)")
     parser.add_argument("--recovery-trials", type=int, help="host losses (3; quick 1), one host each")

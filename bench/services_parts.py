@@ -132,6 +132,12 @@ http {{
             proxy_pass http://replica/;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
+            # The headers Ferry's proxy gives every request (gateway/fast_path/routing.py): each costs
+            # the replica its parse, so the two proxies hand it the same work.
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Host $http_host;
+            proxy_set_header X-Forwarded-Proto $scheme;
+            proxy_set_header X-Forwarded-Prefix {location_prefix};
             proxy_buffering off;
             proxy_request_buffering off;
         }}
@@ -332,7 +338,12 @@ class Nginx:
         conf = self.dir / "nginx.conf"
         conf.write_text(
             NGINX_CONF.format(
-                dir=self.dir, more_temp_paths=more, upstream=upstream, port=port, location=location
+                dir=self.dir,
+                more_temp_paths=more,
+                upstream=upstream,
+                port=port,
+                location=location,
+                location_prefix=location.rstrip("/"),
             )
         )
         command = [self.binary, "-p", str(self.dir), "-e", str(self.dir / "error.log"), "-c", str(conf)]

@@ -150,6 +150,46 @@ class SlurmSide:
             per_run_s=[ended[j] - submitted[j] for j in ended],
         )
 
+    def array(self, count: int) -> BurstResult:
+        """One `sbatch --array=1-count --wrap true` (bench.sh's arrayN), then until the queue is empty (10
+        min at most); its tasks' COMPLETED records are those of job ids past the last one before it."""
+        while _run(["squeue", "-h", "-o", "%i"]).strip():
+            time.sleep(0.1)
+        before = self._last_job_id()
+        t0 = time.time()
+        _run(["sbatch", "--parsable", f"--array=1-{count}", "-o", "/dev/null", "--wrap", "true"])
+        t1 = time.time()
+        deadline = time.monotonic() + 600
+        while _run(["squeue", "-h", "-r", "-o", "%i"]).strip() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        t2 = time.time()
+        completed = 0
+        for _ in range(20):  # the records may lag the queue a little
+            records = self._records()
+            completed = sum(1 for job_id, state in records if job_id > before and state == "COMPLETED")
+            if completed >= count:
+                break
+            time.sleep(0.1)
+        failed = count - completed
+        return BurstResult(submit_s=t1 - t0, all_done_s=t2 - t0, completed=completed, failed=failed)
+
+    def _records(self) -> list[tuple[int, str]]:
+        """(JobId, JobState) of each record in jobcomp.txt."""
+        try:
+            lines = (self.work / "run" / "jobcomp.txt").read_text().splitlines()
+        except OSError:
+            return []
+        found = []
+        for line in lines:
+            job = re.match(r"JobId=(\d+) ", line)
+            state = _STATE.search(line)
+            if job and state:
+                found.append((int(job.group(1)), state.group(1)))
+        return found
+
+    def _last_job_id(self) -> int:
+        return max((job_id for job_id, _ in self._records()), default=0)
+
     def _completed(self, ids: set[str]) -> int:
         """Jobs among `ids` with a COMPLETED record in jobcomp.txt (it may lag the queue a little)."""
         path = self.work / "run" / "jobcomp.txt"

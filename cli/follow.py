@@ -14,6 +14,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 
 from cli import render
+from cli.arrays import array_size, element_label
 from cli.pipeline_tasks import run_jobs
 from core.status import JobStatus, RunStatus
 
@@ -60,6 +61,7 @@ class LogStream:
         self.job = job
         self.since = since
         self._several_replicas = False
+        self._array = array_size(run) > 0  # its lines are `[element N] ...`
         replicas, nodes = expected_shape(run)
         self._prefixed = (1 if replica is not None else replicas) * (1 if job is not None else nodes) > 1
         self._offsets: dict[str, int] = {}
@@ -109,8 +111,9 @@ class LogStream:
         if not self._prefixed:
             self.out.write(data)
             return len(data)
-        label = f"job {job.job_num}"  # a log line's prefix: `[job 1]`, `[replica 0 job 1]`
+        label = f"job {job.job_num}"  # a log line's prefix: `[job 1]`, `[replica 0 job 1]`, `[element 3]`
         label = f"replica {job.replica_num} {label}" if self._several_replicas else label
+        label = element_label(job) if self._array else label
         prefix = self._prefix.setdefault(job.id, f"[{label}] ".encode())
         *lines, rest = (self._partial.pop(job.id, b"") + data).split(b"\n")
         for line in lines:

@@ -7,6 +7,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from cli.arrays import array_size
 from cli.context import Context
 from cli.errors import USAGE_EXIT, CommandError
 from cli.follow import LogStream, follow_run
@@ -62,6 +63,8 @@ def logs(
     ctx = Context.from_env()
     store = ctx.runs().store  # through Ferry's API (docs/teams.md#runs)
     run = task_run(store, ctx.find_run(store, run_name), task)
+    if job is not None and replica is None and array_size(run):
+        replica, job = job, 0  # an array's `--job N` is its element N, one job each (docs/runs.md#arrays)
     submissions = cycle_jobs(store, run, cycle)
     stream = LogStream(
         store, run, sys.stdout.buffer, replica=replica, job=job, since=start, submissions=submissions

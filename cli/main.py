@@ -100,7 +100,9 @@ app.command()(login)
 
 RUN = typer.Argument(..., metavar="RUN", help="The run's name (or id).", show_default=False)
 REPLICA = typer.Option(None, "--replica", help="Only this replica.", show_default=False)
-JOB = typer.Option(None, "--job", help="Only this job (node) of a replica.", show_default=False)
+JOB = typer.Option(
+    None, "--job", help="Only this job (node) of a replica; of an array, element N.", show_default=False
+)
 TASK = typer.Option(
     None,
     "--task",

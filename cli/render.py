@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from cli.arrays import array_size, element_counts, element_label
 from cli.tables import Column, FittedTable, Row
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
@@ -123,6 +124,7 @@ def final_line(run: RunRecord, jobs: Sequence[JobSubmissionRecord]) -> str:
     message = job_record_message(job, run)
     latest = latest_jobs(jobs)
     label = job_label(job.replica_num, job.job_num, *label_shape(run, latest)) if len(latest) > 1 else ""
+    label = element_label(job) if array_size(run) else label
     message = f"{label} {message}".strip()
     line += f": {message}"
     reason = JobTerminationReason(job.termination_reason) if job.termination_reason else None
@@ -236,6 +238,11 @@ def runs_table(
         rows.append(Row((*cells, "", ago(run.submitted_at, now)), notes))
         latest = latest_jobs(jobs)
         shape = label_shape(run, latest)
+        size = array_size(run)
+        if size and not wide:  # an array is one row of counts; -v lists its elements
+            counts = element_counts(latest, size, finished=RunStatus(run.status).is_finished())
+            rows.append(Row(("", f"array {size}", "", "", counts, "", "", "")))
+            continue
         for job in latest:
             job_message = job_record_message(job, run, now)
             if service is not None and job.id in service.replicas and job.status == JobStatus.RUNNING:
@@ -245,7 +252,7 @@ def runs_table(
                 job_message = dev.ssh_message(now) or job_message  # "attached", "idle: stops in 4m 10s"
             job_message = pulls.get(job.id, job_message)  # "pulling IMAGE: 2/5 layers, 12.3/27.0 MB"
             error = note(job) if job.status == JobStatus.FAILED else ""
-            label = job_label(job.replica_num, job.job_num, *shape) or "job"
+            label = element_label(job) if size else job_label(job.replica_num, job.job_num, *shape) or "job"
             cells = ("", label, str(job.submission_num), job.status, job_message, "")
             rows.append(
                 Row(

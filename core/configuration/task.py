@@ -22,6 +22,27 @@ from core.configuration.replica_groups import GroupName
 from core.configuration.resources import ResourcesSpec
 
 _COMMANDS = commands_context("nodes")
+# The most elements an array may have: its run keeps each element's latest job in its state, as Slurm's
+# default MaxArraySize (1001: indices 0..1000) bounds its arrays.
+MAX_ARRAY_ELEMENTS = 1000
+
+
+class ArraySpec(ConfigModel):
+    """A task run `count` times, as elements 0..count-1 of one run, each a job of its own that knows its
+    index (FERRY_ARRAY_INDEX), with at most `max_parallel` at once (docs/runs.md#arrays)."""
+
+    count: int = Field(ge=1, le=MAX_ARRAY_ELEMENTS)
+    max_parallel: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _count_alone(cls, data: Any) -> Any:
+        """`array: 100` is `array: {count: 100}`."""
+        return {"count": data} if isinstance(data, int) and not isinstance(data, bool) else data
+
+    def parallel(self) -> int:
+        """How many elements run at once, at most."""
+        return min(self.count, self.max_parallel or self.count)
 
 
 class NodeGroup(ConfigModel):
@@ -46,6 +67,7 @@ class TaskConfiguration(BaseRunConfiguration):
     nodes: int = Field(default=1, ge=1)  # one job per node, placed all at once
     ports: list[Port] = Field(default_factory=list)
     groups: list[NodeGroup] | None = None
+    array: ArraySpec | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -65,6 +87,8 @@ class TaskConfiguration(BaseRunConfiguration):
 
     @model_validator(mode="after")
     def _check_commands(self) -> TaskConfiguration:
+        if self.array is not None:
+            self._check_array()
         if self.groups is None:
             self._needs_commands(self.commands)
             # Without `groups`, the task's nodes are its one group, `groups[0]`, as in dstack.
@@ -72,6 +96,16 @@ class TaskConfiguration(BaseRunConfiguration):
             return self
         self._check_groups(self.groups)
         return self
+
+    def _check_array(self) -> None:
+        # An element is one job: a replica of the run (core.runs.arrays), never a gang of nodes.
+        one_node = "an array's elements are one node each"
+        if self.groups is not None:
+            raise ConfigFieldError(["array"], f"cannot be used with `groups`: {one_node}")
+        if self.nodes > 1:
+            raise ConfigFieldError(["array"], f"cannot be used with `nodes`: {one_node}")
+        if self.stop_criteria != "all-done":
+            raise ConfigFieldError(["stop_criteria"], "an array has no master: every element must end")
 
     def _check_groups(self, groups: list[NodeGroup]) -> None:
         if not groups:
@@ -129,4 +163,7 @@ class TaskConfiguration(BaseRunConfiguration):
             # Each node gets its group's resources, not the task's (as in dstack).
             resources = "; ".join(f"{group.name}: {group.resources.pretty()}" for group in self.groups)
             return summary._replace(resources=resources)
+        if self.array is not None:
+            at_once = f", {self.array.max_parallel} at once" if self.array.max_parallel else ""
+            return self._summary("task", f"array {self.array.count}{at_once}")
         return self._summary("task", f"nodes {self.nodes}")

@@ -8,9 +8,9 @@ failure or the end of the work makes it TERMINATING (`core.runs.terminating`).
 
 from __future__ import annotations
 
-from core.runs import pending
-from core.runs.derivation import derive_run_status
+from core.runs import arrays, pending
 from core.runs.machine import StepBuilder
+from core.runs.status_decision import derive
 from core.status import RunStatus
 
 
@@ -20,15 +20,7 @@ def applies(b: StepBuilder) -> bool:
 
 def decide(b: StepBuilder) -> None:
     state = b.state
-    decision = derive_run_status(
-        state.job_views(),
-        stop_criteria=b.plan.stop_criteria,
-        retry=b.plan.retry,
-        now=b.now,
-        run_submitted_at=b.plan.submitted_at,
-        attempt=state.retries,
-        retry_window_restarts=b.retry_window_restarts,
-    )
+    decision = derive(b)
     if decision.resubmit_in_place:
         # Another replica is still active, so the failed ones start again at once. A PENDING decision
         # resubmits nothing yet: `pending.resubmit_all` does once the backoff is over.
@@ -36,6 +28,7 @@ def decide(b: StepBuilder) -> None:
         for replica in decision.replicas_to_resubmit:
             b.stop_replica(replica)
             b.submit_replica(replica)
+    arrays.fill(b)  # after the resubmissions, which count among the elements active
     if decision.status == RunStatus.PENDING:
         pending.enter(b, decision)
     if decision.status != state.status:

@@ -154,6 +154,8 @@ def derive_run_status(
     run_submitted_at: float,
     attempt: int = 0,
     retry_window_restarts: bool = False,
+    array: bool = False,
+    elements_left: int = 0,
 ) -> RunDecision:
     """docs/runs.md STEP 2: an active run's next status from the latest submission of each of its jobs.
 
@@ -166,6 +168,9 @@ def derive_run_status(
     `run_submitted_at` is when the run's current cycle began (its submission, or a scheduled run's
     trigger): no retry clock starts before it. `retry_window_restarts`: a run begun before the patch
     `retry-window` counts each failure's window as it did then (`core.runs.retry.restarting_window_start`).
+    `array`: the replicas are an array's elements (core.runs.arrays), `elements_left` of them not started
+    yet, which the run starts next. A job of an array that failed for good ends only its element: the run
+    goes on while any other element is active, retrying or left, and then ends with the failure's reason.
     """
     replicas: dict[int, list[JobView]] = defaultdict(list)
     for job in jobs:
@@ -201,7 +206,10 @@ def derive_run_status(
         else:
             contributing[replica_num] = kinds
 
-    if failures:
+    remaining: set[_Kind] = set().union(*contributing.values())
+    active = remaining & {_Kind.RUNNING, _Kind.PROVISIONING, _Kind.SUBMITTED}
+    goes_on = bool(active or retrying or elements_left)
+    if failures and not (array and goes_on):
         reason = next(r for r in _RUN_REASON_PRIORITY if r in failures)
         return RunDecision(status=RunStatus.TERMINATING, termination_reason=reason)
     if stop_criteria == "master-done" and any(j.is_master and _kind(j) == _Kind.DONE for j in jobs):
@@ -209,7 +217,6 @@ def derive_run_status(
             status=RunStatus.TERMINATING, termination_reason=RunTerminationReason.ALL_JOBS_DONE
         )
 
-    remaining: set[_Kind] = set().union(*contributing.values())
     for kind, status in (
         (_Kind.RUNNING, RunStatus.RUNNING),
         (_Kind.PROVISIONING, RunStatus.PROVISIONING),
@@ -218,6 +225,11 @@ def derive_run_status(
         if kind in remaining:
             # Some replica is still active, so the retrying ones (if any) are resubmitted in place.
             return RunDecision(status=status, replicas_to_resubmit=retrying)
+    if elements_left:
+        # The next elements start now, the retrying ones resubmitted beside them: still RUNNING once an
+        # element has ended (as Slurm shows an array), SUBMITTED before.
+        status = RunStatus.RUNNING if remaining or failures else RunStatus.SUBMITTED
+        return RunDecision(status=status, replicas_to_resubmit=retrying)
     if remaining and not retrying:
         return RunDecision(
             status=RunStatus.TERMINATING, termination_reason=RunTerminationReason.ALL_JOBS_DONE

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.configuration import ServiceConfiguration
+from core.configuration import ServiceConfiguration, TaskConfiguration
 from core.configuration.replica_groups import ServiceGroup
 from core.eventlog import Event
 from core.run_types import configurator_for
@@ -58,9 +58,11 @@ def plan_of(inp: RunInput) -> RunPlan:
             GroupPlan(name=group.name or "", replicas=group.starting_count, scaling=scaling_rule(group))
             for group in conf.groups
         )
+    array = conf.array if isinstance(conf, TaskConfiguration) else None
+    starting = run_type.replica_count() if array is None else array.parallel()
     return RunPlan(
         run_id=inp.run_id,
-        replicas=sum(group.replicas for group in groups) if groups else run_type.replica_count(),
+        replicas=sum(group.replicas for group in groups) if groups else starting,
         nodes=run_type.nodes_per_replica(),
         stop_criteria=conf.stop_criteria.value,
         retry=conf.retry,
@@ -72,6 +74,8 @@ def plan_of(inp: RunInput) -> RunPlan:
         schedule=tuple(conf.schedule.cron) if conf.schedule is not None else (),
         dependencies=tuple(inp.dependencies),
         startup_order=conf.startup_order.value,
+        array=0 if array is None else array.count,
+        max_parallel=0 if array is None else array.parallel(),
     )
 
 

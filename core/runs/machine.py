@@ -71,6 +71,10 @@ class RunPlan(BaseModel):
     schedule: tuple[str, ...] = ()  # a scheduled run's cron expressions (UTC); () for any other run
     dependencies: tuple[DependencyTarget, ...] = ()  # the runs it waits for (docs/dependencies.md)
     startup_order: str = "any"  # which nodes of a replica wait for others (core.runs.startup)
+    # An array task (core.runs.arrays): its elements (replicas 0..array-1, `replicas` of them started at
+    # first) and how many may be active at once; 0 for any other run.
+    array: int = 0
+    max_parallel: int = 0
 
     def replica_groups(self) -> tuple[GroupPlan | None, ...]:
         """The groups a run keeps replicas of: (None,) for a run without groups (one homogeneous set of

@@ -12,6 +12,7 @@ from core.runs.derivation import RunDecision
 from core.runs.machine import StepBuilder
 from core.runs.retry import pending_backoff
 from core.runs.state_machine import RunState
+from core.runs.status_decision import derive
 from core.status import JobStatus, JobTerminationReason, RunStatus
 
 
@@ -30,9 +31,13 @@ def retry_due(b: StepBuilder) -> bool:
 
 
 def resubmit_all(b: StepBuilder) -> None:
-    """The backoff is over: every failed replica gets a new submission."""
+    """The backoff is over: every failed replica gets a new submission; of an array, only the elements
+    that failed retryably (the others failed for good: core.runs.arrays)."""
     state = b.state
     replicas = replicas_to_resubmit(state)
+    if b.plan.array:
+        retryable = set(derive(b).replicas_to_resubmit)
+        replicas = [replica for replica in replicas if replica in retryable]
     b.log("retry", replicas=replicas, attempt=state.retries, backoff=pending_backoff(state.retries))
     for replica in replicas:
         b.submit_replica(replica)

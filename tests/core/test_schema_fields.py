@@ -110,7 +110,7 @@ ACTED_ON = {
     "Schedule.cron": "core/runs/lifecycle.py",
     "BaseRunConfiguration.setup": "core/configuration/dev_environment.py",  # a dev environment's, before init
     "BaseRunConfiguration.startup_order": "core/runs/submissions.py",
-    "BaseRunConfiguration.stop_criteria": "core/runs/active.py",
+    "BaseRunConfiguration.stop_criteria": "core/runs/status_decision.py",
     "BaseRunConfiguration.utilization_policy": "core/runs/submissions.py",
     "UtilizationPolicy.min_gpu_utilization": "core/runs/utilization.py",
     "UtilizationPolicy.time_window": "core/runs/utilization.py",
@@ -129,6 +129,9 @@ ACTED_ON = {
     "VolumeConfiguration.type": "core/configuration/loading.py::type",
     "TaskConfiguration.commands": "core/run_types/task.py",
     "TaskConfiguration.nodes": "core/run_types/task.py",
+    "TaskConfiguration.array": "core/runs/lifecycle.py",  # docs/runs.md#arrays
+    "ArraySpec.count": "core/run_types/task.py",
+    "ArraySpec.max_parallel": "core/configuration/task.py",  # the run's plan takes parallel()
     "TaskConfiguration.ports": "core/run_types/task.py",
     "TaskConfiguration.groups": "core/run_types/task.py",
     **{f"NodeGroup.{field}": "core/run_types/task.py" for field in ("nodes", "resources", "commands")},
