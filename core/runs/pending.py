@@ -36,8 +36,12 @@ def resubmit_all(b: StepBuilder) -> None:
     state = b.state
     replicas = replicas_to_resubmit(state)
     if b.plan.array:
-        retryable = set(derive(b).replicas_to_resubmit)
-        replicas = [replica for replica in replicas if replica in retryable]
+        decision = derive(b)
+        replicas = [replica for replica in replicas if replica in decision.replicas_to_resubmit]
+        if not replicas:  # each failed element is past its retry window now: the run ends with them
+            b.retry_at = None
+            b.log("status", status=decision.status, reason=decision.termination_reason)
+            return
     b.log("retry", replicas=replicas, attempt=state.retries, backoff=pending_backoff(state.retries))
     for replica in replicas:
         b.submit_replica(replica)

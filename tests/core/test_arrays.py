@@ -150,3 +150,16 @@ def test_the_cli_sums_an_array_up_by_status_and_names_what_has_not_started() -> 
     assert element_counts(latest, 10) == "1 running, 2 done, 1 failed, 6 waiting"  # type: ignore[arg-type]
     assert element_counts(latest, 10, finished=True).endswith("6 not started")  # type: ignore[arg-type]
     assert element_counts(latest, 4) == "1 running, 2 done, 1 failed"  # type: ignore[arg-type]
+
+
+def test_an_array_whose_retries_ran_out_during_the_backoff_ends_then() -> None:
+    inp = run_input("task", array=2, retry={"on_events": ["no-capacity"], "duration": "10s"})
+    m = submit_run(inp, T0).machine
+    m = step(m, finished((0, 0, 0), R.DONE_BY_RUNNER, exit_status=0, at=T0 + 1), at=T0 + 1).machine
+    s = step(m, finished((1, 0, 0), R.FAILED_TO_START_DUE_TO_NO_CAPACITY, at=T0 + 2), at=T0 + 2)
+    assert s.machine.state.status == RS.PENDING
+    due = step(s.machine, at=s.machine.retry_at or 0)  # 15 s later: past the 10 s window
+    assert keys_of(due.effects, StartJob) == []
+    assert due.machine.state.status in (RS.TERMINATING, RS.FAILED)
+    assert due.machine.state.termination_reason == RR.RETRY_LIMIT_EXCEEDED
+    assert due.machine.retry_at is None
