@@ -106,6 +106,10 @@ class TaskConfiguration(BaseRunConfiguration):
             raise ConfigFieldError(["array"], f"cannot be used with `nodes`: {one_node}")
         if self.stop_criteria != "all-done":
             raise ConfigFieldError(["stop_criteria"], "an array has no master: every element must end")
+        if self.schedule is not None:
+            # A cycle starts the first `max_parallel` elements again; the rest would count as done from
+            # the cycle before (core.runs.arrays counts elements, not cycles).
+            raise ConfigFieldError(["array"], "cannot be used with `schedule` yet (docs/runs.md#arrays)")
 
     def _check_groups(self, groups: list[NodeGroup]) -> None:
         if not groups:

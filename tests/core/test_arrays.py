@@ -40,6 +40,7 @@ def test_array_is_a_count_or_a_mapping_and_is_one_node_each() -> None:
         ("array: 1001\n", "array.count"),
         ("array: {count: 4, max_parallel: 0}\n", "array.max_parallel"),
         ("array: 3\nstop_criteria: master-done\n", "stop_criteria: an array has no master"),
+        ("array: 3\nschedule: {cron: '0 * * * *'}\n", "array: cannot be used with `schedule` yet"),
     ]:
         with pytest.raises(ConfigurationError) as error:
             load(text)
