@@ -59,9 +59,7 @@ with workflow.unsafe.imports_passed_through():
 # Past this the agent is presumed gone even if it answered before: the grace period has long ended.
 _STOP_MARGIN = timedelta(seconds=30)
 _AGENT_STEP_TIMEOUT = timedelta(minutes=10)  # an image pull or a big code archive may take a while
-_STORE_STEP_TIMEOUT = timedelta(seconds=30)
-# As dstack: a Dynamo worker waits this long for its router replica to run, then fails.
-_ROUTER_WAIT = timedelta(minutes=30)  # a volume's attachment: one short transaction
+_STORE_STEP_TIMEOUT = timedelta(seconds=30)  # a volume's attachment: one short transaction
 # A job's shorter history (docs/jobs.md#a-shorter-history): the one-step start and the task's removal as a
 # local activity. Histories begun before take two steps and remove with a regular activity. One patch
 # for both: each patch costs every history a marker and a search attribute update.
