@@ -150,7 +150,10 @@ class Bench:
         self._postgres: Any = None
         if plan.store == "postgres":
             # Debian's binaries, as the store's tests run them (tests/store/postgres_server.py).
-            from tests.store.postgres_server import find_binaries, start_server
+            try:
+                from tests.store.postgres_server import find_binaries, start_server
+            except ImportError as err:  # psycopg: the `postgres` extra (or `dev`)
+                raise SystemExit(f"--store postgres: {err}: pip install -e '.[postgres]'") from None
 
             binaries = find_binaries()
             if binaries is None:
