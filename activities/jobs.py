@@ -128,6 +128,10 @@ class JobActivities:
         self._store = store
         self._secrets = SecretFiller(store)  # filled in here, at the last moment (docs/secrets.md)
 
+    @property
+    def instances(self) -> InstanceDirectory:
+        return self._instances
+
     @activity.defn(name=names.PREPARE_TASK)
     async def prepare_task(self, request: PrepareTask) -> None:
         """Submit the task to the instance's agent (the shim role); waits while the agent is busy."""

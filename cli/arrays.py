@@ -45,10 +45,19 @@ def element_label(job: JobSubmissionRecord) -> str:
 
 def element_counts(latest: Sequence[JobSubmissionRecord], size: int, *, finished: bool = False) -> str:
     """`2 running, 5 done, 1 failed, 92 waiting`: the latest submission of each element by status, and
-    those not started yet (`not started`, once the run has finished)."""
-    counts = Counter(JobStatus(job.status) for job in latest)
+    those not started yet (`not started`, once the run has finished). An element submitted and not yet
+    placed waits too, and one stopped before it was placed never started (docs/runs.md#arrays)."""
+    pending = [job for job in latest if _never_placed(job)]
+    counts = Counter(JobStatus(job.status) for job in latest if not _never_placed(job))
     parts = [f"{counts[status]} {status.value}" for status in _ORDER if counts[status]]
-    waiting = size - len({job.replica_num for job in latest})
+    waiting = size - len({job.replica_num for job in latest}) + len(pending)
     if waiting > 0:
         parts.append(f"{waiting} {'not started' if finished else 'waiting'}")
     return ", ".join(parts)
+
+
+def _never_placed(job: JobSubmissionRecord) -> bool:
+    """Submitted and waiting, or stopped before it was placed."""
+    status = JobStatus(job.status)
+    stopped = status in (JobStatus.TERMINATED, JobStatus.ABORTED) and job.provisioned_at is None
+    return status == JobStatus.SUBMITTED or stopped

@@ -15,6 +15,7 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from activities.elements import ElementActivities
 from activities.fleet import FleetActivities, InstanceResolver
 from activities.instance_watch import InstanceWatchActivities
 from activities.instances import LOCAL_INSTANCE, InstanceDirectory
@@ -39,6 +40,7 @@ from store import Store, open_store
 from worker.local_fleets import tell_local_fleets
 from worker.temporal import connect_from_settings
 from workflows.cycle import CycleWorkflow
+from workflows.elements import ElementsWorkflow
 from workflows.fleet import FleetWorkflow
 from workflows.job import JobWorkflow
 from workflows.metrics import MetricsWorkflow
@@ -50,6 +52,7 @@ from workflows.stuck_stop import StuckStopWorkflow
 WORKFLOWS: Sequence[type] = (
     RunWorkflow,
     JobWorkflow,
+    ElementsWorkflow,
     FleetWorkflow,
     CycleWorkflow,
     PipelineWorkflow,
@@ -71,6 +74,7 @@ def activities_for(
     schedules = ScheduleActivities(client, task_queue)
     watches = RunWatchActivities(client, store)
     jobs = JobActivities(instances, store)
+    elements = ElementActivities(jobs)
     instance_watches = InstanceWatchActivities(instances, store, client)
     records = RecordActivities(store)
     fleets = FleetActivities(instances, store)
@@ -98,6 +102,9 @@ def activities_for(
         metrics.task_metrics,
         metrics.watch_utilization,
         jobs.release_task,
+        elements.start_many,
+        elements.stop_many,
+        elements.remove_many,
         volumes.attach_volumes,
         volumes.detach_volumes,
         fleets.local_instance,

@@ -32,6 +32,7 @@ from core.fleets.messages import (
 from core.fleets.placement import InstanceSlot
 from core.notifications import Delivery
 from core.wire import activity_names as names
+from core.wire.element_messages import RemovedTasks, RemoveMany, StartedTasks, StartMany, StopMany
 from core.wire.messages import (
     CreateSchedule,
     JobOutcome,
@@ -118,6 +119,22 @@ async def stop_task(request: StopTask) -> None:
 
 @activity.defn(name=names.RELEASE_TASK)
 async def release_task(ref: TaskRef) -> None:
+    raise _declared()
+
+
+@activity.defn(name=names.START_MANY)
+async def start_many(request: StartMany) -> StartedTasks:
+    """An array's elements' PREPARE_AND_START, each answered on its own (activities/elements.py)."""
+    raise _declared()
+
+
+@activity.defn(name=names.STOP_MANY)
+async def stop_many(request: StopMany) -> None:
+    raise _declared()
+
+
+@activity.defn(name=names.REMOVE_MANY)
+async def remove_many(request: RemoveMany) -> RemovedTasks:
     raise _declared()
 
 

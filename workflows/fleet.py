@@ -41,14 +41,17 @@ with workflow.unsafe.imports_passed_through():
     from core.fleets.messages import (
         FLEET_CANCEL,
         FLEET_ENQUEUE,
+        FLEET_ENQUEUE_MANY,
         FLEET_INSTANCE_READY,
         FLEET_INSTANCE_UNREACHABLE,
         FLEET_RELEASE,
+        FLEET_RELEASE_MANY,
         FLEET_SET_PRIORITY,
         CancelRequest,
         CleanInstance,
         DeleteFleet,
         DeployInstance,
+        EnqueueMany,
         FleetCommand,
         FleetDescription,
         FleetResult,
@@ -58,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
         Notice,
         NoticeKind,
         ReleaseJob,
+        ReleaseJobs,
         SetQueuedPriorityRequest,
         StopFleet,
         WatchFleet,
@@ -137,6 +141,15 @@ class FleetWorkflow:
     @workflow.signal(name=FLEET_RELEASE)
     def release(self, command: ReleaseJob) -> None:
         self._inbox.append(command)
+
+    @workflow.signal(name=FLEET_ENQUEUE_MANY)
+    def enqueue_many(self, command: EnqueueMany) -> None:
+        """An array's elements' requests (workflows/elements.py), each as if enqueued on its own."""
+        self._inbox.extend(command.enqueues)
+
+    @workflow.signal(name=FLEET_RELEASE_MANY)
+    def release_many(self, command: ReleaseJobs) -> None:
+        self._inbox.extend(ReleaseJob(job_id=job_id) for job_id in command.job_ids)
 
     @workflow.signal(name=FLEET_CANCEL)
     def cancel(self, command: CancelRequest) -> None:

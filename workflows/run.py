@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from core.configuration import RunConfiguration
     from core.eventlog import Event
     from core.fleets.messages import FLEET_SET_PRIORITY, SetQueuedPriorityRequest
+    from core.runs.arrays import max_parallel, share_one_workflow, unheard
     from core.runs.cycles import between_cycles
     from core.runs.deploying import Deploy, changed_fields, not_in_place
     from core.runs.effects import (
@@ -41,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.workflow_messages import RunCarry, RunDescription, RunInput
     from core.status import RunStatus
     from core.web_ui import job_details, job_summary, run_line
+    from core.wire.element_messages import RUN_JOB_UPDATES, JobUpdates
     from core.wire.job_messages import JobUpdate, TerminateJobRequest
     from core.wire.messages import RecordJob, RecordRun
     from core.wire.run_messages import (
@@ -55,7 +57,7 @@ with workflow.unsafe.imports_passed_through():
         WatchRequest,
     )
     from core.wire.workflow_ids import fleet_workflow_id, job_workflow_id
-    from workflows import activity_stubs, retry_policies, run_schedule
+    from workflows import activity_stubs, retry_policies, run_elements, run_schedule
     from workflows.handles import settle
     from workflows.job import JobWorkflow
     from workflows.notify import Notifier
@@ -82,6 +84,7 @@ class RunWorkflow:
         self._events: list[Event] = []  # this execution's events; earlier ones are in the store
         self._effects: list[Effect] = []  # decided, not carried out
         self._updates: list[JobUpdate] = []
+        self._heard: dict[str, int] = {}  # by element: how many of its events it has heard (core.runs.arrays)
         self._priorities: list[int] = []  # `ferry set-priority`, not yet logged
         self._job_news: list[RecordJob] = []  # heard from the jobs, to store with the next flush
         self._loads = LoadWatches(inp.run_id)
@@ -97,13 +100,22 @@ class RunWorkflow:
         if inp.carry is None:
             # STEP 1 in the constructor: a stop sent with the run's start finds the run already logged.
             restarts = not workflow.patched(RETRY_WINDOW)
-            step = submit_run(inp, workflow.now().timestamp(), retry_window_restarts=restarts)
+            now = workflow.now().timestamp()
+            step = submit_run(inp, now, retry_window_restarts=restarts)
+            # An array's elements share one workflow since this patch (workflows/run_elements.py), which
+            # keeps `max_parallel`: the run submits them all at once.
+            self._batched = self._shares_one_workflow(step.machine) and workflow.patched(
+                run_elements.ARRAY_ELEMENTS
+            )
+            if self._batched:
+                step = submit_run(inp, now, retry_window_restarts=restarts, elements_at_once=True)
             self._machine = step.machine
             self._events = list(step.events)
             self._effects = list(step.effects)
             self._first_seq = self._flushed = 0
             self._published_status = RunStatus.SUBMITTED.value  # FerryStatus as `ferry apply` starts it
         else:
+            self._batched = inp.carry.elements_batched
             self._machine = _carried_machine(inp.carry)
             self._first_seq = self._flushed = inp.carry.next_seq
             self._published_status = self._machine.state.status.value  # continue-as-new keeps it
@@ -111,11 +123,23 @@ class RunWorkflow:
         self._notifier = Notifier(None if inp.carry is None else self._machine.state.status)
         show_run(self._input, self._machine.state)
 
+    def _shares_one_workflow(self, machine: RunMachine) -> bool:
+        if not machine.plan.array:
+            return False
+        run_id = workflow.info().workflow_id
+        return share_one_workflow(job_input(self._input, machine.state, run_id, 0, 0))
+
     # --- messages ---------------------------------------------------------------------------------
 
     @workflow.signal
     def job_update(self, update: JobUpdate) -> None:
         self._updates.append(update)
+
+    @workflow.signal(name=RUN_JOB_UPDATES)
+    def job_updates(self, news: JobUpdates) -> None:
+        """Many jobs' news at once: an array's elements (workflows/elements.py). What was heard already
+        is dropped: a redone task of that workflow may send some of it again, in other news."""
+        self._updates += unheard(news.updates, self._heard)
 
     @workflow.signal
     def trigger(self, trigger: CycleTrigger) -> None:
@@ -284,9 +308,15 @@ class RunWorkflow:
         """Start the new submissions in the order decided, then send the signals."""
         effects, self._effects = self._effects, []
         signals: list[Any] = []
+        elements: list[StartJob] = []  # an array's, to its ElementsWorkflow together
+        stops: list[TerminateJob] = []
         for effect in effects:
-            if isinstance(effect, StartJob):
+            if isinstance(effect, StartJob) and self._batched:
+                elements.append(effect)
+            elif isinstance(effect, StartJob):
                 await self._start_job(effect)
+            elif isinstance(effect, TerminateJob) and self._batched:
+                stops.append(effect)
             elif isinstance(effect, TerminateJob):
                 signals.append(self._terminate_job(effect))
             elif isinstance(effect, PeersStarted):
@@ -299,6 +329,13 @@ class RunWorkflow:
                 signals.append(run_schedule.update_schedule(self._input, effect))
             else:
                 signals.append(self._move_in_queue(effect))
+        run_id = workflow.info().workflow_id
+        if elements:
+            state = self._machine.state
+            inputs = [job_input(self._input, state, run_id, e.replica_num, e.job_num) for e in elements]
+            await run_elements.add(run_id, inputs, max_parallel(self._input.configuration))
+        if stops:
+            signals.append(run_elements.terminate(run_id, self._input.run_id, stops))
         for signal in signals:
             # A job may finish before the signal reaches it: that is no error, its update is on its way.
             with contextlib.suppress(FailureError):
@@ -411,7 +448,12 @@ class RunWorkflow:
         )
 
     def _carry(self) -> RunInput:
-        carry = RunCarry(machine=self._machine, next_seq=self._flushed, watchers=self._watchers.ids())
+        carry = RunCarry(
+            machine=self._machine,
+            next_seq=self._flushed,
+            watchers=self._watchers.ids(),
+            elements_batched=self._batched,
+        )
         return self._input.model_copy(update={"carry": carry})
 
 

@@ -31,6 +31,11 @@ JOB_PLACED = "placed"
 JOB_REFUSED = "placement_refused"
 JOB_QUEUED = "queued"
 JOB_TERMINATE = "terminate"
+# An array's elements share one workflow (workflows/elements.py): the fleet hears their requests and
+# releases in batches, and tells that workflow a step's notices in one signal.
+FLEET_ENQUEUE_MANY = "enqueue_many"
+FLEET_RELEASE_MANY = "release_many"
+ELEMENTS_NOTICES = "fleet_notices"
 
 
 # --- the scheduler's messages ---------------------------------------------------------------------------
@@ -38,6 +43,14 @@ JOB_TERMINATE = "terminate"
 
 class ReleaseJob(Frozen):
     job_id: str
+
+
+class ReleaseJobs(Frozen):
+    job_ids: list[str] = Field(min_length=1)
+
+
+class EnqueueMany(Frozen):
+    enqueues: list[Enqueue] = Field(min_length=1)
 
 
 class CancelRequest(Frozen):
@@ -80,6 +93,12 @@ class Notice(Frozen):
     position: int | None = None  # in the queue, for QUEUED
     reason: JobTerminationReason = JobTerminationReason.INSTANCE_UNREACHABLE  # what TERMINATE ends it with
     instance_gone: bool = False  # TERMINATE: its instance will not come back (docs/backends.md)
+
+
+class FleetNotices(Frozen):
+    """A step's notices for the jobs of one elements workflow, in one signal."""
+
+    notices: list[Notice]
 
 
 class Undelivered(Frozen):

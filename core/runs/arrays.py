@@ -6,8 +6,11 @@ stop the others, as in Slurm's arrays; the run ends once every element has, FAIL
 
 from __future__ import annotations
 
+from core.configuration import RunConfiguration, TaskConfiguration
 from core.runs.machine import RunPlan, StepBuilder
 from core.runs.state_machine import RunState
+from core.wire.job_messages import JobInput, JobUpdate
+from core.wire.volumes import named_volumes
 
 
 def unstarted(plan: RunPlan, state: RunState) -> int:
@@ -27,3 +30,35 @@ def fill(b: StepBuilder) -> None:
     first = b.plan.array - left  # elements are started in order: 0..first-1 have been
     for element in range(first, first + min(left, max(b.plan.max_parallel - active, 0))):
         b.submit_replica(element)
+
+
+def share_one_workflow(first: JobInput) -> bool:
+    """Whether an array's elements can run in one ElementsWorkflow (workflows/elements.py), going by its first
+    element: not with named volumes to attach, nor a utilization policy to watch (their JobWorkflow's steps
+    that it does not take); such an array keeps a JobWorkflow per element."""
+    return not named_volumes(first.volumes) and first.utilization_policy is None
+
+
+def unheard(updates: list[JobUpdate], heard: dict[str, int]) -> list[JobUpdate]:
+    """The elements' news not heard before: an update whose events the run has heard is dropped, one that
+    repeats some of them keeps the rest. `heard` (by job submission id: how many events) is kept current."""
+    kept = []
+    for update in updates:
+        record = update.record
+        job_id, end = record.job_submission_id, record.start_seq + len(record.events)
+        before = heard.get(job_id, 0)
+        if end <= before:
+            continue
+        heard[job_id] = end
+        if record.start_seq < before:
+            events = record.events[before - record.start_seq :]
+            record = record.model_copy(update={"start_seq": before, "events": events})
+            update = update.model_copy(update={"record": record})
+        kept.append(update)
+    return kept
+
+
+def max_parallel(configuration: RunConfiguration) -> int:
+    """How many of an array's elements may be active at once (all of them by default)."""
+    array = configuration.array if isinstance(configuration, TaskConfiguration) else None
+    return 0 if array is None else array.parallel()

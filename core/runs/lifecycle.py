@@ -93,17 +93,23 @@ def scaling_rule(group: ServiceGroup) -> ScalingRule | None:
     )
 
 
-def submit_run(inp: RunInput, now: float, *, retry_window_restarts: bool = False) -> Step:
+def submit_run(
+    inp: RunInput, now: float, *, retry_window_restarts: bool = False, elements_at_once: bool = False
+) -> Step:
     """STEP 1: the run's first event, and the first submission of every job. `retry_window_restarts`: a
-    run begun without the patch `retry-window` (`RunMachine.retry_window_restarts`)."""
+    run begun without the patch `retry-window` (`RunMachine.retry_window_restarts`). `elements_at_once`:
+    an array's elements all submitted now, their ElementsWorkflow keeping `max_parallel` (docs/runs.md)."""
     conf = inp.configuration
     submit = Event(
         timestamp=now,
         name="submit",
         context={"run_name": inp.run_name, "project": inp.project, "user": inp.user, "type": conf.type},
     )
+    plan = plan_of(inp)
+    if elements_at_once:
+        plan = plan.model_copy(update={"replicas": plan.array, "max_parallel": plan.array})
     machine = RunMachine(
-        plan=plan_of(inp),
+        plan=plan,
         state=apply_run_event(None, submit),
         retry_window_restarts=retry_window_restarts,
     )
@@ -189,6 +195,8 @@ def update_events(state: RunState, update: JobUpdate) -> list[EventSpec]:
     nothing new); news of an older submission of a resubmitted replica no longer counts."""
     current = state.job(update.replica_num, update.job_num)
     if current is None or current.submission_num != update.submission_num:
+        return []
+    if current.status.is_finished():  # its last word heard again (an array's news sent twice): no news
         return []
     ctx: dict[str, Any] = {"replica": update.replica_num, "job": update.job_num}
     ctx["submission"] = update.submission_num

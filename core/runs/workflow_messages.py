@@ -25,6 +25,7 @@ class RunCarry(Message):
     machine: RunMachine
     next_seq: int  # the run eventlog's next sequence number (earlier events are in the store)
     watchers: list[str] = Field(default_factory=list)  # the runs waiting for this one (workflow ids)
+    elements_batched: bool = False  # an array's elements share one workflow (workflows/run_elements.py)
 
 
 class RunInput(Message):

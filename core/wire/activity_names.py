@@ -13,6 +13,10 @@ WATCH_JOB = "watch_job"  # a job's own watch, as workflows begun before the inst
 WATCH_INSTANCE = "watch_instance"  # every job's on one instance (docs/jobs.md#the-instance-watch)
 STOP_TASK = "stop_task"
 RELEASE_TASK = "release_task"
+# An array's elements' steps, many in one activity (workflows/elements.py).
+START_MANY = "start_many"
+STOP_MANY = "stop_many"
+REMOVE_MANY = "remove_many"
 SSH_ENDPOINT = "ssh_endpoint"  # `ferry attach`: the way into a running job (docs/attach.md)
 TASK_METRICS = "task_metrics"  # `ferry metrics`: running jobs' CPU, memory and GPU use (docs/jobs.md#metrics)
 WATCH_UTILIZATION = "watch_utilization"  # a job's GPUs against its utilization_policy (docs/jobs.md)

@@ -29,6 +29,16 @@ def job_workflow_id(run_workflow: str, replica_num: int, job_num: int, submissio
     return f"{run_workflow}/r{replica_num}/j{job_num}/s{submission_num}"
 
 
+def elements_workflow_id(run_workflow: str) -> str:
+    """The one workflow of an array's elements (docs/runs.md#arrays); the fleet tells it of them together."""
+    return f"{run_workflow}/elements"
+
+
+def is_elements_workflow(workflow_id: str) -> bool:
+    parts = workflow_id.split("/")
+    return len(parts) == 4 and parts[0] == "ferry" and parts[2] != "fleet" and parts[3] == "elements"
+
+
 def metrics_workflow_id(run_workflow: str, nonce: str) -> str:
     """One sample of a run's metrics (`ferry metrics`, docs/jobs.md#metrics): a workflow of its own, beside
     the run's, so that asking often never lengthens the jobs' histories."""

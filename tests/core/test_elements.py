@@ -1,0 +1,157 @@
+"""An array's elements in one workflow (core.jobs.elements, workflows/elements.py): each element's eventlog
+through the phases the workflow batches, folded as a JobWorkflow's would be, without Temporal."""
+
+from __future__ import annotations
+
+from core.jobs.elements import (
+    Element,
+    ElementPhase,
+    cleaned,
+    end_if_over,
+    failed_to_start,
+    fleet_not_running,
+    needs_removal,
+    new_element,
+    placement_step,
+    started,
+    stop_needed,
+    stop_sent,
+)
+from core.runs.arrays import share_one_workflow
+from core.runs.lifecycle import submit_run
+from core.runs.submissions import job_input
+from core.status import JobStatus as S
+from core.status import JobTerminationReason as R
+from core.wire.agent_api import ClusterInfo
+from core.wire.job_messages import JobInput, Placement, TerminateJobRequest
+from core.wire.messages import JobOutcome
+from tests.core.test_run_lifecycle import T0, run_input
+
+
+def element_input(index: int = 0, **conf: object) -> JobInput:
+    inp = run_input("task", array=4, **conf)
+    return job_input(inp, submit_run(inp, T0).machine.state, "ferry/main/wf", index, 0)
+
+
+def placement() -> Placement:
+    return Placement(
+        instance_name="local",
+        cluster=ClusterInfo(),
+        watched=True,
+    )
+
+
+def names(element: Element) -> list[str]:
+    return [event.name for event in element.events]
+
+
+def test_an_element_placed_started_and_ended_logs_what_a_job_does() -> None:
+    element = new_element(element_input(2), T0)
+    assert element.id.endswith("-r2-j0-s0") and element.state.status == S.SUBMITTED
+    assert not placement_step(element, T0)  # no answer from the fleet yet
+    element.phase = ElementPhase.PLACING
+    element.control = element.control.on_placed(placement())
+    assert placement_step(element, T0 + 1) and element.phase == ElementPhase.STARTING
+    started(element, T0 + 2, None)
+    assert element.state.status == S.RUNNING and not end_if_over(element, T0 + 3)
+    outcome = JobOutcome(termination_reason=R.DONE_BY_RUNNER, exit_status=0, task_id=element.id)
+    element.control = element.control.on_task_ended(outcome, element.id)
+    assert end_if_over(element, T0 + 4) and element.phase == ElementPhase.ENDED
+    assert needs_removal(element) and element.control.must_release()
+    cleaned(element, T0 + 5, None)
+    assert element.phase == ElementPhase.DONE and element.state.status == S.DONE
+    assert names(element) == ["submit", "alloc", "pull", "start", "finish", "release", "free", "clean"]
+    assert element.unsent and element.state.exit_status == 0
+
+
+def test_another_tasks_end_is_not_the_elements() -> None:
+    element = new_element(element_input(), T0)
+    other = JobOutcome(termination_reason=R.DONE_BY_RUNNER, exit_status=0, task_id="someone-else")
+    element.control = element.control.on_task_ended(other, element.id)
+    assert element.control.ended is None
+
+
+def test_a_queued_element_says_so_once_and_a_refused_one_fails_for_capacity() -> None:
+    element = new_element(element_input(), T0)
+    element.phase = ElementPhase.PLACING
+    element.control = element.control.on_queued()
+    assert not placement_step(element, T0) and element.state.memo.get("waiting") == "capacity"
+    assert not placement_step(element, T0)  # logged once
+    assert names(element).count("memo") == 1
+    element.control = element.control.on_refused("no instance has 9 GPUs")
+    placement_step(element, T0 + 1)
+    assert element.phase == ElementPhase.ENDED and not element.control.must_release()
+    assert not needs_removal(element)
+    cleaned(element, T0 + 2, None)
+    assert element.state.termination_reason == R.FAILED_TO_START_DUE_TO_NO_CAPACITY
+    assert element.state.status == S.FAILED
+
+
+def test_an_element_stopped_while_it_waits_withdraws_its_request() -> None:
+    element = new_element(element_input(), T0)
+    element.phase = ElementPhase.PLACING
+    element.control = element.control.on_terminate(TerminateJobRequest(reason=R.TERMINATED_BY_USER))
+    placement_step(element, T0)
+    assert element.phase == ElementPhase.ENDED and element.control.must_release()  # the fleet drops it
+    cleaned(element, T0 + 1, None)
+    assert element.state.status == S.TERMINATED and "alloc" not in names(element)
+
+
+def test_a_running_element_stopped_gets_one_stop_and_an_abort_after_and_ends_past_its_deadline() -> None:
+    element = new_element(element_input(), T0)
+    element.control = element.control.on_placed(placement())
+    element.phase = ElementPhase.PLACING
+    placement_step(element, T0)
+    started(element, T0, None)
+    assert stop_needed(element) is None
+    element.control = element.control.on_terminate(TerminateJobRequest(reason=R.TERMINATED_BY_USER))
+    request = stop_needed(element)
+    assert request is not None and not request.abort
+    stop_sent(element, request, T0 + 1, 30.0)
+    assert stop_needed(element) is None  # sent once
+    abort = TerminateJobRequest(reason=R.ABORTED_BY_USER, abort=True)
+    element.control = element.control.on_terminate(abort)
+    request = stop_needed(element)
+    assert request is not None and request.abort and request.reason == R.TERMINATED_BY_USER  # first reason
+    stop_sent(element, request, T0 + 2, 30.0)
+    assert element.stop_deadline == T0 + 2 + 30.0  # an abort has no grace: the earlier deadline
+    assert not end_if_over(element, T0 + 31) and end_if_over(element, T0 + 33)
+    # Its stop's reason stands, as a JobWorkflow's does; the agent is presumed gone.
+    assert element.state.termination_reason == R.TERMINATED_BY_USER
+    assert element.phase == ElementPhase.ENDED
+
+
+def test_an_element_on_a_lost_instance_ends_at_once_and_removes_nothing() -> None:
+    element = new_element(element_input(), T0)
+    element.control = element.control.on_placed(placement())
+    element.phase = ElementPhase.PLACING
+    placement_step(element, T0)
+    started(element, T0, "8000->31000")
+    assert element.state.memo["ports"] == "8000->31000"
+    lost = TerminateJobRequest(reason=R.INSTANCE_UNREACHABLE, message="local is gone", instance_gone=True)
+    element.control = element.control.on_terminate(lost)
+    assert stop_needed(element) is None and end_if_over(element, T0 + 1)
+    assert not needs_removal(element)
+    cleaned(element, T0 + 2, None)
+    assert element.state.termination_reason == R.INSTANCE_UNREACHABLE
+    assert any(e.name == "exception" and "is gone" in str(e.context.get("note")) for e in element.events)
+
+
+def test_a_failed_start_and_a_fleet_not_running_fail_the_element_with_their_reason() -> None:
+    element = new_element(element_input(), T0)
+    element.control = element.control.on_placed(placement())
+    element.phase = ElementPhase.PLACING
+    placement_step(element, T0)
+    failed_to_start(element, T0, R.EXECUTOR_ERROR, "the agent on local refused the task: no space")
+    cleaned(element, T0, "could not remove the task from local: gone")
+    assert element.state.termination_reason == R.EXECUTOR_ERROR and element.state.status == S.FAILED
+    orphan = new_element(element_input(1), T0)
+    fleet_not_running(orphan, T0)
+    cleaned(orphan, T0, None)
+    assert orphan.state.termination_reason == R.FAILED_TO_START_DUE_TO_NO_CAPACITY
+
+
+def test_arrays_with_named_volumes_or_a_utilization_policy_keep_a_workflow_per_element() -> None:
+    assert share_one_workflow(element_input())
+    watched = element_input(utilization_policy={"min_gpu_utilization": 10, "time_window": "30m"})
+    assert not share_one_workflow(watched)

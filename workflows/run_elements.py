@@ -1,0 +1,73 @@
+"""A run's side of its array's ElementsWorkflow (workflows/elements.py, docs/runs.md#arrays): the elements
+it submits go there by signal, or start that workflow again when it has ended; their stops go the same way.
+
+Which runs have one: an array begun since the patch `array-elements` (read once, at the run's start, and
+carried across continue-as-new). Arrays begun before keep a JobWorkflow per element.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from core.runs.effects import TerminateJob
+    from core.wire.element_messages import (
+        ELEMENTS_ADD,
+        ELEMENTS_TERMINATE,
+        AddElements,
+        ElementsInput,
+        ElementStop,
+        TerminateElements,
+    )
+    from core.wire.job_messages import JobInput, TerminateJobRequest
+    from core.wire.workflow_ids import elements_workflow_id, job_submission_id
+    from workflows import signals
+    from workflows.elements import ElementsWorkflow
+    from workflows.handles import settle
+
+ARRAY_ELEMENTS = "array-elements"
+
+
+# Elements per signal: a JobInput is about 1.5 KB, and a payload past 512 KB draws the SDK's warning.
+_CHUNK = 100
+
+
+async def add(run_workflow_id: str, elements: list[JobInput], max_parallel: int) -> None:
+    """Hand the elements to the run's ElementsWorkflow, in chunks; start it with the first chunk if it is
+    not running."""
+    for at in range(0, len(elements), _CHUNK):
+        await _add(run_workflow_id, elements[at : at + _CHUNK], max_parallel)
+
+
+async def _add(run_workflow_id: str, elements: list[JobInput], max_parallel: int) -> None:
+    workflow_id = elements_workflow_id(run_workflow_id)
+    first = elements[0]
+    request = f"add-r{first.replica_num}-s{first.submission_num}"
+    more = AddElements(elements=elements, max_parallel=max_parallel)
+    [delivered] = await signals.send(signals.signal(workflow_id, ELEMENTS_ADD, more, request))
+    if delivered:
+        return
+    child = await workflow.start_child_workflow(
+        ElementsWorkflow.run,
+        ElementsInput(run_workflow_id=run_workflow_id, elements=elements, max_parallel=max_parallel),
+        id=workflow_id,
+        parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+        static_summary=f"the array elements of {run_workflow_id}",
+    )
+    settle(child)  # its elements' news comes by signal
+
+
+async def terminate(run_workflow_id: str, run_id: str, effects: list[TerminateJob]) -> None:
+    """Stop these elements; one that has ended ignores it (and an ended workflow all of them)."""
+    stops = [
+        ElementStop(
+            job_submission_id=job_submission_id(run_id, e.replica_num, e.job_num, e.submission_num),
+            request=TerminateJobRequest(reason=e.reason, message=e.message, abort=e.abort),
+        )
+        for e in effects
+    ]
+    first = effects[0]
+    request = f"stop-r{first.replica_num}-s{first.submission_num}-{len(effects)}-{int(first.abort)}"
+    stop = TerminateElements(stops=stops)
+    workflow_id = elements_workflow_id(run_workflow_id)
+    await signals.send(signals.signal(workflow_id, ELEMENTS_TERMINATE, stop, request))
