@@ -86,7 +86,7 @@ class ElementActivities:
             except Exception as err:
                 if attempt == _REMOVE_ATTEMPTS:
                     return f"could not remove the task from {ref.instance_name}: {err}"
-                activity.heartbeat()
+                _beat()
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 5.0)
         return None  # not reached: the last attempt returns
@@ -117,9 +117,15 @@ async def _retried(step: Callable[[], Awaitable[T]], *, transient_for: float = _
         except Exception:
             if time.monotonic() > deadline:
                 raise
-        activity.heartbeat()
+        _beat()
         await asyncio.sleep(pause)
         pause = min(pause * 2, _LONGEST_PAUSE)
+
+
+def _beat() -> None:
+    """A heartbeat, where the batch runs as a regular activity (a local one has none)."""
+    if not activity.info().is_local:
+        activity.heartbeat()
 
 
 def _failure(err: Exception) -> StepFailure:

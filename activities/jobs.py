@@ -85,6 +85,10 @@ async def heartbeating(progress: Progress | None = None) -> AsyncIterator[None]:
     step's heartbeat timeout). The first after _HEARTBEAT_EVERY: a step done sooner sends none, since each
     heartbeat the SDK sends is a write of the workflow's state in Temporal (docs/scaling.md#the-hot-path)."""
 
+    if activity.info().is_local:  # an array's batch of starts (activities/elements.py): no heartbeats
+        yield
+        return
+
     async def beat() -> None:
         while True:
             await asyncio.sleep(_HEARTBEAT_EVERY)

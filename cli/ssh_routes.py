@@ -14,6 +14,7 @@ from urllib.parse import quote
 from activities.ssh_config import ssh_targets
 from api.attach_messages import SSHHost, SSHRoute
 from cli import exit_codes
+from cli.arrays import array_size
 from cli.errors import FerryError
 from cli.pipeline_tasks import run_jobs, task_run
 from cli.ssh_hosts import HostEntry
@@ -21,9 +22,11 @@ from core.backends.slurm import slurm_backend_name
 from core.configuration import FleetConfiguration
 from core.configuration.backend import SlurmBackendConfiguration, SlurmLogin
 from core.configuration.fleet import ProxyJump
+from core.runs.arrays import max_parallel, shard_count, shard_of
 from core.status import JobStatus, RunStatus
+from core.wire.element_messages import ELEMENT_SSH_ENDPOINT, ElementRef
 from core.wire.messages import SSHEndpoint
-from core.wire.workflow_ids import LOCAL_FLEET, job_workflow_id
+from core.wire.workflow_ids import LOCAL_FLEET, elements_workflow_id, job_workflow_id
 from store import JobSubmissionRecord, RunRecord
 from store.run_reads import RunReads
 
@@ -77,18 +80,40 @@ async def ssh_route(
     current, submission = found
     workflow_id = job_workflow_id(current.workflow_id, replica, job, submission.submission_num)
     from temporalio.client import WorkflowUpdateFailedError
-    from temporalio.service import RPCError
+    from temporalio.service import RPCError, RPCStatusCode
 
-    handle = (await client()).get_workflow_handle(workflow_id)
+    temporal = await client()
+    handle = temporal.get_workflow_handle(workflow_id)
     try:
         endpoint = await handle.execute_update("ssh_endpoint", result_type=SSHEndpoint)
-    except (WorkflowUpdateFailedError, RPCError) as err:  # its agent unreachable; the job just ended
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND or not array_size(run):
+            endpoint = SSHEndpoint(refused=_innermost(err))
+        else:  # an array's element: its elements workflow answers (docs/runs.md#arrays)
+            endpoint = await _element_endpoint(temporal, run, current.workflow_id, submission.id, replica)
+    except WorkflowUpdateFailedError as err:  # its agent unreachable; the job just ended
         endpoint = SSHEndpoint(refused=_innermost(err))
     if endpoint.refused is not None or endpoint.port is None:
         raise CannotAttach(f"run {run.run_name}: cannot attach: {endpoint.refused}")
     hosts, host_keys = await asyncio.to_thread(route_hosts, store, run.run_name, endpoint)
     entries = [SSHHost(**dataclasses.asdict(host)) for host in hosts]
     return SSHRoute(user=endpoint.user, hosts=entries, host_keys=host_keys)
+
+
+async def _element_endpoint(
+    temporal: Client, run: RunRecord, run_workflow_id: str, job_id: str, replica: int
+) -> SSHEndpoint:
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.service import RPCError
+
+    shards = shard_count(max_parallel(run.run_configuration()))
+    handle = temporal.get_workflow_handle(elements_workflow_id(run_workflow_id, shard_of(replica, shards)))
+    try:
+        return await handle.execute_update(
+            ELEMENT_SSH_ENDPOINT, ElementRef(job_submission_id=job_id), result_type=SSHEndpoint
+        )
+    except (WorkflowUpdateFailedError, RPCError) as err:
+        return SSHEndpoint(refused=_innermost(err))
 
 
 def _innermost(err: BaseException) -> str:

@@ -39,12 +39,14 @@ with workflow.unsafe.imports_passed_through():
     from core.jobs import transitions as job
     from core.jobs.elements import Element, ElementPhase
     from core.jobs.phases import grace_seconds
-    from core.status import JobTerminationReason
+    from core.status import JobStatus, JobTerminationReason
     from core.wire.element_messages import (
+        ELEMENT_SSH_ENDPOINT,
         ELEMENTS_ADD,
         ELEMENTS_TERMINATE,
         RUN_JOB_UPDATES,
         AddElements,
+        ElementRef,
         ElementsInput,
         JobUpdates,
         RemoveMany,
@@ -53,13 +55,24 @@ with workflow.unsafe.imports_passed_through():
         TerminateElements,
     )
     from core.wire.job_messages import JobInput, TerminateJobRequest
-    from core.wire.messages import TASK_ENDED, JobOutcome, PrepareAndStart, StopTask, TaskRef, WatchJob
+    from core.wire.messages import (
+        TASK_ENDED,
+        JobOutcome,
+        PrepareAndStart,
+        SSHEndpoint,
+        SSHEndpointRequest,
+        StopTask,
+        TaskRef,
+        WatchJob,
+    )
     from workflows import activity_stubs, retry_policies, signals
 
 _STEP_TIMEOUT = timedelta(minutes=10)  # a batch of starts: image pulls and code archives may take a while
 _STEP_HEARTBEAT = timedelta(seconds=10)
 _STOP_MARGIN = 30.0  # seconds past an element's grace period before its agent is presumed gone
-_REMOVE_TIMEOUT = timedelta(minutes=2)  # a batch of removals, each tried for about half a minute
+_REMOVE_TIMEOUT = timedelta(minutes=2)
+# A batch of process starts (each tried again for up to two minutes when its agent does not answer).
+_LOCAL_START_TIMEOUT = timedelta(minutes=3)  # a batch of removals, each tried for about half a minute
 
 
 @workflow.defn
@@ -119,6 +132,24 @@ class ElementsWorkflow:
         if element is not None:
             element.control = element.control.on_task_ended(outcome, element.id)
             self._changed = True
+
+    @workflow.update(name=ELEMENT_SSH_ENDPOINT)
+    async def element_ssh_endpoint(self, ref: ElementRef) -> SSHEndpoint:
+        """`ferry attach` to an element, as JobWorkflow.ssh_endpoint answers for a job."""
+        element = self._elements.get(ref.job_submission_id)
+        if element is None:
+            return SSHEndpoint(refused="this element's submission is not running")
+        if element.control.terminate is not None:
+            return SSHEndpoint(refused="the job is stopping")
+        if element.state.status != JobStatus.RUNNING or element.state.instance is None:
+            return SSHEndpoint(refused=f"the job is {element.state.status}")
+        request = SSHEndpointRequest(job_submission_id=element.id, instance_name=element.state.instance)
+        return await workflow.execute_activity(
+            activity_stubs.ssh_endpoint,
+            request,
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=retry_policies.FEW_TRIES,
+        )
 
     # --- the loop ---------------------------------------------------------------------------------
 
@@ -278,13 +309,21 @@ class ElementsWorkflow:
             start = job.start_job(element.input, element.id, placement)
             steps.append(PrepareAndStart(prepare=prepare, start=start))
         try:
-            answer = await workflow.execute_activity(
-                activity_stubs.start_many,
-                StartMany(steps=steps),
-                start_to_close_timeout=_STEP_TIMEOUT,
-                heartbeat_timeout=_STEP_HEARTBEAT,
-                retry_policy=retry_policies.QUICK,
-            )
+            if any(element.input.container is not None for element in batch):  # a pull may take minutes
+                answer = await workflow.execute_activity(
+                    activity_stubs.start_many,
+                    StartMany(steps=steps),
+                    start_to_close_timeout=_STEP_TIMEOUT,
+                    heartbeat_timeout=_STEP_HEARTBEAT,
+                    retry_policy=retry_policies.QUICK,
+                )
+            else:  # processes start in milliseconds: a local activity, one marker in the history
+                answer = await workflow.execute_local_activity(
+                    activity_stubs.start_many,
+                    StartMany(steps=steps),
+                    start_to_close_timeout=_LOCAL_START_TIMEOUT,
+                    retry_policy=retry_policies.QUICK,
+                )
         except ActivityError as err:  # not an element's failure: the batch's (its timeout)
             now = workflow.now().timestamp()
             for element in batch:

@@ -335,7 +335,8 @@ class RunWorkflow:
             inputs = [job_input(self._input, state, run_id, e.replica_num, e.job_num) for e in elements]
             await run_elements.add(run_id, inputs, max_parallel(self._input.configuration))
         if stops:
-            signals.append(run_elements.terminate(run_id, self._input.run_id, stops))
+            parallel = max_parallel(self._input.configuration)
+            signals.append(run_elements.terminate(run_id, self._input.run_id, stops, parallel))
         for signal in signals:
             # A job may finish before the signal reaches it: that is no error, its update is on its way.
             with contextlib.suppress(FailureError):

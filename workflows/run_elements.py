@@ -10,6 +10,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from core.runs.arrays import shard_count, shard_of, shard_parallel
     from core.runs.effects import TerminateJob
     from core.wire.element_messages import (
         ELEMENTS_ADD,
@@ -33,14 +34,21 @@ _CHUNK = 100
 
 
 async def add(run_workflow_id: str, elements: list[JobInput], max_parallel: int) -> None:
-    """Hand the elements to the run's ElementsWorkflow, in chunks; start it with the first chunk if it is
-    not running."""
-    for at in range(0, len(elements), _CHUNK):
-        await _add(run_workflow_id, elements[at : at + _CHUNK], max_parallel)
+    """Hand the elements to their shards' ElementsWorkflows, in chunks; start a shard's with its first chunk
+    if it is not running."""
+    shards = shard_count(max_parallel)
+    by_shard: dict[int, list[JobInput]] = {}
+    for element in elements:
+        by_shard.setdefault(shard_of(element.replica_num, shards), []).append(element)
+    for shard, mine in sorted(by_shard.items()):
+        share = shard_parallel(max_parallel, shards, shard)
+        for at in range(0, len(mine), _CHUNK):
+            await _add(
+                elements_workflow_id(run_workflow_id, shard), run_workflow_id, mine[at : at + _CHUNK], share
+            )
 
 
-async def _add(run_workflow_id: str, elements: list[JobInput], max_parallel: int) -> None:
-    workflow_id = elements_workflow_id(run_workflow_id)
+async def _add(workflow_id: str, run_workflow_id: str, elements: list[JobInput], max_parallel: int) -> None:
     first = elements[0]
     request = f"add-r{first.replica_num}-s{first.submission_num}"
     more = AddElements(elements=elements, max_parallel=max_parallel)
@@ -57,17 +65,25 @@ async def _add(run_workflow_id: str, elements: list[JobInput], max_parallel: int
     settle(child)  # its elements' news comes by signal
 
 
-async def terminate(run_workflow_id: str, run_id: str, effects: list[TerminateJob]) -> None:
-    """Stop these elements; one that has ended ignores it (and an ended workflow all of them)."""
-    stops = [
-        ElementStop(
-            job_submission_id=job_submission_id(run_id, e.replica_num, e.job_num, e.submission_num),
-            request=TerminateJobRequest(reason=e.reason, message=e.message, abort=e.abort),
-        )
-        for e in effects
-    ]
-    first = effects[0]
-    request = f"stop-r{first.replica_num}-s{first.submission_num}-{len(effects)}-{int(first.abort)}"
-    stop = TerminateElements(stops=stops)
-    workflow_id = elements_workflow_id(run_workflow_id)
-    await signals.send(signals.signal(workflow_id, ELEMENTS_TERMINATE, stop, request))
+async def terminate(
+    run_workflow_id: str, run_id: str, effects: list[TerminateJob], max_parallel: int
+) -> None:
+    """Stop these elements, each by its shard; one that has ended ignores it (and an ended workflow all)."""
+    shards = shard_count(max_parallel)
+    by_shard: dict[int, list[TerminateJob]] = {}
+    for effect in effects:
+        by_shard.setdefault(shard_of(effect.replica_num, shards), []).append(effect)
+    sent = []
+    for shard, mine in sorted(by_shard.items()):
+        stops = [
+            ElementStop(
+                job_submission_id=job_submission_id(run_id, e.replica_num, e.job_num, e.submission_num),
+                request=TerminateJobRequest(reason=e.reason, message=e.message, abort=e.abort),
+            )
+            for e in mine
+        ]
+        first = mine[0]
+        request = f"stop-r{first.replica_num}-s{first.submission_num}-{len(mine)}-{int(first.abort)}"
+        workflow_id = elements_workflow_id(run_workflow_id, shard)
+        sent.append(signals.signal(workflow_id, ELEMENTS_TERMINATE, TerminateElements(stops=stops), request))
+    await signals.send(*sent)

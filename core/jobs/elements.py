@@ -44,9 +44,9 @@ class ElementPhase(StrEnum):
     DONE = "done"
 
 
-# The phases that count against `max_parallel`: an element being cleaned up has ended (its capacity is on
-# its way back to its fleet, which keeps the real bound).
-ACTIVE = frozenset({ElementPhase.PLACING, ElementPhase.STARTING, ElementPhase.RUNNING, ElementPhase.ENDED})
+# The phases that count against `max_parallel`, as a Slurm array's slot is free once its task has ended:
+# the next element is enqueued while the last one is cleaned up (its fleet keeps the bound of capacity).
+ACTIVE = frozenset({ElementPhase.PLACING, ElementPhase.STARTING, ElementPhase.RUNNING})
 
 
 @dataclass

@@ -6,7 +6,7 @@ stop the others, as in Slurm's arrays; the run ends once every element has, FAIL
 
 from __future__ import annotations
 
-from core.configuration import RunConfiguration, TaskConfiguration
+from core.configuration import TaskConfiguration
 from core.runs.machine import RunPlan, StepBuilder
 from core.runs.state_machine import RunState
 from core.wire.job_messages import JobInput, JobUpdate
@@ -58,7 +58,28 @@ def unheard(updates: list[JobUpdate], heard: dict[str, int]) -> list[JobUpdate]:
     return kept
 
 
-def max_parallel(configuration: RunConfiguration) -> int:
+def max_parallel(configuration: object) -> int:
     """How many of an array's elements may be active at once (all of them by default)."""
     array = configuration.array if isinstance(configuration, TaskConfiguration) else None
     return 0 if array is None else array.parallel()
+
+
+# An array's elements go to up to this many ElementsWorkflows (shards), each with its share of max_parallel:
+# each workflow carries out its steps one after another, so shards work side by side
+# (docs/scaling.md#arrays). At least this many elements at once per shard.
+MAX_SHARDS = 4
+_PER_SHARD = 16
+
+
+def shard_count(max_parallel: int) -> int:
+    return max(1, min(MAX_SHARDS, max_parallel // _PER_SHARD))
+
+
+def shard_of(replica_num: int, shards: int) -> int:
+    """Element i's shard: i modulo the shards, so that each shard has its share of the elements in order."""
+    return replica_num % shards
+
+
+def shard_parallel(max_parallel: int, shards: int, shard: int) -> int:
+    """A shard's share of `max_parallel`: the shares add up to it."""
+    return max_parallel // shards + (1 if shard < max_parallel % shards else 0)

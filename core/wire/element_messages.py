@@ -12,7 +12,8 @@ from core.wire.messages import PrepareAndStart, StopTask, TaskRef
 # Its signals from the run.
 ELEMENTS_ADD = "add_elements"
 ELEMENTS_TERMINATE = "terminate_elements"
-ELEMENTS_CLOSE = "close"
+# `ferry attach` to an element: where its agent lets its user in (docs/attach.md).
+ELEMENT_SSH_ENDPOINT = "element_ssh_endpoint"
 # The run's signal carrying many jobs' news at once.
 RUN_JOB_UPDATES = "job_updates"
 
@@ -26,6 +27,10 @@ class ElementsInput(Message):
 class AddElements(Message):
     elements: list[JobInput] = Field(min_length=1)
     max_parallel: int = Field(ge=1)
+
+
+class ElementRef(Message):
+    job_submission_id: str
 
 
 class ElementStop(Message):

@@ -29,14 +29,15 @@ def job_workflow_id(run_workflow: str, replica_num: int, job_num: int, submissio
     return f"{run_workflow}/r{replica_num}/j{job_num}/s{submission_num}"
 
 
-def elements_workflow_id(run_workflow: str) -> str:
-    """The one workflow of an array's elements (docs/runs.md#arrays); the fleet tells it of them together."""
-    return f"{run_workflow}/elements"
+def elements_workflow_id(run_workflow: str, shard: int) -> str:
+    """A workflow of an array's elements, one of its shards (docs/runs.md#arrays); the fleet tells it of
+    its elements together."""
+    return f"{run_workflow}/elements/{shard}"
 
 
 def is_elements_workflow(workflow_id: str) -> bool:
     parts = workflow_id.split("/")
-    return len(parts) == 4 and parts[0] == "ferry" and parts[2] != "fleet" and parts[3] == "elements"
+    return len(parts) == 5 and parts[0] == "ferry" and parts[3] == "elements" and parts[4].isdigit()
 
 
 def metrics_workflow_id(run_workflow: str, nonce: str) -> str:

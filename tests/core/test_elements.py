@@ -17,13 +17,14 @@ from core.jobs.elements import (
     stop_needed,
     stop_sent,
 )
-from core.runs.arrays import share_one_workflow
+from core.jobs.transitions import job_update
+from core.runs.arrays import shard_count, shard_of, shard_parallel, share_one_workflow, unheard
 from core.runs.lifecycle import submit_run
 from core.runs.submissions import job_input
 from core.status import JobStatus as S
 from core.status import JobTerminationReason as R
 from core.wire.agent_api import ClusterInfo
-from core.wire.job_messages import JobInput, Placement, TerminateJobRequest
+from core.wire.job_messages import JobInput, JobUpdate, Placement, TerminateJobRequest
 from core.wire.messages import JobOutcome
 from tests.core.test_run_lifecycle import T0, run_input
 
@@ -155,3 +156,27 @@ def test_arrays_with_named_volumes_or_a_utilization_policy_keep_a_workflow_per_e
     assert share_one_workflow(element_input())
     watched = element_input(utilization_policy={"min_gpu_utilization": 10, "time_window": "30m"})
     assert not share_one_workflow(watched)
+
+
+def test_an_arrays_elements_are_shared_among_up_to_four_workflows_whose_shares_add_up() -> None:
+    assert [shard_count(n) for n in (1, 16, 31, 32, 64, 1000)] == [1, 1, 1, 2, 4, 4]
+    for parallel in (1, 17, 64, 65, 1000):
+        shards = shard_count(parallel)
+        assert sum(shard_parallel(parallel, shards, s) for s in range(shards)) == parallel
+    assert [shard_of(i, 4) for i in range(6)] == [0, 1, 2, 3, 0, 1]
+
+
+def update(element: Element, start: int, end: int) -> JobUpdate:
+    return job_update(element.input, element.state, T0, start, element.events[start:end])
+
+
+def test_the_run_drops_what_it_heard_of_an_element_and_keeps_the_rest() -> None:
+    element = new_element(element_input(), T0)
+    element.log(T0, "alloc", {"instance": "local"})
+    started(element, T0, None)  # events 0..3: submit, alloc, pull, start
+    heard: dict[str, int] = {}
+    assert len(unheard([update(element, 0, 2)], heard)) == 1 and heard[element.id] == 2
+    assert unheard([update(element, 0, 2)], heard) == []  # the same news again
+    [rest] = unheard([update(element, 1, 4)], heard)  # a redone task's news, overlapping
+    assert rest.record.start_seq == 2 and [e.name for e in rest.record.events] == ["pull", "start"]
+    assert heard[element.id] == 4

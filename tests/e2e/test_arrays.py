@@ -1,16 +1,18 @@
 """Array tasks (docs/runs.md#arrays) through the real `ferry` command on the embedded stack: each element
 runs once with its index under Ferry's, Slurm's and SkyPilot's names, never more than `max_parallel` at
 once; one failing element fails the run without stopping the others; `ferry ps` sums the elements up in
-one row and lists them with -v; `ferry logs --job N` is element N's; a stop stops the array and starts no
-more elements."""
+one row and lists them with -v; `ferry logs --job N` is element N's; `ferry attach --replica N` reaches
+element N; a stop stops the array and starts no more elements."""
 
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 
 from tests.e2e.conftest import Ferry, task
+from tests.e2e.test_attach import _read_until, _ssh, start_attach
 
 
 def spans(marks: Path) -> dict[int, tuple[float, float, str]]:
@@ -73,3 +75,18 @@ def test_a_stopped_array_starts_no_more_elements(ferry: Ferry, tmp_path: Path) -
     # instance, the 18 others were stopped while they waited and never started.
     assert len([job for job in run["jobs"] if job["instance"]]) == 2, run["jobs"]
     assert "2 terminated, 18 not started" in ferry("ps", "-a").stdout
+
+
+def test_attach_reaches_the_element_asked_for(ferry: Ferry, tmp_path: Path) -> None:
+    path = task(tmp_path, "held", "sleep 120", extra="array: 2\n")
+    assert ferry("apply", "-y", "-d", "-f", path).returncode == 0
+    attach = start_attach(ferry, "held", "--replica", "1")
+    try:
+        _read_until(attach, "attached to run held")
+        ran = _ssh(ferry.home / "ssh" / "config", "held", "echo $FERRY_ARRAY_INDEX")
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.strip() == "1"
+    finally:
+        attach.send_signal(signal.SIGINT)
+        attach.communicate(timeout=30)
+        ferry("stop", "-y", "-x", "held")

@@ -64,15 +64,20 @@ def _ssh(config: Path, *args: str, tool: str = "ssh") -> subprocess.CompletedPro
     )
 
 
-def test_attach_ssh_scp_sftp_a_forward_and_a_refused_key(ferry: Ferry, dev: int, tmp_path: Path) -> None:
-    attach = subprocess.Popen(
-        [*FERRY, "attach", "dev", "--no-logs"],
+def start_attach(ferry: Ferry, *args: str) -> subprocess.Popen[str]:
+    """`ferry attach ARGS --no-logs` in the background, its stderr to read with _read_until."""
+    return subprocess.Popen(
+        [*FERRY, "attach", *args, "--no-logs"],
         env=ferry.env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def test_attach_ssh_scp_sftp_a_forward_and_a_refused_key(ferry: Ferry, dev: int, tmp_path: Path) -> None:
+    attach = start_attach(ferry, "dev")
     try:
         said = _read_until(attach, "attached to run dev")
         config = ferry.home / "ssh" / "config"
