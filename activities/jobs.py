@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -25,7 +26,14 @@ from activities.secrets import SecretFiller
 from core.jobs.transitions import published_ports
 from core.status import JobTerminationReason
 from core.wire import activity_names as names
-from core.wire.agent_api import JobStateEvent, PullResponse, TaskStatus, TaskSubmitRequest, VolumeMount
+from core.wire.agent_api import (
+    JobStateEvent,
+    PullResponse,
+    TaskInfo,
+    TaskStatus,
+    TaskSubmitRequest,
+    VolumeMount,
+)
 from core.wire.messages import (
     JobOutcome,
     PrepareAndStart,
@@ -56,6 +64,9 @@ AGENT_ERROR_ATTEMPTS = 3
 # The job workflow gives its steps a heartbeat timeout of 10 s (the watch 20 s): a lost worker is
 # noticed, and a stop that cancels a step is heard, within that.
 _HEARTBEAT_EVERY = 1.0
+# Code archives kept in the worker's memory, the last used: at most this many, each at most this big.
+_ARCHIVES_KEPT = 8
+_ARCHIVE_KEPT_BYTES = 4 * 1024 * 1024
 
 
 def _reason_error(reason: JobTerminationReason, message: str, *, retry: bool = False) -> ApplicationError:
@@ -131,6 +142,7 @@ class JobActivities:
         self._instances = instances
         self._store = store
         self._secrets = SecretFiller(store)  # filled in here, at the last moment (docs/secrets.md)
+        self._archives: collections.OrderedDict[str, bytes] = collections.OrderedDict()  # by hash
 
     @property
     def instances(self) -> InstanceDirectory:
@@ -139,6 +151,10 @@ class JobActivities:
     @activity.defn(name=names.PREPARE_TASK)
     async def prepare_task(self, request: PrepareTask) -> None:
         """Submit the task to the instance's agent (the shim role); waits while the agent is busy."""
+        await self._prepare(request)
+
+    async def _prepare(self, request: PrepareTask) -> TaskInfo:
+        """The task as its agent has it once submitted (a retried submission: as an earlier one left it)."""
         client = await self._instances.resolve(request.instance_name)
         submit = TaskSubmitRequest(
             id=request.job_submission_id,
@@ -155,7 +171,7 @@ class JobActivities:
         with self._secrets.masking():
             try:
                 async with heartbeating():
-                    await client.submit_task(submit)
+                    return await client.submit_task(submit)
             except AgentError as err:
                 if err.status_code == HTTP_CONFLICT:
                     # Not enough free right now: the retry policy tries again, the job stays provisioning.
@@ -172,26 +188,29 @@ class JobActivities:
         return [VolumeMount(host_path=host_path(v, dirs), path=v.path) for v in request.volumes]
 
     @activity.defn(name=names.START_JOB)
-    async def start_job(self, request: StartJobRequest) -> str | None:
+    async def start_job(self, request: StartJobRequest, known: TaskInfo | None = None) -> str | None:
         """Hand the runner its job spec and code, then start it; skips what an earlier attempt did. The
-        ports its container published on other host ports, if any (`published_ports`)."""
+        ports its container published on other host ports, if any (`published_ports`). `known`: the task
+        as its submission in the same attempt answered (one request fewer)."""
         progress = Progress()
         async with heartbeating(progress):
             with self._secrets.masking():
-                return await self._start_job(request, progress)
+                return await self._start_job(request, progress, known)
 
-    async def _start_job(self, request: StartJobRequest, progress: Progress) -> str | None:
+    async def _start_job(
+        self, request: StartJobRequest, progress: Progress, known: TaskInfo | None
+    ) -> str | None:
         client = await self._instances.resolve(request.instance_name)
         job_id, step = request.job_submission_id, "the job's start"
         try:
-            task = await client.get_task(job_id)
+            task = known if known is not None else await client.get_task(job_id)
             if task.status == TaskStatus.TERMINATED:
                 return None  # ended before its start (its agent restarted, say): the watch tells why
             if not task.job_submitted:
                 step = "the job's spec"
                 await client.submit_job(job_id, await self._secrets.spec(job_id, request.spec))
             if request.code_hash is not None and task.code_hash is None:
-                archive = await asyncio.to_thread(self._store.get_code, request.code_hash)
+                archive = await self._code(request.code_hash)
                 if archive is None:
                     raise _reason_error(
                         JobTerminationReason.EXECUTOR_ERROR, f"code {request.code_hash} not in store"
@@ -210,11 +229,25 @@ class JobActivities:
             raise _refused(err, request.instance_name, step) from err
         return published_ports(task.ports)
 
+    async def _code(self, code_hash: str) -> bytes | None:
+        """A code archive from the store, kept for the next jobs that run it (an array's elements all
+        do): archives are named by their hash, so a kept one is never stale."""
+        archive = self._archives.get(code_hash)
+        if archive is None:
+            archive = await asyncio.to_thread(self._store.get_code, code_hash)
+            if archive is not None and len(archive) <= _ARCHIVE_KEPT_BYTES:
+                self._archives[code_hash] = archive
+                while len(self._archives) > _ARCHIVES_KEPT:
+                    self._archives.popitem(last=False)
+        else:
+            self._archives.move_to_end(code_hash)
+        return archive
+
     @activity.defn(name=names.PREPARE_AND_START)
     async def prepare_and_start(self, request: PrepareAndStart) -> str | None:
         """Both steps in one activity (docs/jobs.md#one-step-start); a retry skips what is done."""
-        await self.prepare_task(request.prepare)
-        return await self.start_job(request.start)
+        task = await self._prepare(request.prepare)
+        return await self.start_job(request.start, task)
 
     @activity.defn(name=names.WATCH_JOB)
     @hands_over
@@ -344,6 +377,12 @@ class JobActivities:
 async def remove_task(client: AgentClient, task_id: str) -> None:
     """Kill the task's process if it still runs, wait until it has ended, remove the task (if still there)."""
     try:
+        try:
+            await client.remove(task_id)  # an ended task, the usual case: one request
+            return
+        except AgentError as err:
+            if err.status_code != HTTP_CONFLICT:  # 409: it still runs, and is killed first
+                raise
         task = await client.get_task(task_id)
         if task.status != TaskStatus.TERMINATED:
             await client.terminate(task_id, reason=JobTerminationReason.TERMINATED_BY_SERVER, timeout=0)

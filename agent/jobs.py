@@ -41,9 +41,9 @@ def submit_job(registry: TaskRegistry, task_id: str, spec: JobSpec) -> TaskInfo:
             return record.to_info()  # a retried submission of the same spec
         raise TaskConflict(f"task {task_id!r} is {record.status}: its job spec can no longer change")
     save_job_spec(paths, spec)
-    if not record.job_submitted:
-        record.job_submitted = True
-        registry.save(record)
+    # Its record says so at its next write (its start): a file fewer to write per task, and an agent
+    # restarted before then finds the spec itself (TaskRegistry.load).
+    record.job_submitted = True
     return record.to_info()
 
 
@@ -64,7 +64,8 @@ async def upload_code(
         raise BadTaskRequest(str(exc)) from exc
     finally:
         registry.busy.discard(task_id)
-    registry.save(record)
+    # Written with the record at the start: an agent restarted before then has the archive and no hash,
+    # and the worker's retried start uploads it again (activities/jobs.py skips only what is recorded).
     return record.to_info()
 
 

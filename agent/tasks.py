@@ -132,6 +132,8 @@ class TaskRegistry:
                 shutil.rmtree(task_dir, ignore_errors=True)
                 continue
             record = read_record(paths)
+            if record.status != TaskStatus.TERMINATED and paths.job_spec.exists():
+                record.job_submitted = True  # its spec is written before its record says so (agent/jobs.py)
             self._records[record.id] = record
             if record.container is not None and record.status != TaskStatus.TERMINATED:
                 self.executors.container.connect()  # its engine, before its container is looked for

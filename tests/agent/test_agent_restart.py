@@ -26,7 +26,7 @@ from activities.agent_client import AgentClient, AgentUnreachable
 from activities.instances import InstanceDirectory
 from activities.jobs import JobActivities
 from core.status import JobStatus, JobTerminationReason
-from core.wire.agent_api import Resources, TaskStatus
+from core.wire.agent_api import JobSpec, Resources, TaskStatus, TaskSubmitRequest
 from core.wire.messages import TaskRef
 
 
@@ -200,5 +200,42 @@ async def test_a_task_removed_while_its_agent_restarts_is_removed_once_it_is_bac
             instances.add("local", client)  # the worker's own client follows its agent (agent_client.py)
             await ActivityEnvironment().run(release, ref)
             assert await client.list_tasks() == []
+    finally:
+        stop_agent(agent)
+
+
+async def test_an_agent_killed_between_a_tasks_job_spec_and_its_start_starts_it_once_back(
+    workspace: Path,
+) -> None:
+    """The job spec and the code are written without the record (agent/jobs.py): an agent restarted before
+    the start finds the spec by its file, has no hash for the code, and takes the code again."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        member = tarfile.TarInfo("hello.txt")
+        member.size = 6
+        tar.addfile(member, io.BytesIO(b"hello\n"))
+    archive = buffer.getvalue()
+    agent = start_agent(workspace / "first")
+    task_id = new_id("spec")
+    try:
+        async with agent.client() as client:
+            await client.submit_task(TaskSubmitRequest(id=task_id, resources=Resources()))
+            await client.upload_code(task_id, archive)
+            spec = JobSpec(run_name="test-run", commands=["cat hello.txt"])
+            assert (await client.submit_job(task_id, spec)).job_submitted
+        agent.kill()
+        agent = start_agent(workspace / "second", data_dir=agent.data_dir)
+        async with agent.client() as client:
+            task = await client.get_task(task_id)
+            assert task.status == TaskStatus.PENDING and task.job_submitted and task.code_hash is None
+            await client.upload_code(task_id, archive)  # as the worker's retried start does
+            await client.run(task_id)
+            ended = await wait_terminated(client, task_id)
+            assert ended.exit_status == 0
+            logs, _ = await pull_all(client, task_id)
+            assert logs == b"hello\n"
     finally:
         stop_agent(agent)
