@@ -320,12 +320,7 @@ class JobWorkflow:
         instance = self._control.instance
         if self._state.allocated and instance is not None:
             if self._control.lost:
-                terminate = self._control.terminate
-                note = (
-                    f"{instance} is gone, and its task with it"
-                    if terminate is not None and terminate.instance_gone
-                    else f"{instance} is unreachable: its task is removed if it comes back"
-                )
+                note = job.lost_task_note(instance, self._control.terminate)
                 self._log("exception", type="free", severity=1, note=note)
             else:
                 problem = await self._agent.remove_task(instance, local=workflow.patched(_SHORT_HISTORY))

@@ -24,6 +24,7 @@ from core.jobs.transitions import (
     NO_END_AFTER_STOP,
     EventSpec,
     fatal,
+    lost_task_note,
     outcome_events,
     stop_event,
 )
@@ -196,12 +197,7 @@ def cleaned(element: Element, at: float, problem: str | None) -> None:
     instance = element.control.instance
     if element.state.allocated and instance is not None:
         if element.control.lost:
-            terminate = element.control.terminate
-            note = (
-                f"{instance} is gone, and its task with it"
-                if terminate is not None and terminate.instance_gone
-                else f"{instance} is unreachable: its task is removed if it comes back"
-            )
+            note = lost_task_note(instance, element.control.terminate)
             element.log(at, "exception", {"type": "free", "severity": 1, "note": note})
         elif problem is None:
             element.log(at, "release", {"ranks": "all", "final": True})

@@ -52,6 +52,13 @@ NO_END_AFTER_STOP = JobOutcome(
 )
 
 
+def lost_task_note(instance: str, terminate: TerminateJobRequest | None) -> str:
+    """Why a job on a lost instance leaves its task there: gone for good, or to remove if it comes back."""
+    if terminate is not None and terminate.instance_gone:
+        return f"{instance} is gone, and its task with it"
+    return f"{instance} is unreachable: its task is removed if it comes back"
+
+
 def stop_event(request: TerminateJobRequest) -> EventSpec:
     """Why a job asked to stop ends: a cancel (RFC 21) in the run's words, or its instance's loss."""
     kind = None if request.reason == JobTerminationReason.INSTANCE_UNREACHABLE else "cancel"
