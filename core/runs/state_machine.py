@@ -48,6 +48,7 @@ status is the one its reason leads to, and a TERMINATING reason is kept by job-f
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -64,7 +65,7 @@ from core.eventlog import (
     need,
     need_index,
 )
-from core.runs.run_state import RunJob, RunState
+from core.runs.run_state import RunJob, RunState, job_key
 from core.status import JobStatus, JobTerminationReason, RunStatus, RunTerminationReason
 
 __all__ = ["RunJob", "RunState", "apply_run_event", "replay_run"]
@@ -114,10 +115,12 @@ _HOLDING_INSTANCE = frozenset({JobStatus.PROVISIONING, JobStatus.PULLING, JobSta
 
 
 def _with_job(state: RunState, job: RunJob) -> RunState:
-    others = [j for j in state.jobs if (j.replica_num, j.job_num) != (job.replica_num, job.job_num)]
-    return state.model_copy(
-        update={"jobs": tuple(sorted([*others, job], key=lambda j: (j.replica_num, j.job_num)))}
-    )
+    """The job put in its place among the sorted jobs, replacing the one with its key (bisection: an
+    array's thousand elements change at every news)."""
+    jobs, key = state.jobs, job_key(job)
+    at = bisect.bisect_left(jobs, key, key=job_key)
+    after = at + 1 if at < len(jobs) and job_key(jobs[at]) == key else at
+    return state.model_copy(update={"jobs": (*jobs[:at], job, *jobs[after:])})
 
 
 def _all_jobs_finished(state: RunState) -> bool:

@@ -20,6 +20,8 @@ from core.jobs.elements import (
 from core.jobs.transitions import job_update
 from core.runs.arrays import shard_count, shard_of, shard_parallel, share_one_workflow, unheard
 from core.runs.lifecycle import submit_run
+from core.runs.run_state import RunJob
+from core.runs.state_machine import _with_job as with_job
 from core.runs.submissions import job_input
 from core.status import JobStatus as S
 from core.status import JobTerminationReason as R
@@ -180,3 +182,17 @@ def test_the_run_drops_what_it_heard_of_an_element_and_keeps_the_rest() -> None:
     [rest] = unheard([update(element, 1, 4)], heard)  # a redone task's news, overlapping
     assert rest.record.start_seq == 2 and [e.name for e in rest.record.events] == ["pull", "start"]
     assert heard[element.id] == 4
+
+
+def test_a_runs_jobs_stay_sorted_and_are_found_by_bisection_whatever_order_they_change_in() -> None:
+    state = submit_run(run_input("task", array=4), T0).machine.state
+    order = [(7, 0), (2, 1), (9, 0), (2, 0), (0, 3), (7, 0), (2, 1)]
+    for number, (replica, job_num) in enumerate(order):
+        times = {"first_submitted_at": T0, "submitted_at": T0}
+        job = RunJob(replica_num=replica, job_num=job_num, submission_num=number, **times)
+        state = with_job(state, job)
+    keys = [(j.replica_num, j.job_num) for j in state.jobs]
+    assert keys == sorted(set(keys)) and len(keys) == len(set(keys))
+    assert state.job(7, 0) is not None and state.job(7, 0).submission_num == 5  # type: ignore[union-attr]
+    assert state.job(2, 1).submission_num == 6  # type: ignore[union-attr]
+    assert state.job(5, 0) is None and state.job(10, 0) is None
