@@ -188,10 +188,14 @@ class JobActivities:
         return [VolumeMount(host_path=host_path(v, dirs), path=v.path) for v in request.volumes]
 
     @activity.defn(name=names.START_JOB)
-    async def start_job(self, request: StartJobRequest, known: TaskInfo | None = None) -> str | None:
+    async def start_job(self, request: StartJobRequest) -> str | None:
         """Hand the runner its job spec and code, then start it; skips what an earlier attempt did. The
-        ports its container published on other host ports, if any (`published_ports`). `known`: the task
-        as its submission in the same attempt answered (one request fewer)."""
+        ports its container published on other host ports, if any (`published_ports`)."""
+        return await self._start(request, None)
+
+    async def _start(self, request: StartJobRequest, known: TaskInfo | None) -> str | None:
+        """`known`: the task as its submission in the same attempt answered (one request fewer). An
+        activity takes one argument: this is start_job's body."""
         progress = Progress()
         async with heartbeating(progress):
             with self._secrets.masking():
@@ -247,7 +251,7 @@ class JobActivities:
     async def prepare_and_start(self, request: PrepareAndStart) -> str | None:
         """Both steps in one activity (docs/jobs.md#one-step-start); a retry skips what is done."""
         task = await self._prepare(request.prepare)
-        return await self.start_job(request.start, task)
+        return await self._start(request.start, task)
 
     @activity.defn(name=names.WATCH_JOB)
     @hands_over
