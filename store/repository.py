@@ -36,7 +36,7 @@ from store.models import (
 from store.run_deletion import RunDeletion
 from store.secret_repository import SecretRecords
 from store.service_repository import ServiceRecords
-from store.sql import insert_ignore, row_of, upsert
+from store.sql import insert_ignore, row_of, upsert, upsert_many
 from store.team_repository import TeamRecords
 from store.volume_repository import VolumeRecords
 
@@ -47,6 +47,7 @@ _CHUNKS: Table = LogChunkRecord.__table__  # type: ignore[attr-defined]
 _CODE: Table = CodeArchiveRecord.__table__  # type: ignore[attr-defined]
 
 _EVENT_KEY = ("run_id", "job_submission_id", "seq")
+_IDS_PER_QUERY = 500  # bound parameters per IN list: well under any database's limit
 _FINISHED_RUN_STATUSES = sorted(status.value for status in RunStatus.finished_statuses())
 
 
@@ -247,8 +248,7 @@ class Store(
         with self._writer.begin() as connection:
             if rows:
                 insert_ignore(connection, _EVENTS, rows, _EVENT_KEY)
-            for record, _, _ in jobs:
-                _put_job(connection, record)
+            _put_jobs(connection, [record for record, _, _ in jobs])
             _update_row(connection, _RUNS, run_id, run_fields)
 
     def read_events(
@@ -433,6 +433,40 @@ def _put_job(connection: Connection, record: JobSubmissionRecord) -> None:
     # A record written after some of its log (or a stale copy of one) must not reset log_size.
     row["log_size"] = _stored_log_size(connection, record.id)
     upsert(connection, _JOBS, row, keep=("log_size",))
+
+
+def _put_jobs(connection: Connection, records: list[JobSubmissionRecord]) -> None:
+    """`_put_job` of each (the last copy of a submission wins), their log sizes read in one query."""
+    latest = {record.id: record for record in records}
+    if len(latest) <= 1:
+        for record in latest.values():
+            _put_job(connection, record)
+        return
+    ids = sorted(latest)  # the same order for every writer: their advisory locks cannot deadlock
+    for job_id in ids:
+        _lock_log(connection, job_id)
+    sizes = _stored_log_sizes(connection, ids)
+    rows = []
+    for job_id in ids:
+        row = row_of(_JOBS, latest[job_id])
+        row["log_size"] = sizes.get(job_id, 0)
+        rows.append(row)
+    upsert_many(connection, _JOBS, rows, keep=("log_size",))
+
+
+def _stored_log_sizes(connection: Connection, job_submission_ids: list[str]) -> dict[str, int]:
+    """`_stored_log_size` of each submission that has a log (a log's chunks are contiguous from 0, so its
+    size is where its furthest chunk ends)."""
+    sizes: dict[str, int] = {}
+    for start in range(0, len(job_submission_ids), _IDS_PER_QUERY):
+        some = job_submission_ids[start : start + _IDS_PER_QUERY]
+        found = connection.execute(
+            sa.select(_CHUNKS.c.job_submission_id, func.max(_CHUNKS.c.offset + func.length(_CHUNKS.c.data)))
+            .where(_CHUNKS.c.job_submission_id.in_(some))
+            .group_by(_CHUNKS.c.job_submission_id)
+        )
+        sizes.update((job_id, int(size)) for job_id, size in found)
+    return sizes
 
 
 def _lock_log(connection: Connection, job_submission_id: str) -> None:

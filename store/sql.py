@@ -38,6 +38,24 @@ def upsert(connection: Connection, table: Table, row: dict[str, Any], keep: tupl
         connection.execute(sa.insert(table).values(**row))
 
 
+def upsert_many(
+    connection: Connection, table: Table, rows: list[dict[str, Any]], keep: tuple[str, ...]
+) -> None:
+    """`upsert` of each row, as one statement executed for them all where the dialect has ON CONFLICT
+    (an array's elements change by the hundred in one transaction). No two rows may share a key."""
+    if not rows:
+        return
+    statement = dialect_insert(connection, table)
+    if statement is None:
+        for row in rows:
+            upsert(connection, table, row, keep)
+        return
+    keys = [column.name for column in table.primary_key.columns]
+    changed = [name for name in rows[0] if name not in keys and name not in keep]
+    set_ = {name: statement.excluded[name] for name in changed}
+    connection.execute(statement.on_conflict_do_update(index_elements=keys, set_=set_), rows)
+
+
 def insert_ignore(
     connection: Connection, table: Table, rows: list[dict[str, Any]], key: tuple[str, ...]
 ) -> None:

@@ -6,7 +6,6 @@ and acts on the `RunDecision`: it is the only place a run's status is decided, a
 
 from __future__ import annotations
 
-from collections import defaultdict
 from enum import Enum
 from typing import Literal
 
@@ -172,22 +171,19 @@ def derive_run_status(
     yet, which the run starts next. A job of an array that failed for good ends only its element: the run
     goes on while any other element is active, retrying or left, and then ends with the failure's reason.
     """
-    replicas: dict[int, list[JobView]] = defaultdict(list)
-    for job in jobs:
-        if _kind(job) != _Kind.IGNORED:
-            replicas[job.replica_num].append(job)
+    # One pass for every job's kind; only a replica with a failed job needs its jobs together (an array's
+    # thousand elements are derived again at each of its news).
+    kinds = [_kind(job) for job in jobs]
+    failed: dict[int, list[JobView]] = {}
+    for job, kind in zip(jobs, kinds, strict=True):
+        if kind is _Kind.FAILED:
+            failed.setdefault(job.replica_num, []).append(job)
 
     failures: set[RunTerminationReason] = set()
     retrying: list[int] = []
-    contributing: dict[int, set[_Kind]] = {}
-    for replica_num in sorted(replicas):
-        kinds: set[_Kind] = set()
+    for replica_num in sorted(failed):
         needs_retry = False
-        for job in replicas[replica_num]:
-            kind = _kind(job)
-            if kind != _Kind.FAILED:
-                kinds.add(kind)
-                continue
+        for job in failed[replica_num]:
             assert job.termination_reason is not None  # JobView guarantees it for failed jobs
             verdict = decide_retry(
                 retry,
@@ -203,10 +199,18 @@ def derive_run_status(
                 failures.add(run_reason_for_job_failure(job.termination_reason, verdict))
         if needs_retry:
             retrying.append(replica_num)
-        else:
-            contributing[replica_num] = kinds
 
-    remaining: set[_Kind] = set().union(*contributing.values())
+    # What the replicas not retrying contribute (a retrying replica's other jobs do not).
+    skipped = {_Kind.IGNORED, _Kind.FAILED}
+    if retrying:
+        retrying_set = set(retrying)
+        remaining = {
+            kind
+            for job, kind in zip(jobs, kinds, strict=True)
+            if kind not in skipped and job.replica_num not in retrying_set
+        }
+    else:
+        remaining = set(kinds) - skipped
     active = remaining & {_Kind.RUNNING, _Kind.PROVISIONING, _Kind.SUBMITTED}
     goes_on = bool(active or retrying or elements_left)
     if failures and not (array and goes_on):

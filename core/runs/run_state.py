@@ -4,6 +4,7 @@ core.runs.state_machine's)."""
 from __future__ import annotations
 
 import bisect
+import functools
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -152,4 +153,17 @@ class RunState(BaseModel):
 
     def job_views(self) -> list[JobView]:
         """The input `derive_run_status` needs: the latest submission of every job."""
-        return [j.view(self.history(j.replica_num, j.job_num)) for j in self.jobs]
+        if not self.retry_history:
+            return [_plain_view(j) for j in self.jobs]
+        histories = {(h.replica_num, h.job_num): h for h in self.retry_history}
+        return [
+            j.view(histories[job_key(j)]) if job_key(j) in histories else _plain_view(j) for j in self.jobs
+        ]
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_view(job: RunJob) -> JobView:
+    """A job's view without a retry history, by its value (RunJob is frozen): a run's state is folded anew
+    at each event, and most of its jobs are the same as before it, so an array's thousand views are made
+    once each, not at every news of every element."""
+    return job.view(None)

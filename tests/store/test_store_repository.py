@@ -164,6 +164,32 @@ def test_log_size_of_a_submission_follows_its_log(store: Store) -> None:
     assert _stored_job(store, job.id).log_size == 24
 
 
+def test_many_submissions_recorded_at_once_keep_their_logs_sizes(store: Store) -> None:
+    """An array's news: many submissions in one transaction, one of them twice (the last copy wins), their
+    log sizes the store's own whether the log came first, later, or not at all."""
+    store.put_run(_run("r1"))
+    early, late, silent = _job("r1", replica=0), _job("r1", replica=1), _job("r1", replica=2)
+    store.append_log(early.id, 0, b"before the record\n", 1.0)
+    store.append_log(early.id, 18, b"more\n", 1.5)
+    store.record_changes("r1", {}, (0, []), [(early, 0, []), (late, 0, []), (silent, 0, [])])
+    store.append_log(late.id, 0, b"after\n", 2.0)
+    running, done = late.model_copy(), late.model_copy()
+    running.status, done.status = JobStatus.RUNNING, JobStatus.DONE
+    events = [(3.0, "state", {"status": "running"})]
+    store.record_changes(
+        "r1", {"status": RunStatus.RUNNING}, (0, []), [(running, 0, events), (early, 0, []), (done, 1, [])]
+    )
+    stored = {job.id: _stored_job(store, job.id) for job in (early, late, silent)}
+    assert {job_id: record.log_size for job_id, record in stored.items()} == {
+        early.id: 23,
+        late.id: 6,
+        silent.id: 0,
+    }
+    assert stored[late.id].status == JobStatus.DONE
+    assert _stored_run(store, "r1").status == RunStatus.RUNNING
+    assert [event.name for event in store.read_events("r1", late.id)] == ["state"]
+
+
 # Eventlogs
 
 
