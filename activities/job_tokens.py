@@ -21,7 +21,7 @@ NO_API_URL = (
 
 def wants_api(configuration: BaseRunConfiguration | None) -> bool:
     """`dstack: true`, or `ferry: true`: the job calls Ferry's API."""
-    return configuration is not None and bool(configuration.dstack or configuration.ferry)
+    return configuration is not None and configuration.calls_api()
 
 
 def job_api_access(store: Store, run: RunRecord) -> tuple[dict[str, str], dict[str, str]] | None:

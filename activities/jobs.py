@@ -212,7 +212,8 @@ class JobActivities:
                 return None  # ended before its start (its agent restarted, say): the watch tells why
             if not task.job_submitted:
                 step = "the job's spec"
-                await client.submit_job(job_id, await self._secrets.spec(job_id, request.spec))
+                spec = await self._secrets.spec(job_id, request.spec, request.api_access)
+                await client.submit_job(job_id, spec)
             if request.code_hash is not None and task.code_hash is None:
                 archive = await self._code(request.code_hash)
                 if archive is None:

@@ -36,12 +36,17 @@ class SecretFiller:
         self._keys = keys
         self._values: set[str] = set()  # every value this process has opened: what `masking` hides
 
-    async def spec(self, job_submission_id: str, spec: JobSpec) -> JobSpec:
+    async def spec(self, job_submission_id: str, spec: JobSpec, api_access: bool | None = None) -> JobSpec:
+        """The spec with its secrets' values, its repos' credentials, and its access to Ferry's API if
+        `api_access` (None: if its run's stored configuration asks for it, for a start told before the
+        workflows said so; False spares an array's every element a read of its run)."""
         names = spec_secrets(spec)
         if names:
             spec = fill_spec(spec, await self._open(job_submission_id, names))
         if spec.repos:
             spec = await self._repo_credentials(job_submission_id, spec)
+        if api_access is False:
+            return spec
         return await asyncio.to_thread(self._api_access, job_submission_id, spec)
 
     def _api_access(self, job_submission_id: str, spec: JobSpec) -> JobSpec:

@@ -250,6 +250,10 @@ class BaseRunConfiguration(ConfigModel):
             raise ValueError(f"env: {', '.join(missing)} not set in the environment")
         return {key: environ[key] if value is None else value for key, value in self.env.items()}
 
+    def calls_api(self) -> bool:
+        """`dstack: true`, or `ferry: true`: the job calls Ferry's API (docs/teams.md#a-jobs-token)."""
+        return self.dstack or self.ferry
+
     def asks_for(self, field: str) -> bool:
         if field in CONTAINER_FIELDS and (self.image is not None or self.python is not None):
             return False  # the container executor acts on it

@@ -209,7 +209,11 @@ def start_job(
         addresses = node_addresses(inp.node_groups, cluster.node_ips or [cluster.master_node_ip])
         spec = spec.model_copy(update={"commands": [substitute(c, addresses) for c in spec.commands]})
     return StartJobRequest(
-        job_submission_id=job_id, instance_name=placement.instance_name, spec=spec, code_hash=inp.code_hash
+        job_submission_id=job_id,
+        instance_name=placement.instance_name,
+        spec=spec,
+        code_hash=inp.code_hash,
+        api_access=inp.api_access,
     )
 
 

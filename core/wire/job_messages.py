@@ -93,6 +93,9 @@ class JobInput(Message):
     waits_for: list[int] = Field(default_factory=list)
     # dstack's `utilization_policy`: its GPUs sampled while it runs (core.runs.utilization).
     utilization_policy: UtilizationPolicy | None = None
+    # Whether its run calls Ferry's API (`dstack: true`): a job that does gets a token at its start. None:
+    # an input from before this was told, which the start looks up in the run's stored configuration.
+    api_access: bool | None = None
 
 
 class TerminateJobRequest(Message):

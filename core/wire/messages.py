@@ -141,6 +141,7 @@ class StartJobRequest(Message):
     instance_name: str
     spec: JobSpec
     code_hash: str | None = None
+    api_access: bool | None = None  # JobInput.api_access: None, look it up in the store
 
 
 class PrepareAndStart(Message):

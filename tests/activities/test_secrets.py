@@ -75,3 +75,14 @@ async def test_an_error_leaves_with_every_value_masked_and_no_cause(store: Store
     with pytest.raises(ApplicationError) as same, filler.masking():
         raise kept
     assert same.value is kept
+
+
+async def test_a_start_told_the_run_calls_no_api_does_not_read_the_run(store: Store) -> None:
+    """JobInput.api_access False (an array's every element): no read of the run, which a start told
+    nothing (None, a workflow from before) needs and misses here."""
+    filler = SecretFiller(store, lambda: KEYS)
+    spec = JobSpec(run_name="train", env={"PLAIN": "v"})
+    unknown_run = "gone-1a2b3c4d-r0-j0-s0"
+    assert await filler.spec(unknown_run, spec, api_access=False) is spec
+    with pytest.raises(ApplicationError, match="is not in the store"):
+        await filler.spec(unknown_run, spec)

@@ -17,7 +17,7 @@ from core.jobs.elements import (
     stop_needed,
     stop_sent,
 )
-from core.jobs.transitions import job_update
+from core.jobs.transitions import job_update, start_job
 from core.runs.arrays import shard_count, shard_of, shard_parallel, share_one_workflow, unheard
 from core.runs.lifecycle import submit_run
 from core.runs.run_state import RunJob
@@ -196,3 +196,9 @@ def test_a_runs_jobs_stay_sorted_and_are_found_by_bisection_whatever_order_they_
     assert state.job(7, 0) is not None and state.job(7, 0).submission_num == 5  # type: ignore[union-attr]
     assert state.job(2, 1).submission_num == 6  # type: ignore[union-attr]
     assert state.job(5, 0) is None and state.job(10, 0) is None
+
+
+def test_a_start_says_whether_its_run_calls_ferrys_api() -> None:
+    """So that a start reads the run's record only for `dstack: true` (activities/secrets.py)."""
+    assert start_job(element_input(1), "j", placement()).api_access is False
+    assert start_job(element_input(1, dstack=True), "j", placement()).api_access is True
