@@ -42,8 +42,11 @@ from core.wire.agent_api import (
     TaskSubmitRequest,
     TerminateRequest,
 )
+from core.wire.agent_batches import BatchAnswers, CodeKept, RemoveBatch, StartBatch, TaskAnswer
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+HTTP_NOT_FOUND = 404
+_NO_ROUTE = (HTTP_NOT_FOUND, 405)  # a PUT to a path the agent knows only with GET: 405
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class AgentClient:
         self._found = 0  # how many agents (or addresses) it has found: a request's own is the one then
         self._looked_at = float("-inf")  # when its last look began
         self._closed = False
+        self.kept_code: set[str] = set()  # archives the agent said it keeps (a moved agent: asked again)
+        self.takes_batches = True  # False once the agent answered a batch request as a route it lacks
         self._connect(base_url, token)
 
     def _connect(self, base_url: str, token: str) -> None:
@@ -148,6 +153,7 @@ class AgentClient:
         if (found.url.rstrip("/"), found.token) == (self.base_url, self._token) or self._closed:
             return
         previous = self._http
+        self.kept_code, self.takes_batches = set(), True
         self._connect(found.url, found.token)
         await previous.aclose()
 
@@ -205,6 +211,39 @@ class AgentClient:
 
     async def run(self, task_id: str) -> TaskInfo:
         return await self._request("POST", f"/api/tasks/{task_id}/run", TaskInfo)
+
+    # --- batches (docs/jobs.md#batches) ----------------------------------------------------------------
+
+    async def keep_code(self, archive: bytes, sha256: str) -> None:
+        """The archive kept by the agent for start batches, sent only if it does not keep it yet (an agent
+        of an earlier release answers 404 to both: AgentError)."""
+        if sha256 in self.kept_code:
+            return
+        try:
+            await self._request("GET", f"/api/code/{sha256}", CodeKept)
+        except AgentError as err:
+            if err.status_code != HTTP_NOT_FOUND:
+                raise
+            gzip = {"Content-Type": "application/gzip"}
+            await self._batch_request("PUT", f"/api/code/{sha256}", CodeKept, content=archive, headers=gzip)
+        self.kept_code.add(sha256)
+
+    async def start_batch(self, batch: StartBatch) -> list[TaskAnswer]:
+        body = _json_body(batch)
+        return (await self._batch_request("POST", "/api/batches/start", BatchAnswers, **body)).answers
+
+    async def remove_batch(self, task_ids: list[str]) -> list[TaskAnswer]:
+        body = _json_body(RemoveBatch(ids=task_ids))
+        return (await self._batch_request("POST", "/api/batches/remove", BatchAnswers, **body)).answers
+
+    async def _batch_request(self, method: str, path: str, model: type[ModelT], **kwargs: Any) -> ModelT:
+        """A batch request; an agent without the route (an earlier release's) is not asked again."""
+        try:
+            return await self._request(method, path, model, **kwargs)
+        except AgentError as err:
+            if err.status_code in _NO_ROUTE:
+                self.takes_batches = False
+            raise
 
     async def pull(
         self,

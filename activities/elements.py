@@ -9,6 +9,7 @@ what it had done).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -16,8 +17,12 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.agent_client import HTTP_NOT_FOUND
 from activities.jobs import AGENT_ERROR_ATTEMPTS, JobActivities, remove_task
+from core.jobs.transitions import published_ports
 from core.wire import activity_names as names
+from core.wire.agent_api import TaskStatus
+from core.wire.agent_batches import StartBatch
 from core.wire.element_messages import (
     RemovedTasks,
     RemoveMany,
@@ -40,6 +45,7 @@ _FIRST_PAUSE, _LONGEST_PAUSE = 0.2, 2.0
 # A removal as the REMOVE policy tries it: about half a minute.
 _REMOVE_ATTEMPTS = 8
 _WAITING_FOR_CAPACITY = "WaitingForCapacity"
+_BATCH = 256  # tasks in one batch request: a body of a few hundred kB
 
 
 class ElementActivities:
@@ -48,8 +54,47 @@ class ElementActivities:
 
     @activity.defn(name=names.START_MANY)
     async def start_many(self, request: StartMany) -> StartedTasks:
-        """Each element's PREPARE_AND_START; how each went."""
-        return StartedTasks(results=await _bounded([self._start(step) for step in request.steps]))
+        """Each element's PREPARE_AND_START; how each went. The elements of each instance go first in
+        batches (one request to its agent for them all, docs/jobs.md#batches); any that a batch did not
+        start (refused, still pulling, an agent of an earlier release) are taken one by one, retried."""
+        started: dict[int, StartedTask] = {}
+        # A container's pull outlasts a batch's answer: it starts alone.
+        instances = [s.prepare.instance_name if s.prepare.container is None else None for s in request.steps]
+        await asyncio.gather(
+            *(
+                self._start_batch(instance, [(i, request.steps[i]) for i in indices], started)
+                for instance, indices in _batches(instances)
+            )
+        )
+        rest = [i for i in range(len(request.steps)) if i not in started]
+        alone = await _bounded([self._start(request.steps[i]) for i in rest])
+        started.update(zip(rest, alone, strict=True))
+        return StartedTasks(results=[started[i] for i in range(len(request.steps))])
+
+    async def _start_batch(
+        self, instance: str, steps: list[tuple[int, PrepareAndStart]], started: dict[int, StartedTask]
+    ) -> None:
+        """The steps in one request to their agent: those it started go in `started` (by index)."""
+        try:
+            client = await self._jobs.instances.resolve(instance)
+            if not client.takes_batches:
+                return
+            items, sent = [], []
+            for index, step in steps:
+                with contextlib.suppress(Exception):  # taken alone, where it fails as it should
+                    items.append(await self._jobs.batch_item(client, step))
+                    sent.append((index, step))
+            answers = await client.start_batch(StartBatch(tasks=items)) if items else []
+            if len(answers) != len(sent):
+                raise ValueError(f"{len(answers)} answers to a batch of {len(sent)}")
+        except Exception as err:  # an agent of an earlier release, one unreachable: each taken alone
+            activity.logger.info("a start batch on %s was not taken: %s", instance, err)
+            return
+        for (index, step), answer in zip(sent, answers, strict=True):
+            task = answer.task
+            if task is not None and task.status in (TaskStatus.RUNNING, TaskStatus.TERMINATED):
+                job_id = step.prepare.job_submission_id
+                started[index] = StartedTask(job_submission_id=job_id, published=published_ports(task.ports))
 
     async def _start(self, step: PrepareAndStart) -> StartedTask:
         job_id = step.prepare.job_submission_id
@@ -73,8 +118,37 @@ class ElementActivities:
 
     @activity.defn(name=names.REMOVE_MANY)
     async def remove_many(self, request: RemoveMany) -> RemovedTasks:
-        """Each ended task removed from its agent, its capacity free; why not, for one that could not be."""
-        return RemovedTasks(problems=await _bounded([self._remove(ref) for ref in request.refs]))
+        """Each ended task removed from its agent, its capacity free; why not, for one that could not be.
+        Each instance's in batches first; those a batch did not remove (still running, an agent of an
+        earlier release) one by one."""
+        removed: set[int] = set()
+        await asyncio.gather(
+            *(
+                self._remove_batch(instance, [(i, request.refs[i]) for i in indices], removed)
+                for instance, indices in _batches([ref.instance_name for ref in request.refs])
+            )
+        )
+        rest = [i for i in range(len(request.refs)) if i not in removed]
+        problems: list[str | None] = [None] * len(request.refs)
+        alone = await _bounded([self._remove(request.refs[i]) for i in rest])
+        for index, problem in zip(rest, alone, strict=True):
+            problems[index] = problem
+        return RemovedTasks(problems=problems)
+
+    async def _remove_batch(self, instance: str, refs: list[tuple[int, TaskRef]], removed: set[int]) -> None:
+        try:
+            client = await self._jobs.instances.resolve(instance)
+            if not client.takes_batches:
+                return
+            answers = await client.remove_batch([ref.job_submission_id for _, ref in refs])
+            if len(answers) != len(refs):
+                raise ValueError(f"{len(answers)} answers to a batch of {len(refs)}")
+        except Exception as err:
+            activity.logger.info("a removal batch on %s was not taken: %s", instance, err)
+            return
+        for (index, _), answer in zip(refs, answers, strict=True):
+            if answer.task is not None or answer.status_code == HTTP_NOT_FOUND:  # removed, or before
+                removed.add(index)
 
     async def _remove(self, ref: TaskRef) -> str | None:
         pause = _FIRST_PAUSE
@@ -90,6 +164,19 @@ class ElementActivities:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 5.0)
         return None  # not reached: the last attempt returns
+
+
+def _batches(instances: list[str | None]) -> list[tuple[str, list[int]]]:
+    """The indices of the items on each instance (None: an item taken alone), in batches of _BATCH."""
+    by_instance: dict[str, list[int]] = {}
+    for index, instance in enumerate(instances):
+        if instance is not None:
+            by_instance.setdefault(instance, []).append(index)
+    return [
+        (instance, indices[first : first + _BATCH])
+        for instance, indices in by_instance.items()
+        for first in range(0, len(indices), _BATCH)
+    ]
 
 
 async def _bounded(steps: list[Awaitable[T]]) -> list[T]:

@@ -26,8 +26,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities.agent_client import AgentClient, AgentUnreachable
 from activities.handover import hands_over
+from activities.heartbeats import heartbeating
 from activities.instances import LOCAL_INSTANCE, InstanceDirectory, UnknownInstance
-from activities.jobs import heartbeating, remove_task
+from activities.jobs import remove_task
 from activities.ssh import HostPool
 from activities.ssh_config import SSHTarget, ssh_targets
 from core.backends.slurm import slurm_backend_name

@@ -24,10 +24,10 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.agent_client import AgentClient, AgentError, AgentUnreachable
+from activities.agent_client import HTTP_NOT_FOUND, AgentClient, AgentError, AgentUnreachable
 from activities.handover import hands_over
+from activities.heartbeats import heartbeating
 from activities.instances import InstanceDirectory
-from activities.jobs import HTTP_NOT_FOUND, heartbeating
 from core.status import JobTerminationReason
 from core.wire import activity_names as names
 from core.wire.agent_api import TaskChange, TaskStatus

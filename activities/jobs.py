@@ -11,16 +11,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
-import contextlib
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.agent_client import AgentClient, AgentError, AgentUnreachable
+from activities.agent_client import HTTP_NOT_FOUND, AgentClient, AgentError, AgentUnreachable
 from activities.handover import hands_over
+from activities.heartbeats import Progress, heartbeating
 from activities.instances import InstanceDirectory
 from activities.secrets import SecretFiller
 from core.jobs.transitions import published_ports
@@ -34,6 +32,7 @@ from core.wire.agent_api import (
     TaskSubmitRequest,
     VolumeMount,
 )
+from core.wire.agent_batches import TaskStart
 from core.wire.messages import (
     JobOutcome,
     PrepareAndStart,
@@ -56,14 +55,10 @@ _RETRY_UNREACHABLE = 0.5
 _PREPARING_POLL = 0.25
 _PULL_LIMIT = 4 * 1024 * 1024
 HTTP_CONFLICT = 409
-HTTP_NOT_FOUND = 404
 # An agent that answers a step of a job's start with an error is asked this many times in all (Temporal's
 # attempts), then the job fails with the agent's message (docs/jobs.md#agent-errors): a refusal seldom
 # changes, and a job must never wait on one for ever.
 AGENT_ERROR_ATTEMPTS = 3
-# The job workflow gives its steps a heartbeat timeout of 10 s (the watch 20 s): a lost worker is
-# noticed, and a stop that cancels a step is heard, within that.
-_HEARTBEAT_EVERY = 1.0
 # Code archives kept in the worker's memory, the last used: at most this many, each at most this big.
 _ARCHIVES_KEPT = 8
 _ARCHIVE_KEPT_BYTES = 4 * 1024 * 1024
@@ -80,39 +75,6 @@ def _refused(err: AgentError, instance: str, what: str) -> ApplicationError:
     last = activity.info().attempt >= AGENT_ERROR_ATTEMPTS
     note = f"the agent on {instance} refused {what}: {message}"
     return _reason_error(JobTerminationReason.EXECUTOR_ERROR, note, retry=not last)
-
-
-@dataclass
-class Progress:
-    """What a step says in its heartbeats: `ferry ps` shows it for a pulling job (cli/pulls.py)."""
-
-    line: str | None = None
-
-
-@contextlib.asynccontextmanager
-async def heartbeating(progress: Progress | None = None) -> AsyncIterator[None]:
-    """Heartbeat while the body runs: the server then knows the attempt lives, and can cancel it. The
-    heartbeats carry `progress` when it has a line (the SDK sends the latest at most every 0.8 x the
-    step's heartbeat timeout). The first after _HEARTBEAT_EVERY: a step done sooner sends none, since each
-    heartbeat the SDK sends is a write of the workflow's state in Temporal (docs/scaling.md#the-hot-path)."""
-
-    if activity.info().is_local:  # an array's batch of starts (activities/elements.py): no heartbeats
-        yield
-        return
-
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(_HEARTBEAT_EVERY)
-            if progress is not None and progress.line is not None:
-                activity.heartbeat(progress.line)
-            else:
-                activity.heartbeat()
-
-    beating = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        beating.cancel()
 
 
 class _StoredLog:
@@ -156,18 +118,7 @@ class JobActivities:
     async def _prepare(self, request: PrepareTask) -> TaskInfo:
         """The task as its agent has it once submitted (a retried submission: as an earlier one left it)."""
         client = await self._instances.resolve(request.instance_name)
-        submit = TaskSubmitRequest(
-            id=request.job_submission_id,
-            name=request.task_name,
-            resources=request.resources,
-            ports=request.ports,
-            env=request.env,
-            network=request.network,
-            authorized_keys=request.authorized_keys,
-            volumes=await self._mounts(request),
-            container=await self._secrets.container(request.job_submission_id, request.container),
-            owner=request.owner,
-        )
+        submit = await self._submission(request)
         with self._secrets.masking():
             try:
                 async with heartbeating():
@@ -179,6 +130,35 @@ class JobActivities:
                         f"waiting for capacity: {err.message}", type="WaitingForCapacity"
                     ) from err
                 raise _refused(err, request.instance_name, "the task") from err
+
+    async def batch_item(self, client: AgentClient, step: PrepareAndStart) -> TaskStart:
+        """One task of a start batch (docs/jobs.md#batches): its submission, its spec with its secrets, and
+        its code kept by its agent. Raises what the step alone would meet, or a refusal to keep the code
+        (an agent of an earlier release): the step is then taken alone."""
+        start = step.start
+        code_hash = None
+        if start.code_hash is not None:
+            archive = await self._code(start.code_hash)
+            if archive is None:
+                raise ValueError(f"code {start.code_hash} not in store")
+            code_hash = start.code_hash.removeprefix("sha256:")
+            await client.keep_code(archive, code_hash)
+        spec = await self._secrets.spec(start.job_submission_id, start.spec, start.api_access)
+        return TaskStart(submit=await self._submission(step.prepare), spec=spec, code_hash=code_hash)
+
+    async def _submission(self, request: PrepareTask) -> TaskSubmitRequest:
+        return TaskSubmitRequest(
+            id=request.job_submission_id,
+            name=request.task_name,
+            resources=request.resources,
+            ports=request.ports,
+            env=request.env,
+            network=request.network,
+            authorized_keys=request.authorized_keys,
+            volumes=await self._mounts(request),
+            container=await self._secrets.container(request.job_submission_id, request.container),
+            owner=request.owner,
+        )
 
     async def _mounts(self, request: PrepareTask) -> list[VolumeMount]:
         """The job's volumes at their paths on its instance (docs/volumes.md)."""

@@ -12,8 +12,8 @@ import time
 from temporalio import activity
 
 from activities.agent_client import AgentError, AgentUnreachable
+from activities.heartbeats import heartbeating
 from activities.instances import InstanceDirectory, UnknownInstance
-from activities.jobs import heartbeating
 from core.runs.utilization import kept, no_gpu_note, sample_interval, utilization_news
 from core.wire import activity_names as names
 from core.wire.messages import (

@@ -16,8 +16,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.fleet import described_slot
+from activities.heartbeats import heartbeating
 from activities.instances import InstanceDirectory, UnknownInstance
-from activities.jobs import heartbeating
 from activities.slurm_backend import SlurmBackend, SlurmBackendError, SlurmRefused
 from activities.ssh_config import DeployOptions
 from activities.ssh_tunnel import LocalTunnel

@@ -32,8 +32,8 @@ from temporalio.exceptions import ApplicationError
 
 from activities.agent_client import AgentError
 from activities.handover import hands_over
+from activities.heartbeats import heartbeating
 from activities.instances import InstanceDirectory
-from activities.jobs import heartbeating
 from activities.service_router import SYNC_EVERY, RouterSync
 from activities.ssh_tunnel import LocalTunnel
 from core.backends.slurm import slurm_backend_name

@@ -21,8 +21,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.agent_client import AgentClient, AgentError, AgentUnreachable
+from activities.heartbeats import heartbeating
 from activities.instances import InstanceDirectory
-from activities.jobs import heartbeating, remove_task
+from activities.jobs import remove_task
 from activities.records import store_run_changes
 from core.configuration.base import DEFAULT_STOP_DURATION
 from core.eventlog import Event, EventlogError

@@ -9,21 +9,23 @@ import re
 from collections.abc import AsyncIterator
 from importlib.metadata import PackageNotFoundError, version
 
-from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, WebSocket
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Path, Query, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocketDisconnect
 
-from agent import jobs
+from agent import batches, jobs
 from agent.changes import MAX_CHANGES_WAIT
+from agent.code import CodeArchiveError
+from agent.code_cache import CodeCache
 from agent.instance import agent_uid, cpu_arch, disk_usage, shm_bytes
 from agent.logs import OffsetOutOfRange, read_log
 from agent.metrics import MetricsSampler
 from agent.ssh_server import AgentSSHServer
 from agent.task_watch import watch_forever
-from agent.tasks import BadTaskRequest, TaskConflict, TaskNotFound, TaskRegistry
+from agent.tasks import ERROR_STATUSES, BadTaskRequest, TaskNotFound, TaskRegistry
 from core.wire.agent_api import (
     CODE_HASH_PARAM,
     DEFAULT_PULL_LIMIT,
@@ -41,6 +43,7 @@ from core.wire.agent_api import (
     TaskSubmitRequest,
     TerminateRequest,
 )
+from core.wire.agent_batches import BatchAnswers, CodeKept, RemoveBatch, StartBatch
 
 WS_CHUNK = 1024 * 1024
 WS_POLL_INTERVAL = 0.05  # seconds between looks at a live log that has nothing new
@@ -51,7 +54,7 @@ WS_CLOSE_BAD_REQUEST = 4400
 # Request bodies: JSON ones are small; a code archive is streamed to disk, so it may be far larger.
 MAX_JSON_BODY = 8 * 2**20
 MAX_CODE_BODY = 2 * 2**30
-_CODE_PATH = re.compile(r"^/api/tasks/[^/]+/code$")
+_CODE_PATH = re.compile(r"^/api/(tasks/[^/]+/code|code/[^/]+)$")
 OPEN_PATHS = frozenset({"/api/healthcheck"})
 MAX_OFFSET = 2**62  # a log offset: seek() and file sizes are 63-bit
 UNAUTHORIZED = "missing or wrong bearer token"
@@ -115,7 +118,7 @@ def create_app(registry: TaskRegistry, token: str, ssh_server: AgentSSHServer | 
     app.add_middleware(GuardMiddleware, token=token)
     api = APIRouter(prefix="/api", dependencies=[Depends(require_token)])
 
-    for exc_type, status_code in ((TaskNotFound, 404), (TaskConflict, 409), (BadTaskRequest, 400)):
+    for exc_type, status_code in ERROR_STATUSES:
 
         def handler(_: Request, exc: Exception, status_code: int = status_code) -> JSONResponse:
             return JSONResponse({"detail": str(exc)}, status_code=status_code)
@@ -189,6 +192,33 @@ def create_app(registry: TaskRegistry, token: str, ssh_server: AgentSSHServer | 
         sha256: str = Query(alias=CODE_HASH_PARAM, pattern="^[0-9a-fA-F]{64}$"),
     ) -> TaskInfo:
         return await jobs.upload_code(registry, task_id, request.stream(), sha256)
+
+    code = CodeCache(registry.data_dir)
+
+    @api.get("/code/{sha256}")
+    async def kept_code(sha256: str = Path(pattern="^[0-9a-f]{64}$")) -> CodeKept:
+        """Whether this agent keeps the archive (docs/jobs.md#batches): 404 if not."""
+        if not code.has(sha256):
+            raise HTTPException(404, f"code {sha256} is not kept on this agent")
+        return CodeKept(sha256=sha256)
+
+    @api.put("/code/{sha256}")
+    async def keep_code(request: Request, sha256: str = Path(pattern="^[0-9a-f]{64}$")) -> CodeKept:
+        """A code archive kept for the tasks of a start batch, checked against its hash."""
+        if not code.has(sha256):
+            try:
+                await code.receive(request.stream(), sha256)
+            except CodeArchiveError as exc:
+                raise BadTaskRequest(str(exc)) from exc
+        return CodeKept(sha256=sha256)
+
+    @api.post("/batches/start")
+    async def start_batch(batch: StartBatch) -> BatchAnswers:
+        return await batches.start_tasks(registry, code, batch)
+
+    @api.post("/batches/remove")
+    async def remove_batch(batch: RemoveBatch) -> BatchAnswers:
+        return batches.remove_tasks(registry, batch)
 
     @api.post("/tasks/{task_id}/run")
     async def run_job(task_id: str) -> TaskInfo:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from agent.code import CodeArchiveError, extract_archive, receive_archive
+from agent.code_cache import CodeCache
 from agent.executors import Executor
 from agent.executors.environment import write_mpi_hostfile
 from agent.files import move_out_of_code
@@ -66,6 +67,21 @@ async def upload_code(
         registry.busy.discard(task_id)
     # Written with the record at the start: an agent restarted before then has the archive and no hash,
     # and the worker's retried start uploads it again (activities/jobs.py skips only what is recorded).
+    return record.to_info()
+
+
+def take_kept_code(registry: TaskRegistry, code: CodeCache, task_id: str, sha256: str) -> TaskInfo:
+    """The task's code from the agent's kept archives (docs/jobs.md#batches), as an upload of it would be."""
+    record = registry.get(task_id)
+    if record.code_hash == sha256:
+        return record.to_info()
+    if record.status != TaskStatus.PENDING:
+        raise TaskConflict(f"task {task_id!r} is {record.status}: its code can no longer change")
+    if task_id in registry.busy:
+        raise TaskConflict(f"task {task_id!r} is already receiving code or starting")
+    if not code.link_into(sha256, registry.paths(task_id).code_archive):
+        raise BadTaskRequest(f"code {sha256} is not kept on this agent")
+    record.code_hash = sha256  # written with the record at its start, as an upload's (upload_code)
     return record.to_info()
 
 

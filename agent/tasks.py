@@ -53,6 +53,14 @@ class BadTaskRequest(Exception):
     pass
 
 
+# What the API answers each of these with (agent/app.py), a batch's task too (agent/batches.py).
+ERROR_STATUSES: tuple[tuple[type[Exception], int], ...] = (
+    (TaskNotFound, 404),
+    (TaskConflict, 409),
+    (BadTaskRequest, 400),
+)
+
+
 def _as_submitted(record: TaskRecord) -> TaskSubmitRequest:
     return TaskSubmitRequest(
         id=record.id,

@@ -1,4 +1,4 @@
-"""A step's heartbeats (activities/jobs.py heartbeating): none for a step done within a second, since each
+"""A step's heartbeats (activities/heartbeats.py): none for a step done within a second, since each
 heartbeat the SDK sends is a write of the workflow's state in Temporal; one a second for a longer step,
 with its progress line when it has one."""
 
@@ -10,14 +10,14 @@ import pytest
 from temporalio import activity
 from temporalio.testing import ActivityEnvironment
 
-from activities import jobs
-from activities.jobs import Progress, heartbeating
+from activities import heartbeats
+from activities.heartbeats import Progress, heartbeating
 
 
 async def test_a_quick_step_sends_no_heartbeat_and_a_long_one_beats_with_its_progress(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(jobs, "_HEARTBEAT_EVERY", 0.05)
+    monkeypatch.setattr(heartbeats, "_HEARTBEAT_EVERY", 0.05)
     beats: list[tuple] = []
     env = ActivityEnvironment()
     env.on_heartbeat = lambda *details: beats.append(details)

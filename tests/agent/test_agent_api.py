@@ -80,6 +80,10 @@ async def test_every_other_endpoint_needs_the_token(
             ("POST", "/api/tasks/x/code"),
             ("POST", "/api/tasks/x/run"),
             ("GET", "/api/tasks/x/pull"),
+            ("GET", "/api/code/" + "0" * 64),
+            ("PUT", "/api/code/" + "0" * 64),
+            ("POST", "/api/batches/start"),
+            ("POST", "/api/batches/remove"),
         ]:
             response = await http.request(method, path)
             assert response.status_code == 401, (method, path, response.text)
