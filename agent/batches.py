@@ -6,39 +6,72 @@ one refused does not hold the others back."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 from agent import jobs
 from agent.code_cache import CodeCache
-from agent.tasks import ERROR_STATUSES, TaskRegistry
-from core.wire.agent_batches import BatchAnswers, RemoveBatch, StartBatch, TaskAnswer
+from agent.records import TaskRecord, save_job_spec, save_record
+from agent.tasks import ERROR_STATUSES, BadTaskRequest, TaskRegistry
+from core.wire.agent_api import TaskInfo, TaskStatus
+from core.wire.agent_batches import BatchAnswers, RemoveBatch, StartBatch, TaskAnswer, TaskStart
 
 
 async def start_tasks(registry: TaskRegistry, code: CodeCache, batch: StartBatch) -> BatchAnswers:
-    """Each task submitted, given its job and its kept code, then all started at once."""
-    answers: list[TaskAnswer] = []
-    for item in batch.tasks:
-        task_id = item.submit.id
+    """Each new task's record and job spec written together (their syncs in threads side by side, which
+    the file system commits as one), then every task started at once. A task the agent has already (a
+    batch sent again) goes through its own requests' steps, each of which answers it as it is."""
+    answers = [TaskAnswer(id=item.submit.id) for item in batch.tasks]
+    new: list[tuple[int, TaskRecord, TaskStart]] = []
+    known: list[int] = []
+    for index, item in enumerate(batch.tasks):
         try:
+            if registry.find(item.submit.id) is None:
+                new.append((index, registry.new_record(item.submit), item))
+                continue
             registry.submit(item.submit)
-            jobs.submit_job(registry, task_id, item.spec)
+            jobs.submit_job(registry, item.submit.id, item.spec)
             if item.code_hash is not None:
-                jobs.take_kept_code(registry, code, task_id, item.code_hash)
+                jobs.take_kept_code(registry, code, item.submit.id, item.code_hash)
+            known.append(index)
         except Exception as exc:
-            answers.append(_refused(task_id, exc))
-            continue
-        answers.append(TaskAnswer(id=task_id))
-    starting = [answer for answer in answers if answer.message is None]
-    started = await asyncio.gather(
-        *(jobs.run(registry, answer.id) for answer in starting), return_exceptions=True
+            answers[index] = _refused(item.submit.id, exc)
+    written = await asyncio.gather(
+        *(asyncio.to_thread(_write_new, registry, code, record, item) for _, record, item in new),
+        return_exceptions=True,
     )
-    for index, answer in enumerate(starting):  # (zip's strict= is not Python 3.9's: the hosts' may be)
-        outcome = started[index]
-        if isinstance(outcome, BaseException):
-            refused = _refused(answer.id, outcome)
-            answer.status_code, answer.message = refused.status_code, refused.message
+    starts: list[tuple[int, Awaitable[TaskInfo]]] = []
+    for position, (index, record, _) in enumerate(new):  # (zip's strict= is not Python 3.9's)
+        failure = written[position]
+        if isinstance(failure, BaseException):
+            registry.abandon(record)
+            answers[index] = _refused(record.id, failure)
         else:
-            answer.task = outcome
+            registry.admit(record)
+            starts.append((index, jobs.start_prepared(registry, record)))
+    starts += [(index, jobs.run(registry, answers[index].id)) for index in known]
+    outcomes = await asyncio.gather(*(start for _, start in starts), return_exceptions=True)
+    for position, (index, _) in enumerate(starts):
+        outcome = outcomes[position]
+        if isinstance(outcome, BaseException):
+            answers[index] = _refused(answers[index].id, outcome)
+        else:
+            answers[index].task = outcome
     return BatchAnswers(answers=answers)
+
+
+def _write_new(registry: TaskRegistry, code: CodeCache, record: TaskRecord, item: TaskStart) -> None:
+    """In a thread: a new task's directory, job spec, code (a link to the kept archive) and record, written
+    PREPARING, as `submit`, `job`, `code` and `run` would have left it."""
+    paths = registry.paths(record.id)
+    paths.root.mkdir(parents=True, mode=0o700, exist_ok=True)
+    save_job_spec(paths, item.spec)
+    record.job_submitted = True
+    if item.code_hash is not None:
+        if not code.link_into(item.code_hash, paths.code_archive):
+            raise BadTaskRequest(f"code {item.code_hash} is not kept on this agent")
+        record.code_hash = item.code_hash
+    record.status = TaskStatus.PREPARING
+    save_record(paths, record)
 
 
 def remove_tasks(registry: TaskRegistry, batch: RemoveBatch) -> BatchAnswers:

@@ -121,7 +121,12 @@ async def run(registry: TaskRegistry, task_id: str) -> TaskInfo:
         raise TaskConflict(f"task {task_id!r} is receiving its code: run it once the upload is done")
     record.status = TaskStatus.PREPARING
     registry.save(record)
-    registry.busy.add(task_id)
+    return await start_prepared(registry, record)
+
+
+async def start_prepared(registry: TaskRegistry, record: TaskRecord) -> TaskInfo:
+    """A task written PREPARING, started; answered as `run` answers."""
+    registry.busy.add(record.id)
     starting = asyncio.create_task(_prepare_and_start(registry, record))
     _STARTING.add(starting)  # the loop keeps only a weak reference to a task
     starting.add_done_callback(_STARTING.discard)

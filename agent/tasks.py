@@ -98,6 +98,7 @@ class TaskRegistry:
         self._watched: set[str] = set()  # running tasks
         self.executors = Executors(data_dir, engines)
         self.busy: set[str] = set()  # tasks with an upload or a preparation in flight
+        self._new: set[str] = set()  # tasks whose records are being written (new_record)
         self._wake: asyncio.Event | None = None  # set by agent.task_watch's loop: woken at a stop
         self._news: dict[str, asyncio.Event] = {}  # per task: set when it gets a job state or goes
         # Called with a task's id when its job has ended and when it is removed (the SSH server closes
@@ -186,6 +187,22 @@ class TaskRegistry:
             if not secret_memory.same_request(_as_submitted(existing), request):
                 raise TaskConflict(f"task {request.id!r} already exists with a different request")
             return existing.to_info()  # the same id never starts a second task
+        record = self.new_record(request)
+        try:
+            self.paths(request.id).root.mkdir(parents=True, mode=0o700, exist_ok=True)
+            self.save(record)
+        except BaseException:
+            self.abandon(record)
+            raise
+        self.admit(record)
+        return record.to_info()
+
+    def new_record(self, request: TaskSubmitRequest) -> TaskRecord:
+        """A new task's record, its resources taken and its network made, not yet written nor listed:
+        `admit` lists it once it is on disk, `abandon` gives back what it took. Its id is held meanwhile:
+        a submission of the same id is refused until then (agent/batches.py writes many at once)."""
+        if request.id in self._records or request.id in self._new:
+            raise TaskConflict(f"task {request.id!r} is being submitted")
         try:
             check_authorized_keys(request.authorized_keys)
         except BadAuthorizedKey as exc:
@@ -223,15 +240,26 @@ class TaskRegistry:
                 container=request.container,
                 owner=request.owner,
             )
-            self.paths(request.id).root.mkdir(parents=True, mode=0o700, exist_ok=True)
-            self.save(record)
         except BaseException:
             self.ledger.release(request.id)
             if isolation is not None:
                 task_network.teardown(request.id, isolation.netns)
             raise
+        self._new.add(record.id)
+        return record
+
+    def admit(self, record: TaskRecord) -> None:
+        """A new record (`new_record`), written: listed from now on."""
+        self._new.discard(record.id)
         self._records[record.id] = record
-        return record.to_info()
+
+    def abandon(self, record: TaskRecord) -> None:
+        """A new record (`new_record`) that could not be written: what it took given back, its files gone."""
+        self._new.discard(record.id)
+        self.ledger.release(record.id)
+        if record.netns is not None:
+            task_network.teardown(record.id, record.netns)
+        shutil.rmtree(self.paths(record.id).root, ignore_errors=True)
 
     def _check_ports(self, request: TaskSubmitRequest, note: str = "") -> None:
         """A port is refused only between tasks on the host's network: an isolated task has its own."""

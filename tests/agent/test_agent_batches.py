@@ -14,6 +14,8 @@ from test_agent_api import make_archive
 
 from activities.agent_client import AgentClient, AgentError
 from agent.code_cache import KEPT, CodeCache
+from agent.instance import HostCapacity
+from agent.tasks import TaskConflict, TaskRegistry
 from core.wire.agent_api import JobSpec, Resources, TaskStatus, TaskSubmitRequest
 from core.wire.agent_batches import StartBatch, TaskStart
 
@@ -103,3 +105,19 @@ async def test_the_cache_keeps_the_archives_used_last(tmp_path: Path) -> None:
     assert not cache.has(shas[1]) and not cache.has(shas[2])
     assert all(cache.has(sha) for sha in shas[3:])
     assert not cache.link_into(shas[1], tmp_path / "other.tar.gz")
+
+
+def test_a_task_being_written_holds_its_id_and_gives_back_what_it_took_if_abandoned(tmp_path: Path) -> None:
+    """A batch's new task is listed only once its record is on disk (agent/batches.py): meanwhile its id
+    is refused to another submission, and a record that could not be written frees its resources."""
+    registry = TaskRegistry(tmp_path, HostCapacity(cpus=4, memory_bytes=8 * 2**30), [])
+    registry.load()
+    request = TaskSubmitRequest(id="element", resources=Resources(cpu=4))
+    record = registry.new_record(request)
+    assert registry.find("element") is None and registry.ledger.free().cpu == 0
+    with pytest.raises(TaskConflict, match="being submitted"):
+        registry.submit(request)
+    registry.abandon(record)
+    assert registry.ledger.free().cpu == 4 and not (tmp_path / "tasks" / "element").exists()
+    assert registry.submit(request).status == TaskStatus.PENDING
+    assert (tmp_path / "tasks" / "element" / "task.json").exists()
