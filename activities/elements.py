@@ -9,7 +9,6 @@ what it had done).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -18,11 +17,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.agent_client import HTTP_NOT_FOUND
+from activities.batch_starts import start_together
 from activities.jobs import AGENT_ERROR_ATTEMPTS, JobActivities, remove_task
-from core.jobs.transitions import published_ports
 from core.wire import activity_names as names
-from core.wire.agent_api import TaskStatus
-from core.wire.agent_batches import StartBatch
 from core.wire.element_messages import (
     RemovedTasks,
     RemoveMany,
@@ -60,41 +57,24 @@ class ElementActivities:
         started: dict[int, StartedTask] = {}
         # A container's pull outlasts a batch's answer: it starts alone.
         instances = [s.prepare.instance_name if s.prepare.container is None else None for s in request.steps]
-        await asyncio.gather(
-            *(
-                self._start_batch(instance, [(i, request.steps[i]) for i in indices], started)
-                for instance, indices in _batches(instances)
-            )
-        )
+        batches = _batches(instances)
+        for some in await asyncio.gather(*(self._start_batch(i, at, request.steps) for i, at in batches)):
+            started.update(some)
         rest = [i for i in range(len(request.steps)) if i not in started]
         alone = await _bounded([self._start(request.steps[i]) for i in rest])
         started.update(zip(rest, alone, strict=True))
         return StartedTasks(results=[started[i] for i in range(len(request.steps))])
 
     async def _start_batch(
-        self, instance: str, steps: list[tuple[int, PrepareAndStart]], started: dict[int, StartedTask]
-    ) -> None:
-        """The steps in one request to their agent: those it started go in `started` (by index)."""
-        try:
-            client = await self._jobs.instances.resolve(instance)
-            if not client.takes_batches:
-                return
-            items, sent = [], []
-            for index, step in steps:
-                with contextlib.suppress(Exception):  # taken alone, where it fails as it should
-                    items.append(await self._jobs.batch_item(client, step))
-                    sent.append((index, step))
-            answers = await client.start_batch(StartBatch(tasks=items)) if items else []
-            if len(answers) != len(sent):
-                raise ValueError(f"{len(answers)} answers to a batch of {len(sent)}")
-        except Exception as err:  # an agent of an earlier release, one unreachable: each taken alone
-            activity.logger.info("a start batch on %s was not taken: %s", instance, err)
-            return
-        for (index, step), answer in zip(sent, answers, strict=True):
-            task = answer.task
-            if task is not None and task.status in (TaskStatus.RUNNING, TaskStatus.TERMINATED):
-                job_id = step.prepare.job_submission_id
-                started[index] = StartedTask(job_submission_id=job_id, published=published_ports(task.ports))
+        self, instance: str, indices: list[int], steps: list[PrepareAndStart]
+    ) -> dict[int, StartedTask]:
+        """The steps at `indices` in one request to their agent: those it started, by index."""
+        batch = [steps[i] for i in indices]
+        started = await start_together(self._jobs, instance, batch)
+        return {
+            indices[at]: StartedTask(job_submission_id=batch[at].prepare.job_submission_id, published=ports)
+            for at, ports in started.items()
+        }
 
     async def _start(self, step: PrepareAndStart) -> StartedTask:
         job_id = step.prepare.job_submission_id

@@ -17,6 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.agent_client import HTTP_NOT_FOUND, AgentClient, AgentError, AgentUnreachable
+from activities.batch_starts import start_together
 from activities.handover import hands_over
 from activities.heartbeats import Progress, heartbeating
 from activities.instances import InstanceDirectory
@@ -230,7 +231,13 @@ class JobActivities:
 
     @activity.defn(name=names.PREPARE_AND_START)
     async def prepare_and_start(self, request: PrepareAndStart) -> str | None:
-        """Both steps in one activity (docs/jobs.md#one-step-start); a retry skips what is done."""
+        """Both steps in one activity (docs/jobs.md#one-step-start); a retry skips what is done. Tried
+        first as a batch of one (one request to the agent rather than four, docs/jobs.md#batches)."""
+        if request.prepare.container is None:
+            async with heartbeating():  # a repo's clone may keep the answer up to 20 s
+                started = await start_together(self, request.prepare.instance_name, [request])
+            if 0 in started:
+                return started[0]
         task = await self._prepare(request.prepare)
         return await self._start(request.start, task)
 

@@ -70,3 +70,27 @@ async def test_a_shards_elements_start_and_are_removed_on_either_release_of_the_
     finally:
         stop_agent(agent)
         store.engine.dispose()
+
+
+@pytest.mark.parametrize("release", ["this", "previous"])
+async def test_a_jobs_start_is_a_batch_of_one_on_this_release_and_its_own_steps_on_the_previous(
+    tmp_path: Path, release: str
+) -> None:
+    this = release == "this"
+    agent: AgentProcess = start_agent(tmp_path / "agent") if this else start_previous_agent(tmp_path)
+    store = open_store(f"sqlite:///{tmp_path / 'ferry.db'}")
+    code_hash = store.put_code(make_archive({"element.txt": b"a job\n"}))
+    task_id = new_id("job")
+    try:
+        async with agent.client() as client:
+            instances = InstanceDirectory()
+            instances.add("local", client)
+            jobs = JobActivities(instances, store)
+            if this:  # one request: the steps of its own are not taken
+                jobs._prepare = None  # type: ignore[assignment,method-assign]
+            await ActivityEnvironment().run(jobs.prepare_and_start, step(task_id, code_hash))
+            ended = await wait_terminated(client, task_id)
+            assert (ended.exit_status, (await client.pull(task_id)).log_bytes()) == (0, b"a job\n")
+    finally:
+        stop_agent(agent)
+        store.engine.dispose()
