@@ -98,7 +98,7 @@ class TaskRegistry:
         self._watched: set[str] = set()  # running tasks
         self.executors = Executors(data_dir, engines)
         self.busy: set[str] = set()  # tasks with an upload or a preparation in flight
-        self._new: set[str] = set()  # tasks whose records are being written (new_record)
+        self._new: dict[str, TaskRecord] = {}  # tasks whose records are being written (new_record)
         self._wake: asyncio.Event | None = None  # set by agent.task_watch's loop: woken at a stop
         self._news: dict[str, asyncio.Event] = {}  # per task: set when it gets a job state or goes
         # Called with a task's id when its job has ended and when it is removed (the SSH server closes
@@ -245,17 +245,17 @@ class TaskRegistry:
             if isolation is not None:
                 task_network.teardown(request.id, isolation.netns)
             raise
-        self._new.add(record.id)
+        self._new[record.id] = record
         return record
 
     def admit(self, record: TaskRecord) -> None:
         """A new record (`new_record`), written: listed from now on."""
-        self._new.discard(record.id)
+        self._new.pop(record.id, None)
         self._records[record.id] = record
 
     def abandon(self, record: TaskRecord) -> None:
         """A new record (`new_record`) that could not be written: what it took given back, its files gone."""
-        self._new.discard(record.id)
+        self._new.pop(record.id, None)
         self.ledger.release(record.id)
         if record.netns is not None:
             task_network.teardown(record.id, record.netns)
@@ -264,7 +264,7 @@ class TaskRegistry:
     def _check_ports(self, request: TaskSubmitRequest, note: str = "") -> None:
         """A port is refused only between tasks on the host's network: an isolated task has its own."""
         for port in request.ports:
-            for other in self._records.values():
+            for other in [*self._records.values(), *self._new.values()]:  # a batch's others too
                 if other.status != TaskStatus.TERMINATED and other.network == "host" and port in other.ports:
                     raise TaskConflict(f"port {port} is already used by task {other.id!r}{note}")
 

@@ -121,3 +121,15 @@ def test_a_task_being_written_holds_its_id_and_gives_back_what_it_took_if_abando
     assert registry.ledger.free().cpu == 4 and not (tmp_path / "tasks" / "element").exists()
     assert registry.submit(request).status == TaskStatus.PENDING
     assert (tmp_path / "tasks" / "element" / "task.json").exists()
+
+
+async def test_two_tasks_of_a_batch_on_the_hosts_network_cannot_share_a_port(client: AgentClient) -> None:
+    first, second = new_id("port"), new_id("port")
+    tasks = [start(task_id, ["sleep 30"]) for task_id in (first, second)]
+    for task in tasks:
+        task.submit.ports, task.submit.network = [47213], "host"
+    answers = await client.start_batch(StartBatch(tasks=tasks))
+    assert [a.status_code for a in answers] == [200, 409]
+    assert answers[1].message == f"port 47213 is already used by task {first!r}"
+    await client.terminate(first, timeout=0)
+    await wait_terminated(client, first)
