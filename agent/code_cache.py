@@ -2,8 +2,8 @@
 (agent/code.py) however many tasks run it: an array's elements all do (docs/jobs.md#batches).
 
 A task takes its archive as a hard link (the same file system: no copy), extracted and unlinked at its
-start as an uploaded one is. The cache keeps the KEPT archives used last (each use touches its file) and
-removes the others as a new one comes.
+start as an uploaded one is. The cache keeps the KEPT archives used last (each use touches its file), and
+no more than KEPT_BYTES of them but the last, and removes the others as a new one comes.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from agent.code import receive_archive
 
 KEPT = 16
+KEPT_BYTES = 2**30  # a repository's archive may be large: the cache stays within a GiB but for the last
 
 
 class CodeCache:
@@ -51,13 +52,18 @@ class CodeCache:
         return True
 
     def _evict(self) -> None:
-        kept = sorted(self.root.glob("*.tar.gz"), key=_mtime, reverse=True)
-        for stale in kept[KEPT:]:
-            stale.unlink(missing_ok=True)
+        kept = sorted(((_stat(path), path) for path in self.root.glob("*.tar.gz")), reverse=True)
+        total = 0
+        for position, ((_, size), path) in enumerate(kept):
+            total += size
+            if position >= KEPT or (position > 0 and total > KEPT_BYTES):
+                path.unlink(missing_ok=True)
 
 
-def _mtime(path: Path) -> float:
+def _stat(path: Path) -> tuple[float, int]:
+    """When it was last used, and its size (0, 0 if it is gone)."""
     try:
-        return path.stat().st_mtime
+        found = path.stat()
     except FileNotFoundError:
-        return 0.0
+        return 0.0, 0
+    return found.st_mtime, found.st_size

@@ -4,6 +4,7 @@ many tasks, each answered on its own as its own requests would have been, the co
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from agent_harness import new_id, pull_all, wait_terminated
 from test_agent_api import make_archive
 
 from activities.agent_client import AgentClient, AgentError
+from agent import code_cache
 from agent.code_cache import KEPT, CodeCache
 from agent.instance import HostCapacity
 from agent.tasks import TaskConflict, TaskRegistry
@@ -105,6 +107,25 @@ async def test_the_cache_keeps_the_archives_used_last(tmp_path: Path) -> None:
     assert not cache.has(shas[1]) and not cache.has(shas[2])
     assert all(cache.has(sha) for sha in shas[3:])
     assert not cache.link_into(shas[1], tmp_path / "other.tar.gz")
+
+
+async def test_the_cache_stays_within_its_bytes_but_for_the_archive_it_just_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(code_cache, "KEPT_BYTES", 1000)
+    cache = CodeCache(tmp_path)
+    shas = []
+    for index in range(3):
+        archive = make_archive({"n": os.urandom(600 + index)})  # about 800 bytes: random data stays large
+        sha = hashlib.sha256(archive).hexdigest()
+        shas.append(sha)
+
+        async def chunks(data: bytes = archive) -> AsyncIterator[bytes]:
+            yield data
+
+        await cache.receive(chunks(), sha)
+        time.sleep(0.01)
+        assert [cache.has(s) for s in shas] == [False] * index + [True]
 
 
 def test_a_task_being_written_holds_its_id_and_gives_back_what_it_took_if_abandoned(tmp_path: Path) -> None:
