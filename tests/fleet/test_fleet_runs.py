@@ -93,7 +93,11 @@ async def test_placement_cluster_takes_hosts_that_share_a_network(cluster: Clust
     described = await cluster.fleets.wait_deployed(cluster.fleet, DEPLOY_WAIT)
     assert described.deployed and not described.pending, described.pending
     addresses = {host.address for host in cluster.network.hosts}
-    assert {cluster.address_of(i.name) for i in described.instances} == addresses
+    # The fleet's records reach the store a moment after its description says deployed (a CI run read it
+    # in between once): its instances, as the store has them, once it has them all.
+    names = [i.name for i in described.instances]
+    await until("the instances in the store", lambda: all(cluster.api.store.find_instance(n) for n in names))
+    assert {cluster.address_of(name) for name in names} == addresses
     show = "echo master=$FERRY_MASTER_NODE_IP ips=$(echo $DSTACK_NODES_IPS | tr ' ' ,)"
     final = await cluster.finished(await cluster.submit(task([show], nodes=2), "cluster-pair"))
     assert final.status == RunStatus.DONE
