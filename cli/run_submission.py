@@ -29,6 +29,7 @@ from core.runs.workflow_messages import RunInput
 from core.settings import DEFAULT_PROJECT, TASK_QUEUE
 from core.status import RunStatus
 from core.web_ui import pipeline_metadata, run_metadata
+from core.wire import revisions
 from core.wire.run_messages import (
     DependencyTarget,
     PipelineInput,
@@ -140,6 +141,7 @@ class RunSubmissions:
             dependencies=dependencies,
             volume_instances=volume_instances,
             authorized_keys=self.authorized_keys,
+            revision=revisions.CURRENT,
         )
         # What the Web UI shows of it (docs/runs.md#the-web-ui): a service's URL as of its submission.
         url = (

@@ -37,8 +37,10 @@ with workflow.unsafe.imports_passed_through():
     from core.jobs.volumes import attach_request, detach_request
     from core.status import JobStatus, JobTerminationReason
     from core.web_ui import job_line
+    from core.wire import revisions
     from core.wire.job_messages import (
         JobDescription,
+        JobEnding,
         JobInput,
         Placement,
         PlacementRefused,
@@ -47,13 +49,14 @@ with workflow.unsafe.imports_passed_through():
     )
     from core.wire.messages import TASK_ENDED, JobOutcome, PrepareAndStart, SSHEndpoint, SSHEndpointRequest
     from core.wire.workflow_ids import job_submission_id
-    from workflows import activity_stubs, retry_policies, signals
+    from workflows import activity_stubs, patches, retry_policies, signals
     from workflows.handles import abandon
     from workflows.job_agent import JobAgent, Stopped
     from workflows.job_news import JobNews
     from workflows.job_serving import ReplicaServing
     from workflows.job_startup import StartupWaits
     from workflows.job_utilization import UtilizationWatch
+    from workflows.last_words import LAST_WORD_BY_SIGNAL
     from workflows.web_ui import end_job, show_job
 
 # Past this the agent is presumed gone even if it answered before: the grace period has long ended.
@@ -74,6 +77,8 @@ class JobWorkflow:
     @workflow.init
     def __init__(self, inp: JobInput) -> None:
         self._input = inp
+        # Its revision takes the patches before it, unasked (workflows/patches.py, core.wire.revisions).
+        self._revised = inp.revision >= revisions.LAST_WORDS
         self._id = job_submission_id(inp.run_id, inp.replica_num, inp.job_num, inp.submission_num)
         self._events: list[Event] = []
         self._control = JobControl()
@@ -115,6 +120,12 @@ class JobWorkflow:
         """From its instance's watch: the task's process has ended, and its log is stored."""
         self._control = self._control.on_task_ended(outcome, self._id)
 
+    @workflow.signal(name=LAST_WORD_BY_SIGNAL)
+    def last_word_by_signal(self) -> None:
+        """From its run, about to continue as new: the job's result would reach the run's execution that
+        ended, so its last word goes by signal (docs/jobs.md#the-last-word)."""
+        self._news.by_signal()
+
     @workflow.signal
     def peers_started(self) -> None:
         """From its run: the jobs this one waits for (`startup_order`) have started."""
@@ -142,7 +153,7 @@ class JobWorkflow:
         return JobDescription(job_submission_id=self._id, events=list(self._events))
 
     @workflow.run
-    async def run(self, inp: JobInput) -> JobOutcome:
+    async def run(self, inp: JobInput) -> JobEnding:
         # The run knows it was submitted: the submit event goes to the store with the job's first news.
         try:
             await self._provision_and_run(inp)
@@ -166,7 +177,7 @@ class JobWorkflow:
             # fleet began before that watch (docs/jobs.md#the-instance-watch).
             owner = workflow.info().workflow_id if placement.watched else None
             prepare = job.prepare_task(inp, self._id, placement, owner)
-            if job.starts_in_one_step(inp) and workflow.patched(_SHORT_HISTORY):
+            if job.starts_in_one_step(inp) and patches.taken(_SHORT_HISTORY, self._revised):
                 start = job.start_job(inp, self._id, placement)
                 both = PrepareAndStart(prepare=prepare, start=start)
                 published = await self._agent.step(
@@ -202,7 +213,9 @@ class JobWorkflow:
         """Wait for the fleet's decision (node 0 asks for the whole replica); None when it is refused."""
         enqueue = inp.enqueue
         fleet = inp.fleet_workflow_id
-        if enqueue is not None and not await signals.send_one(fleet, FLEET_ENQUEUE, enqueue, "enqueue"):
+        if enqueue is not None and not await signals.send_one(
+            fleet, FLEET_ENQUEUE, enqueue, "enqueue", by_revision=self._revised
+        ):
             reason = JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY
             self._log(*fatal(reason, f"its fleet is not running ({inp.fleet_workflow_id})"))
             return None
@@ -313,7 +326,7 @@ class JobWorkflow:
             reason = job.reason_for_failure(cause.type, reason)
         self._log(*fatal(reason, cause.message if isinstance(cause, FailureError) else str(err)))
 
-    async def _clean_up(self, inp: JobInput) -> JobOutcome:
+    async def _clean_up(self, inp: JobInput) -> JobEnding:
         """Stop and remove the task, free the capacity, then the finished status (docs/jobs.md)."""
         if self._serving is not None:
             await self._serving.unregister()
@@ -323,7 +336,9 @@ class JobWorkflow:
                 note = job.lost_task_note(instance, self._control.terminate)
                 self._log("exception", type="free", severity=1, note=note)
             else:
-                problem = await self._agent.remove_task(instance, local=workflow.patched(_SHORT_HISTORY))
+                problem = await self._agent.remove_task(
+                    instance, local=patches.taken(_SHORT_HISTORY, self._revised)
+                )
                 if problem is None:
                     self._log("release", ranks="all", final=True)
                 else:
@@ -340,8 +355,11 @@ class JobWorkflow:
         if releasing is not None:
             await releasing
         state = self._state
-        return JobOutcome(
-            termination_reason=reason, termination_message=last_note(state), exit_status=state.exit_status
+        return JobEnding(
+            termination_reason=reason,
+            termination_message=last_note(state),
+            exit_status=state.exit_status,
+            last_word=await self._news.last_word(),  # the last step: nothing comes between it and the end
         )
 
     async def _detach_volumes(self, inp: JobInput) -> None:
@@ -358,7 +376,10 @@ class JobWorkflow:
 
     async def _release(self, inp: JobInput) -> None:
         """The capacity back to the fleet, once the task is gone (a fleet deleted meanwhile needs nothing)."""
-        await signals.send_one(inp.fleet_workflow_id, FLEET_RELEASE, ReleaseJob(job_id=self._id), "release")
+        release = ReleaseJob(job_id=self._id)
+        await signals.send_one(
+            inp.fleet_workflow_id, FLEET_RELEASE, release, "release", by_revision=self._revised
+        )
 
     def _note(self, **memo: str) -> None:
         self._log("memo", **memo)

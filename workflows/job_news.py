@@ -18,7 +18,8 @@ with workflow.unsafe.imports_passed_through():
     from core.eventlog import Event
     from core.jobs.state_machine import JobState
     from core.jobs.transitions import job_update
-    from core.wire.job_messages import JobInput
+    from core.wire import revisions
+    from core.wire.job_messages import JobInput, JobUpdate
     from workflows import signals
 
 RUN_SIGNAL = "job_update"
@@ -45,6 +46,11 @@ class JobNews:
         self._sending: asyncio.Future[None] | None = None
         self._delayed: asyncio.Future[None] | None = None
         self._last: int | None = None  # events up to the job's last word
+        self._revised = (
+            inp.revision >= revisions.LAST_WORDS
+        )  # it takes the patches before (workflows/patches.py)
+        self._by_result = self._revised  # the last word goes with the job's result
+        self._kept: JobUpdate | None = None  # the last word, kept for the result
 
     def publish(self, *, soon: bool = False, last: bool = False) -> None:
         """Tell the run every event logged so far (soon: within NEWS_DELAY; last: the job's last word)."""
@@ -63,9 +69,23 @@ class JobNews:
             self._sending = asyncio.ensure_future(self._send())
 
     async def published(self) -> None:
-        """Until every event asked for has reached the run."""
+        """Until every event asked for has reached the run (or, the last word, is kept for the result)."""
         while self._sending is not None and not self._sending.done():
             await self._sending
+
+    def by_signal(self) -> None:
+        """The run continues as new: it will not see this workflow's result, so the last word goes by signal
+        (`last_word`, awaited before the job ends, sends one kept meanwhile)."""
+        self._by_result = False
+
+    async def last_word(self) -> JobUpdate | None:
+        """The job's last word for its result, once `published`: None when it went by signal. The job ends
+        in the same workflow task, so the run's `last_word_by_signal` cannot come between."""
+        kept, self._kept = self._kept, None
+        if kept is not None and not self._by_result:
+            await signals.send_by_workflow(self._input.run_workflow_id, RUN_SIGNAL, kept)
+            return None
+        return kept
 
     async def _publish_later(self) -> None:
         await asyncio.sleep(NEWS_DELAY.total_seconds())  # a durable timer
@@ -84,7 +104,11 @@ class JobNews:
             # word goes by the workflow itself: the workflow task that sends it is not the one that ends the
             # job, which the server refuses when a signal came meanwhile, and a local activity's signal sent
             # again by the task redone would be dropped as a repeat, its newer events with it.
-            if self._sent == self._last:
+            if self._sent == self._last and self._by_result:
+                self._kept = update  # docs/jobs.md#the-last-word
+            elif self._sent == self._last:
                 await signals.send_by_workflow(inp.run_workflow_id, RUN_SIGNAL, update)
             else:
-                await signals.send_one(inp.run_workflow_id, RUN_SIGNAL, update, f"news-{start}")
+                await signals.send_one(
+                    inp.run_workflow_id, RUN_SIGNAL, update, f"news-{start}", by_revision=self._revised
+                )

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.workflow_messages import RunInput
     from core.status import RunStatus
     from core.web_ui import pipeline_summary, run_current_details, run_line, run_metadata
+    from core.wire import revisions
     from core.wire.messages import RecordPipelineTask, RecordRun
     from core.wire.run_messages import PipelineInput, RunNews, RunResult, StopReply, StopRequest, WatchRequest
     from workflows import activity_stubs, retry_policies
@@ -128,6 +129,7 @@ class PipelineWorkflow:
             fleet=inp.fleets[task - 1],
             volume_instances=inp.volume_instances,
             authorized_keys=inp.authorized_keys,
+            revision=revisions.CURRENT,
         )
         summary, details = run_metadata(run_input)
         child = await workflow.start_child_workflow(

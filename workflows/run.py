@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.workflow_messages import RunCarry, RunDescription, RunInput
     from core.status import RunStatus
     from core.web_ui import job_details, job_summary, run_line
+    from core.wire import revisions
     from core.wire.element_messages import RUN_JOB_UPDATES, JobUpdates
     from core.wire.job_messages import JobUpdate, TerminateJobRequest
     from core.wire.messages import RecordJob, RecordRun
@@ -57,9 +58,9 @@ with workflow.unsafe.imports_passed_through():
         WatchRequest,
     )
     from core.wire.workflow_ids import fleet_workflow_id, job_workflow_id
-    from workflows import activity_stubs, retry_policies, run_elements, run_schedule
-    from workflows.handles import settle
+    from workflows import activity_stubs, patches, retry_policies, run_elements, run_schedule
     from workflows.job import JobWorkflow
+    from workflows.last_words import LastWords
     from workflows.notify import Notifier
     from workflows.run_loads import LoadWatches
     from workflows.run_watchers import DEPENDENCY_NEWS, Watchers, watch_run
@@ -87,6 +88,9 @@ class RunWorkflow:
         self._heard: dict[str, int] = {}  # by element: how many of its events it has heard (core.runs.arrays)
         self._priorities: list[int] = []  # `ferry set-priority`, not yet logged
         self._job_news: list[RecordJob] = []  # heard from the jobs, to store with the next flush
+        self._last_words = LastWords(
+            inp.revision >= revisions.LAST_WORDS, lambda update: self._updates.append(update)
+        )
         self._loads = LoadWatches(inp.run_id)
         self._news: list[RunNews] = []  # from the runs this one waits for (docs/dependencies.md)
         self._watchers = Watchers(inp.run_id, [] if inp.carry is None else inp.carry.watchers)
@@ -99,7 +103,7 @@ class RunWorkflow:
         self._recorded_configuration = inp.configuration
         if inp.carry is None:
             # STEP 1 in the constructor: a stop sent with the run's start finds the run already logged.
-            restarts = not workflow.patched(RETRY_WINDOW)
+            restarts = not patches.taken(RETRY_WINDOW, inp.revision >= revisions.LAST_WORDS)
             now = workflow.now().timestamp()
             step = submit_run(inp, now, retry_window_restarts=restarts)
             # An array's elements share one workflow since this patch (workflows/run_elements.py), which
@@ -265,6 +269,8 @@ class RunWorkflow:
             await asyncio.gather(self._flush(), self._carry_out())
             await self._watchers.tell(self._run_news())
             self._loads.follow(self._machine, self._stop is not None)
+            if self._can_continue_as_new() and self._last_words.awaited:
+                await self._last_words.by_signal()
             if self._can_continue_as_new():
                 workflow.continue_as_new(self._carry())
         if self._machine.plan.schedule:
@@ -345,6 +351,7 @@ class RunWorkflow:
     async def _start_job(self, effect: StartJob) -> None:
         run_id = workflow.info().workflow_id
         inp = job_input(self._input, self._machine.state, run_id, effect.replica_num, effect.job_num)
+        inp = inp.model_copy(update={"revision": self._input.revision})
         job = await workflow.start_child_workflow(
             JobWorkflow.run,
             inp,
@@ -353,7 +360,7 @@ class RunWorkflow:
             static_summary=job_summary(inp, self._input.configuration.type),
             static_details=job_details(inp),
         )
-        settle(job)  # its news comes by signal; a failed job's workflow fails (workflows/endings.py)
+        self._last_words.follow(job)
 
     def _job(self, effect: TerminateJob | PeersStarted) -> workflow.ExternalWorkflowHandle[Any]:
         job_id = job_workflow_id(

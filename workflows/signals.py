@@ -13,7 +13,7 @@ from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from core.wire.messages import SendSignals, Signal
-    from workflows import activity_stubs, retry_policies
+    from workflows import activity_stubs, patches, retry_policies
 
 __all__ = ["LOCAL_HOT_PATH", "Signal", "send", "send_by_workflow", "send_one", "signal"]
 
@@ -45,10 +45,13 @@ async def send(*signals: Signal) -> list[bool]:
     )
 
 
-async def send_one(workflow_id: str, name: str, arg: BaseModel | None, request_id: str) -> bool:
-    """One signal, by a local activity since LOCAL_HOT_PATH, else by the workflow itself as it was sent
-    before; whether it was delivered (False: its workflow is not running)."""
-    if workflow.patched(LOCAL_HOT_PATH):
+async def send_one(
+    workflow_id: str, name: str, arg: BaseModel | None, request_id: str, *, by_revision: bool
+) -> bool:
+    """One signal, by a local activity since LOCAL_HOT_PATH (always, `by_revision`: workflows/patches.py),
+    else by the workflow itself as it was sent before; whether it was delivered (False: its workflow is
+    not running)."""
+    if patches.taken(LOCAL_HOT_PATH, by_revision):
         [delivered] = await send(signal(workflow_id, name, arg, request_id))
         return delivered
     return await send_by_workflow(workflow_id, name, arg)

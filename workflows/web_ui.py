@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.workflow_messages import RunInput
     from core.status import JobStatus, RunStatus
     from core.web_ui import JOB_FAILED, RUN_FAILED, job_line, run_current_details, run_summary
-    from core.wire.messages import JobOutcome
+    from core.wire.job_messages import JobEnding
     from core.wire.run_messages import RunResult
 
 FAILS_VISIBLY = "fails-visibly"  # the patch that made a FAILED run's or job's workflow fail
@@ -43,7 +43,7 @@ def end_run(result: RunResult, message: str) -> RunResult:
     raise ApplicationError(message, result, type=RUN_FAILED, non_retryable=True)
 
 
-def end_job(outcome: JobOutcome, message: str) -> JobOutcome:
+def end_job(outcome: JobEnding, message: str) -> JobEnding:
     """`outcome`, or for a job that ends FAILED a JobFailed failure (details: `outcome`)."""
     if outcome.termination_reason.to_status() != JobStatus.FAILED or not workflow.patched(FAILS_VISIBLY):
         return outcome
@@ -57,3 +57,12 @@ def failed_run_result(cause: BaseException | None) -> RunResult | None:
         return None
     details: Any = cause.details[0]
     return details if isinstance(details, RunResult) else RunResult.model_validate(details)
+
+
+def failed_job_ending(cause: BaseException | None) -> JobEnding | None:
+    """The result of a job whose workflow failed as `end_job` fails it, from a ChildWorkflowError's cause;
+    None for any other."""
+    if not isinstance(cause, ApplicationError) or cause.type != JOB_FAILED or not cause.details:
+        return None
+    details: Any = cause.details[0]
+    return details if isinstance(details, JobEnding) else JobEnding.model_validate(details)

@@ -43,6 +43,8 @@ class RunInput(Message):
     volume_instances: dict[str, str] = Field(default_factory=dict)  # named volume -> its instance, likewise
     # The user's SSH public keys: they open the agents' SSH servers into its jobs (docs/attach.md).
     authorized_keys: list[str] = Field(default_factory=list)
+    # The workflow revision of the release that submitted it (core.wire.revisions): 0, before revisions.
+    revision: int = 0
     # For tests: continue as new after every step, to show that nothing of the run is lost across it.
     continue_as_new_each_step: bool = False
 

@@ -14,7 +14,7 @@ from core.eventlog import Event
 from core.status import JobStatus, JobTerminationReason
 from core.wire.agent_api import ClusterInfo, ContainerSpec, JobSpec, Resources
 from core.wire.base import Frozen, Message
-from core.wire.messages import RecordJob
+from core.wire.messages import JobOutcome, RecordJob
 from core.wire.services import ServiceJob
 from core.wire.volumes import JobVolume
 
@@ -96,6 +96,9 @@ class JobInput(Message):
     # Whether its run calls Ferry's API (`dstack: true`): a job that does gets a token at its start. None:
     # an input from before this was told, which the start looks up in the run's stored configuration.
     api_access: bool | None = None
+    # Its run's workflow revision (core.wire.revisions): since LAST_WORDS its run hears its last word from
+    # this workflow's result (JobEnding), until the run asks otherwise (docs/jobs.md#the-last-word).
+    revision: int = 0
 
 
 class TerminateJobRequest(Message):
@@ -135,6 +138,13 @@ class JobUpdate(Message):
     @property
     def instance(self) -> str | None:
         return self.record.instance_name
+
+
+class JobEnding(JobOutcome):
+    """A JobWorkflow's result (a failed job's failure carries it as its details): how the job ended, and
+    its last word for its run when the run hears it here (`JobInput.last_word_by_result`)."""
+
+    last_word: JobUpdate | None = None
 
 
 class JobDescription(Message):

@@ -24,6 +24,7 @@ from core.jobs.state_machine import replay_job
 from core.runs.state_machine import RunState, replay_run
 from core.runs.workflow_messages import RunDescription, RunInput
 from core.settings import fleet_task_queue
+from core.wire import revisions
 from core.wire.job_messages import JobDescription
 from core.wire.run_messages import DependencyTarget, RunResult, StopReply, StopRequest
 from core.wire.workflow_ids import LOCAL_FLEET, fleet_workflow_id, job_workflow_id, run_workflow_id
@@ -50,13 +51,21 @@ def configuration(kind: str = "task", **fields: Any) -> Any:
     return parse_configuration(data)
 
 
+_earlier_release: list[bool] = []  # set within `without_patch`
+
+
 @contextlib.contextmanager
 def without_patch(*patch_ids: str) -> Iterator[None]:
-    """Workflows run as a release before `workflow.patched(patch_id)` did: they record no marker for it."""
+    """Workflows run as a release before `workflow.patched(patch_id)` did: they record no marker for it,
+    and the runs submitted meanwhile hear their jobs' last words by signal, as runs submitted then did."""
     patched = workflow.patched
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(workflow, "patched", lambda id: id not in patch_ids and patched(id))
-        yield
+        _earlier_release.append(True)
+        try:
+            yield
+        finally:
+            _earlier_release.pop()
 
 
 async def check_patch_guards(
@@ -119,6 +128,7 @@ class Harness:
             submitted_at=now.timestamp(),
             fleet=fleet,
             dependencies=dependencies or [],
+            revision=0 if _earlier_release else revisions.CURRENT,  # docs/jobs.md#the-last-word
         )
 
     async def start(

@@ -35,8 +35,8 @@ async def test_a_jobs_and_its_fleets_signals_go_by_local_activity(harness: Harne
     handle = await harness.start(configuration())
     assert (await harness.result(handle)).status == "done"
     run, job = await histories(harness, handle.id)
-    # Only its last word goes by the job itself (workflows/job_news.py).
-    assert signals_sent(job) == ["job_update"] and activities_in(job) == [names.PREPARE_AND_START]
+    # None by the job itself: its last word comes with its result (docs/jobs.md#the-last-word).
+    assert signals_sent(job) == [] and activities_in(job) == [names.PREPARE_AND_START]
     assert activities_in(run) == [names.RECORD_RUN, names.RECORD_RUN]  # the store's writes stay regular
     fleet = await harness.fleet().fetch_history()
     assert signals_sent(fleet) == []

@@ -229,8 +229,8 @@ async def test_a_run_begun_before_the_retry_window_patch_keeps_its_count_once_co
     monkeypatch.setattr(retry, "PENDING_BACKOFF_SCHEDULE", (1, 2, 4))
     harness.backend.watch_script = {(0, 0, n): exited(1) for n in range(3)}
     conf = configuration(retry={"on_events": ["error"], "duration": "2s"})
-    inp = await harness.run_input(conf)
     with without_patch(RETRY_WINDOW):
+        inp = await harness.run_input(conf)  # submitted by a release before revisions: it asks
         handle = await harness.client.start_workflow(
             RunWorkflow.run,
             inp.model_copy(update={"continue_as_new_each_step": True}),
