@@ -19,6 +19,7 @@ from temporalio.exceptions import FailureError
 with workflow.unsafe.imports_passed_through():
     from core.configuration import RunConfiguration
     from core.eventlog import Event
+    from core.fleets.messages import FLEET_SET_PRIORITY, SetQueuedPriorityRequest
     from core.runs.arrays import max_parallel, share_one_workflow, unheard
     from core.runs.cycles import between_cycles
     from core.runs.deploying import Deploy, changed_fields, not_in_place
@@ -26,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         Effect,
         EndCycle,
         PeersStarted,
+        SetQueuedPriority,
         StartJob,
         TerminateJob,
         UpdateSchedule,
@@ -42,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from core.web_ui import job_details, job_summary, run_line
     from core.wire import revisions
     from core.wire.element_messages import RUN_JOB_UPDATES, JobUpdates
-    from core.wire.job_messages import JobUpdate
+    from core.wire.job_messages import JobUpdate, TerminateJobRequest
     from core.wire.messages import RecordJob, RecordRun
     from core.wire.run_messages import (
         CycleTrigger,
@@ -55,13 +57,12 @@ with workflow.unsafe.imports_passed_through():
         StopRequest,
         WatchRequest,
     )
-    from core.wire.workflow_ids import job_workflow_id
-    from workflows import patches, run_effects, run_elements, run_records, run_schedule
+    from core.wire.workflow_ids import fleet_workflow_id, job_workflow_id
+    from workflows import activity_stubs, patches, retry_policies, run_elements, run_schedule
     from workflows.job import JobWorkflow
     from workflows.last_words import LastWords
     from workflows.notify import Notifier
     from workflows.run_loads import LoadWatches
-    from workflows.run_records import StepClock
     from workflows.run_watchers import DEPENDENCY_NEWS, Watchers, watch_run
     from workflows.search_attributes import SA_STATUS
     from workflows.web_ui import end_run, show_run
@@ -100,7 +101,6 @@ class RunWorkflow:
         self._triggers: list[CycleTrigger] = []  # a scheduled run's schedule fired (workflows/cycle.py)
         # The configuration the store's run row has: the run writes it there once another replaces it.
         self._recorded_configuration = inp.configuration
-        self._clock = StepClock(inp.revision >= revisions.LOCAL_RECORDS)  # workflows/run_records.py
         if inp.carry is None:
             # STEP 1 in the constructor: a stop sent with the run's start finds the run already logged.
             restarts = not patches.taken(RETRY_WINDOW, inp.revision >= revisions.LAST_WORDS)
@@ -117,13 +117,11 @@ class RunWorkflow:
             self._events = list(step.events)
             self._effects = list(step.effects)
             self._first_seq = self._flushed = 0
-            self._execution = 0
             self._published_status = RunStatus.SUBMITTED.value  # FerryStatus as `ferry apply` starts it
         else:
             self._batched = inp.carry.elements_batched
             self._machine = _carried_machine(inp.carry)
             self._first_seq = self._flushed = inp.carry.next_seq
-            self._execution = inp.carry.execution
             self._published_status = self._machine.state.status.value  # continue-as-new keeps it
         self._stop = self._machine.stop  # the stop asked for so far; the machine hears it at its next step
         self._notifier = Notifier(None if inp.carry is None else self._machine.state.status)
@@ -265,7 +263,7 @@ class RunWorkflow:
             )
             self._updates, self._priorities, self._deploy, self._triggers, self._news = [], [], None, [], []
             self._job_news += [update.record for update in inbox.updates]
-            self._take(advance(self._machine, inbox, self._clock.now()))
+            self._take(advance(self._machine, inbox, workflow.now().timestamp()))
             self._take_next_cycle()
             # In one workflow task: the store write and the new children need not wait for each other.
             await asyncio.gather(self._flush(), self._carry_out())
@@ -326,9 +324,9 @@ class RunWorkflow:
             elif isinstance(effect, TerminateJob) and self._batched:
                 stops.append(effect)
             elif isinstance(effect, TerminateJob):
-                signals.append(run_effects.terminate_job(effect))
+                signals.append(self._terminate_job(effect))
             elif isinstance(effect, PeersStarted):
-                signals.append(run_effects.tell_peers_started(effect))
+                signals.append(self._tell_peers_started(effect))
             elif isinstance(effect, EndCycle):
                 signals.append(run_schedule.end_cycle(effect))
             elif isinstance(effect, WatchRun):
@@ -336,7 +334,7 @@ class RunWorkflow:
             elif isinstance(effect, UpdateSchedule):
                 signals.append(run_schedule.update_schedule(self._input, effect))
             else:
-                signals.append(run_effects.move_in_queue(self._input.project, self._input.fleet, effect))
+                signals.append(self._move_in_queue(effect))
         run_id = workflow.info().workflow_id
         if elements:
             state = self._machine.state
@@ -364,6 +362,19 @@ class RunWorkflow:
         )
         self._last_words.follow(job)
 
+    def _job(self, effect: TerminateJob | PeersStarted) -> workflow.ExternalWorkflowHandle[Any]:
+        job_id = job_workflow_id(
+            workflow.info().workflow_id, effect.replica_num, effect.job_num, effect.submission_num
+        )
+        return workflow.get_external_workflow_handle(job_id)
+
+    async def _terminate_job(self, effect: TerminateJob) -> None:
+        request = TerminateJobRequest(reason=effect.reason, message=effect.message, abort=effect.abort)
+        await self._job(effect).signal(JobWorkflow.terminate, request)
+
+    async def _tell_peers_started(self, effect: PeersStarted) -> None:
+        await self._job(effect).signal(JobWorkflow.peers_started)
+
     async def _watch_run(self, effect: WatchRun) -> None:
         news = await watch_run(effect)
         if news is not None:
@@ -371,6 +382,13 @@ class RunWorkflow:
 
     def _run_news(self) -> RunNews:
         return run_news(self._input.run_id, self._machine.state)
+
+    async def _move_in_queue(self, effect: SetQueuedPriority) -> None:
+        fleet = workflow.get_external_workflow_handle(
+            fleet_workflow_id(self._input.project, self._input.fleet)
+        )
+        change = SetQueuedPriorityRequest(request_ids=effect.request_ids, priority=effect.priority)
+        await fleet.signal(FLEET_SET_PRIORITY, change)
 
     # --- the store --------------------------------------------------------------------------------
 
@@ -407,8 +425,13 @@ class RunWorkflow:
             configuration=configuration.model_dump_json() if reconfigured else None,
             priority=state.priority if reprioritised else None,
         )
-        local = self._input.revision >= revisions.LOCAL_RECORDS
-        await run_records.store(record, local=local, execution=self._execution)
+        # A regular activity, not a local one: activities/records.py says why.
+        await workflow.execute_activity(
+            activity_stubs.record_run,
+            record,
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=retry_policies.QUICK,
+        )
         self._flushed = start + len(new)
         self._recorded_configuration = configuration
         await self._notifier.send(self._input, new, start, state)  # docs/runs.md#notifications
@@ -438,7 +461,6 @@ class RunWorkflow:
             next_seq=self._flushed,
             watchers=self._watchers.ids(),
             elements_batched=self._batched,
-            execution=self._execution + 1,
         )
         return self._input.model_copy(update={"carry": carry})
 

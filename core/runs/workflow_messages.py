@@ -26,7 +26,6 @@ class RunCarry(Message):
     next_seq: int  # the run eventlog's next sequence number (earlier events are in the store)
     watchers: list[str] = Field(default_factory=list)  # the runs waiting for this one (workflow ids)
     elements_batched: bool = False  # an array's elements share one workflow (workflows/run_elements.py)
-    execution: int = 0  # how many executions of the run came before this one (RecordRun.order)
 
 
 class RunInput(Message):

@@ -106,19 +106,6 @@ class Log:
     reason: str | None = None
     configurations: list[str] = field(default_factory=list)  # a run's, each time it recorded a new one
     priorities: list[int] = field(default_factory=list)
-    order: int | None = None  # the place of the last write that stored a run's events (RecordRun.order)
-
-    def takes(self, order: int | None, start_seq: int) -> bool:
-        """Store.record_changes's rule: a later write replaces the run's events from its first seq on, an
-        earlier one (a refused workflow task's) changes nothing."""
-        if order is None:
-            return True
-        if self.order is not None and order < self.order:
-            return False
-        if self.order is None or order > self.order:
-            self.events = {seq: event for seq, event in self.events.items() if seq < start_seq}
-        self.order = order
-        return True
 
     def append(self, start_seq: int, events: list[Event]) -> None:
         for n, event in enumerate(events, start=start_seq):
@@ -207,8 +194,6 @@ class FakeBackend(ServiceDoubles):
     @activity.defn(name=names.RECORD_RUN)
     async def record_run(self, record: RecordRun) -> None:
         log = self.runs.setdefault(record.run_id, Log())
-        if not log.takes(record.order, record.start_seq):
-            return
         log.append(record.start_seq, record.events)
         log.status = record.status.value
         log.reason = record.termination_reason.value if record.termination_reason else None
