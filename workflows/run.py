@@ -19,7 +19,6 @@ from temporalio.exceptions import FailureError
 with workflow.unsafe.imports_passed_through():
     from core.configuration import RunConfiguration
     from core.eventlog import Event
-    from core.fleets.messages import FLEET_SET_PRIORITY, SetQueuedPriorityRequest
     from core.runs.arrays import max_parallel, share_one_workflow, unheard
     from core.runs.cycles import between_cycles
     from core.runs.deploying import Deploy, changed_fields, not_in_place
@@ -27,7 +26,6 @@ with workflow.unsafe.imports_passed_through():
         Effect,
         EndCycle,
         PeersStarted,
-        SetQueuedPriority,
         StartJob,
         TerminateJob,
         UpdateSchedule,
@@ -44,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from core.web_ui import job_details, job_summary, run_line
     from core.wire import revisions
     from core.wire.element_messages import RUN_JOB_UPDATES, JobUpdates
-    from core.wire.job_messages import JobUpdate, TerminateJobRequest
+    from core.wire.job_messages import JobUpdate
     from core.wire.messages import RecordJob, RecordRun
     from core.wire.run_messages import (
         CycleTrigger,
@@ -57,8 +55,8 @@ with workflow.unsafe.imports_passed_through():
         StopRequest,
         WatchRequest,
     )
-    from core.wire.workflow_ids import fleet_workflow_id, job_workflow_id
-    from workflows import activity_stubs, patches, retry_policies, run_elements, run_schedule
+    from core.wire.workflow_ids import job_workflow_id
+    from workflows import activity_stubs, patches, retry_policies, run_effects, run_elements, run_schedule
     from workflows.job import JobWorkflow
     from workflows.last_words import LastWords
     from workflows.notify import Notifier
@@ -324,9 +322,9 @@ class RunWorkflow:
             elif isinstance(effect, TerminateJob) and self._batched:
                 stops.append(effect)
             elif isinstance(effect, TerminateJob):
-                signals.append(self._terminate_job(effect))
+                signals.append(run_effects.terminate_job(effect))
             elif isinstance(effect, PeersStarted):
-                signals.append(self._tell_peers_started(effect))
+                signals.append(run_effects.tell_peers_started(effect))
             elif isinstance(effect, EndCycle):
                 signals.append(run_schedule.end_cycle(effect))
             elif isinstance(effect, WatchRun):
@@ -334,7 +332,7 @@ class RunWorkflow:
             elif isinstance(effect, UpdateSchedule):
                 signals.append(run_schedule.update_schedule(self._input, effect))
             else:
-                signals.append(self._move_in_queue(effect))
+                signals.append(run_effects.move_in_queue(self._input.project, self._input.fleet, effect))
         run_id = workflow.info().workflow_id
         if elements:
             state = self._machine.state
@@ -362,19 +360,6 @@ class RunWorkflow:
         )
         self._last_words.follow(job)
 
-    def _job(self, effect: TerminateJob | PeersStarted) -> workflow.ExternalWorkflowHandle[Any]:
-        job_id = job_workflow_id(
-            workflow.info().workflow_id, effect.replica_num, effect.job_num, effect.submission_num
-        )
-        return workflow.get_external_workflow_handle(job_id)
-
-    async def _terminate_job(self, effect: TerminateJob) -> None:
-        request = TerminateJobRequest(reason=effect.reason, message=effect.message, abort=effect.abort)
-        await self._job(effect).signal(JobWorkflow.terminate, request)
-
-    async def _tell_peers_started(self, effect: PeersStarted) -> None:
-        await self._job(effect).signal(JobWorkflow.peers_started)
-
     async def _watch_run(self, effect: WatchRun) -> None:
         news = await watch_run(effect)
         if news is not None:
@@ -382,13 +367,6 @@ class RunWorkflow:
 
     def _run_news(self) -> RunNews:
         return run_news(self._input.run_id, self._machine.state)
-
-    async def _move_in_queue(self, effect: SetQueuedPriority) -> None:
-        fleet = workflow.get_external_workflow_handle(
-            fleet_workflow_id(self._input.project, self._input.fleet)
-        )
-        change = SetQueuedPriorityRequest(request_ids=effect.request_ids, priority=effect.priority)
-        await fleet.signal(FLEET_SET_PRIORITY, change)
 
     # --- the store --------------------------------------------------------------------------------
 
