@@ -92,7 +92,7 @@ class JobWorkflow:
         self._state: JobState = apply_job_event(None, submit)
         self._events.append(submit)
         show_job(self._state)
-        self._news = JobNews(inp, lambda: (self._events, self._state))
+        self._news = JobNews(inp, lambda: (self._events, self._state), revised=self._revised)
         self._agent = JobAgent(self._id, lambda: self._control)
         self._waits = StartupWaits(self._agent, lambda: self._control, self._log, self._news.publish)
         self._serving = (

@@ -18,7 +18,6 @@ with workflow.unsafe.imports_passed_through():
     from core.eventlog import Event
     from core.jobs.state_machine import JobState
     from core.jobs.transitions import job_update
-    from core.wire import revisions
     from core.wire.job_messages import JobInput, JobUpdate
     from workflows import signals
 
@@ -37,7 +36,9 @@ class JobNews:
     provisioning -> pulling -> running) goes after NEWS_DELAY unless news that cannot wait takes it along.
     """
 
-    def __init__(self, inp: JobInput, job: Callable[[], tuple[list[Event], JobState | None]]) -> None:
+    def __init__(
+        self, inp: JobInput, job: Callable[[], tuple[list[Event], JobState | None]], *, revised: bool
+    ) -> None:
         self._input = inp
         self._job = job  # the job's events so far and its state
         self._sent = 0  # events the run has been sent
@@ -46,10 +47,8 @@ class JobNews:
         self._sending: asyncio.Future[None] | None = None
         self._delayed: asyncio.Future[None] | None = None
         self._last: int | None = None  # events up to the job's last word
-        self._revised = (
-            inp.revision >= revisions.LAST_WORDS
-        )  # it takes the patches before (workflows/patches.py)
-        self._by_result = self._revised  # the last word goes with the job's result
+        self._revised = revised  # its revision takes the patches before it (workflows/patches.py)
+        self._by_result = revised  # the last word goes with the job's result (docs/jobs.md#the-last-word)
         self._kept: JobUpdate | None = None  # the last word, kept for the result
 
     def publish(self, *, soon: bool = False, last: bool = False) -> None:
@@ -100,12 +99,13 @@ class JobNews:
             events, _ = self._job()
             start, self._sent = self._sent, self._upto
             update = job_update(inp, state, workflow.now().timestamp(), start, events[start : self._sent])
-            # The run waits for every job's last word, so it is there; unless it was terminated. The last
-            # word goes by the workflow itself: the workflow task that sends it is not the one that ends the
-            # job, which the server refuses when a signal came meanwhile, and a local activity's signal sent
-            # again by the task redone would be dropped as a repeat, its newer events with it.
+            # The run waits for every job's last word, so it is there; unless it was terminated. It goes with
+            # the job's result (`last_word`), else by the workflow itself: the workflow task that sends it is
+            # not the one that ends the job, which the server refuses when a signal came meanwhile, and a
+            # local activity's signal sent again by the task redone would be dropped as a repeat, its newer
+            # events with it.
             if self._sent == self._last and self._by_result:
-                self._kept = update  # docs/jobs.md#the-last-word
+                self._kept = update
             elif self._sent == self._last:
                 await signals.send_by_workflow(inp.run_workflow_id, RUN_SIGNAL, update)
             else:

@@ -32,10 +32,6 @@ class LastWords:
         self._running: dict[str, JobHandle] = {}  # the jobs that will tell it in their results, by id
 
     @property
-    def by_result(self) -> bool:
-        return self._by_result
-
-    @property
     def awaited(self) -> bool:
         """Some running job will tell its last word in its result."""
         return bool(self._running)

@@ -86,9 +86,8 @@ class RunWorkflow:
         self._heard: dict[str, int] = {}  # by element: how many of its events it has heard (core.runs.arrays)
         self._priorities: list[int] = []  # `ferry set-priority`, not yet logged
         self._job_news: list[RecordJob] = []  # heard from the jobs, to store with the next flush
-        self._last_words = LastWords(
-            inp.revision >= revisions.LAST_WORDS, lambda update: self._updates.append(update)
-        )
+        revised = inp.revision >= revisions.LAST_WORDS  # it takes the patches before, unasked
+        self._last_words = LastWords(revised, lambda update: self._updates.append(update))
         self._loads = LoadWatches(inp.run_id)
         self._news: list[RunNews] = []  # from the runs this one waits for (docs/dependencies.md)
         self._watchers = Watchers(inp.run_id, [] if inp.carry is None else inp.carry.watchers)
@@ -101,7 +100,7 @@ class RunWorkflow:
         self._recorded_configuration = inp.configuration
         if inp.carry is None:
             # STEP 1 in the constructor: a stop sent with the run's start finds the run already logged.
-            restarts = not patches.taken(RETRY_WINDOW, inp.revision >= revisions.LAST_WORDS)
+            restarts = not patches.taken(RETRY_WINDOW, revised)
             now = workflow.now().timestamp()
             step = submit_run(inp, now, retry_window_restarts=restarts)
             # An array's elements share one workflow since this patch (workflows/run_elements.py), which
@@ -349,7 +348,6 @@ class RunWorkflow:
     async def _start_job(self, effect: StartJob) -> None:
         run_id = workflow.info().workflow_id
         inp = job_input(self._input, self._machine.state, run_id, effect.replica_num, effect.job_num)
-        inp = inp.model_copy(update={"revision": self._input.revision})
         job = await workflow.start_child_workflow(
             JobWorkflow.run,
             inp,

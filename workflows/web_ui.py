@@ -11,7 +11,7 @@ keeps them replaying as they did, and marks the histories where it holds.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -24,6 +24,8 @@ with workflow.unsafe.imports_passed_through():
     from core.web_ui import JOB_FAILED, RUN_FAILED, job_line, run_current_details, run_summary
     from core.wire.job_messages import JobEnding
     from core.wire.run_messages import RunResult
+
+_Result = TypeVar("_Result", RunResult, JobEnding)
 
 FAILS_VISIBLY = "fails-visibly"  # the patch that made a FAILED run's or job's workflow fail
 
@@ -53,16 +55,18 @@ def end_job(outcome: JobEnding, message: str) -> JobEnding:
 def failed_run_result(cause: BaseException | None) -> RunResult | None:
     """The result of a run whose workflow failed as `end_run` fails it, from the failure's cause (a
     ChildWorkflowError's in a workflow, a WorkflowFailureError's for a client); None for any other."""
-    if not isinstance(cause, ApplicationError) or cause.type != RUN_FAILED or not cause.details:
-        return None
-    details: Any = cause.details[0]
-    return details if isinstance(details, RunResult) else RunResult.model_validate(details)
+    return _failure_details(cause, RUN_FAILED, RunResult)
 
 
 def failed_job_ending(cause: BaseException | None) -> JobEnding | None:
     """The result of a job whose workflow failed as `end_job` fails it, from a ChildWorkflowError's cause;
     None for any other."""
-    if not isinstance(cause, ApplicationError) or cause.type != JOB_FAILED or not cause.details:
+    return _failure_details(cause, JOB_FAILED, JobEnding)
+
+
+def _failure_details(cause: BaseException | None, failure_type: str, result: type[_Result]) -> _Result | None:
+    """The result a workflow failed with as `end_run`/`end_job` fail it: the failure's details."""
+    if not isinstance(cause, ApplicationError) or cause.type != failure_type or not cause.details:
         return None
     details: Any = cause.details[0]
-    return details if isinstance(details, JobEnding) else JobEnding.model_validate(details)
+    return details if isinstance(details, result) else result.model_validate(details)

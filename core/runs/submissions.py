@@ -75,6 +75,7 @@ def job_input(inp: RunInput, state: RunState, run_workflow_id: str, replica: int
         waits_for=startup.still_waits_for(conf.startup_order, state, replica, job, nodes),
         utilization_policy=conf.utilization_policy,
         api_access=inp.configuration.calls_api(),
+        revision=inp.revision,
     )
 
 

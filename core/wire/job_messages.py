@@ -142,7 +142,8 @@ class JobUpdate(Message):
 
 class JobEnding(JobOutcome):
     """A JobWorkflow's result (a failed job's failure carries it as its details): how the job ended, and
-    its last word for its run when the run hears it here (`JobInput.last_word_by_result`)."""
+    its last word for its run when the run hears it here (since the revision LAST_WORDS,
+    docs/jobs.md#the-last-word)."""
 
     last_word: JobUpdate | None = None
 
