@@ -1,7 +1,7 @@
 """Store writes for the workflows: a run's new events and status, and its jobs', flushed as they happen.
 
-A run's writes are local activities since the revision LOCAL_RECORDS, but the one that finishes it
-(docs/runs.md#the-store, workflows/run_records.py): when the server refuses the workflow task that wrote
+A run's writes are local activities since the revision LOCAL_RECORDS (docs/runs.md#the-store,
+workflows/run_records.py): when the server refuses the workflow task that wrote
 (a signal or a child's end arriving as the run completes, or a worker dying before it reports), the task
 is redone with new timestamps and possibly other events at the same sequence numbers; each write says its
 place among the run's writes (`RecordRun.order`), and the store keeps the events of the latest. A run

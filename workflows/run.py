@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import FailureError
+from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from core.configuration import RunConfiguration
@@ -63,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run_records import RunWrites
     from workflows.run_watchers import DEPENDENCY_NEWS, Watchers, watch_run
     from workflows.search_attributes import SA_STATUS
-    from workflows.web_ui import end_run, show_run
+    from workflows.web_ui import run_ending, show_run
 
 
 # A scheduled run takes a re-applied configuration in any active status but TERMINATING by the user (a
@@ -290,7 +290,12 @@ class RunWorkflow:
         await self._watchers.tell(self._run_news())
         state = self._machine.state
         result = RunResult(status=state.status, termination_reason=state.termination_reason)
-        return end_run(result, run_line(state))
+        ending = run_ending(result, run_line(state))  # its patch asked in this task, whatever follows
+        # Its last act: a local write still in flight would be dropped (workflows/run_records.py).
+        await workflow.wait_condition(self._writes.ended)
+        if isinstance(ending, ApplicationError):
+            raise ending
+        return ending
 
     async def _wait_for_news(self) -> None:
         """Sleep until a job reports, a stop arrives, or a pending backoff ends (a durable timer)."""
@@ -403,7 +408,7 @@ class RunWorkflow:
         self._sent = start + len(new)
         unwritten = self._events[self._writes.written - self._first_seq :]
         record = self._writes.record(self._input, state, unwritten, jobs)
-        await self._writes.write(record, self._input.configuration, waited=state.status.is_finished())
+        await self._writes.write(record, self._input.configuration)
         await self._notifier.send(self._input, new, start, state)  # docs/runs.md#notifications
 
     # --- continue-as-new --------------------------------------------------------------------------

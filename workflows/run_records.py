@@ -9,9 +9,11 @@ nondeterminism error (docs/scaling.md#the-hot-path). What a write's end changes 
 write carries: every write carries all the run's events and jobs' news that no ended write has carried,
 and says its place among the run's writes (`RecordRun.order`), so that the store keeps the latest.
 
-The write of a step that finishes the run is a regular activity, which the step waits for: a workflow
-that completes with a local activity in flight drops it. A run submitted before the revision writes each
-step by a regular activity, as it did.
+The run waits for its last write only as its very last act (`ended`): a workflow that completes with a
+local activity in flight drops it. Nothing but the workflow's completion follows, which a replay may send
+one workflow task earlier than the run did, and Temporal's replay takes that
+(tests/workflows/test_local_records.py). A run submitted before the revision writes each step by a regular
+activity, which the step waits for, as it did.
 """
 
 from __future__ import annotations
@@ -90,9 +92,9 @@ class RunWrites:
             priority=state.priority if any(event.name == "priority" for event in unwritten) else None,
         )
 
-    async def write(self, record: RecordRun, configuration: Any, *, waited: bool) -> None:
-        """Write `record` (made by `record`): a regular activity this waits for when `waited` or the run
-        predates the revision, else a local one that nothing waits for."""
+    async def write(self, record: RecordRun, configuration: Any) -> None:
+        """Write `record` (made by `record`): a local activity that nothing waits for, or a regular one
+        this waits for in a run that predates the revision."""
         self._issued += 1
         done = _Write(
             number=self._issued,
@@ -102,7 +104,7 @@ class RunWrites:
         )
         if self.local:
             record = record.model_copy(update={"order": self._order()})
-        if not self.local or waited:
+        if not self.local:
             await workflow.execute_activity(
                 activity_stubs.record_run,
                 record,
@@ -118,6 +120,10 @@ class RunWrites:
             retry_policy=retry_policies.QUICK,
         )
         handle.add_done_callback(lambda task: self._heard_end(task, done))
+
+    def ended(self) -> bool:
+        """Whether the latest write was heard to end (it carried all the earlier ones had)."""
+        return self._heard == self._issued
 
     def _order(self) -> int:
         length = workflow.info().get_current_history_length()
