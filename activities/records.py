@@ -67,6 +67,7 @@ def store_run_changes(store: Store, record: RecordRun) -> None:
         fields,
         (record.start_seq, _rows(record.events)),
         [(job_submission_record(job), job.start_seq, _rows(job.events)) for job in record.jobs],
+        order=record.order,
     )
 
 
