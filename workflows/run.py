@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, FailureError
+from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from core.configuration import RunConfiguration
@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.lifecycle import Inbox, advance, plan_of, submit_run
     from core.runs.machine import RunMachine, Step, StopKind, stronger_stop
     from core.runs.scaling import SCALES_IN
+    from core.runs.status_words import status_message
     from core.runs.submissions import job_input
     from core.runs.watching import run_news
     from core.runs.workflow_messages import RunCarry, RunDescription, RunInput
@@ -42,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from core.wire import revisions
     from core.wire.element_messages import RUN_JOB_UPDATES, JobUpdates
     from core.wire.job_messages import JobUpdate
-    from core.wire.messages import RecordJob
+    from core.wire.messages import RecordJob, RecordRun
     from core.wire.run_messages import (
         CycleTrigger,
         DeployReply,
@@ -55,15 +56,14 @@ with workflow.unsafe.imports_passed_through():
         WatchRequest,
     )
     from core.wire.workflow_ids import job_workflow_id
-    from workflows import patches, run_effects, run_elements, run_schedule
+    from workflows import activity_stubs, patches, retry_policies, run_effects, run_elements, run_schedule
     from workflows.job import JobWorkflow
     from workflows.last_words import LastWords
     from workflows.notify import Notifier
     from workflows.run_loads import LoadWatches
-    from workflows.run_records import RunWrites
     from workflows.run_watchers import DEPENDENCY_NEWS, Watchers, watch_run
     from workflows.search_attributes import SA_STATUS
-    from workflows.web_ui import run_ending, show_run
+    from workflows.web_ui import end_run, show_run
 
 
 # A scheduled run takes a re-applied configuration in any active status but TERMINATING by the user (a
@@ -86,7 +86,6 @@ class RunWorkflow:
         self._heard: dict[str, int] = {}  # by element: how many of its events it has heard (core.runs.arrays)
         self._priorities: list[int] = []  # `ferry set-priority`, not yet logged
         self._job_news: list[RecordJob] = []  # heard from the jobs, to store with the next flush
-        local = inp.revision >= revisions.LOCAL_RECORDS
         revised = inp.revision >= revisions.LAST_WORDS  # it takes the patches before, unasked
         self._last_words = LastWords(revised, lambda update: self._updates.append(update))
         self._loads = LoadWatches(inp.run_id)
@@ -97,6 +96,8 @@ class RunWorkflow:
         self._next_cycle: tuple[RunConfiguration, list[str], str | None] | None = None
         self._stop_by: str | None = None  # who asked for the stop (an API caller), for its event
         self._triggers: list[CycleTrigger] = []  # a scheduled run's schedule fired (workflows/cycle.py)
+        # The configuration the store's run row has: the run writes it there once another replaces it.
+        self._recorded_configuration = inp.configuration
         if inp.carry is None:
             # STEP 1 in the constructor: a stop sent with the run's start finds the run already logged.
             restarts = not patches.taken(RETRY_WINDOW, revised)
@@ -112,25 +113,12 @@ class RunWorkflow:
             self._machine = step.machine
             self._events = list(step.events)
             self._effects = list(step.effects)
-            self._first_seq = self._sent = 0
-            self._writes = RunWrites(
-                local=local, execution=0, written=0, jobs=[], configuration=inp.configuration
-            )
+            self._first_seq = self._flushed = 0
             self._published_status = RunStatus.SUBMITTED.value  # FerryStatus as `ferry apply` starts it
         else:
             self._batched = inp.carry.elements_batched
             self._machine = _carried_machine(inp.carry)
-            carry = inp.carry
-            self._first_seq = carry.next_seq
-            self._events = list(carry.unwritten)
-            self._sent = carry.next_seq + len(carry.unwritten)  # sent, and their notifications decided
-            self._writes = RunWrites(
-                local=local,
-                execution=carry.execution,
-                written=carry.next_seq,
-                jobs=carry.unwritten_jobs,
-                configuration=inp.configuration if carry.configuration_written else None,
-            )
+            self._first_seq = self._flushed = inp.carry.next_seq
             self._published_status = self._machine.state.status.value  # continue-as-new keeps it
         self._stop = self._machine.stop  # the stop asked for so far; the machine hears it at its next step
         self._notifier = Notifier(None if inp.carry is None else self._machine.state.status)
@@ -255,8 +243,6 @@ class RunWorkflow:
                 await self._flush()
         elif inp.carry is None:
             await self._flush()
-        elif self._writes.carried_unwritten(inp.carry):
-            await self._flush(again=True)  # what the last execution's writes in flight carried
         self._loads.follow(self._machine, self._stop is not None)
         # A finished run still hears its jobs' last words (a stopped sibling's clean-up may end after the
         # run's status is final): it is the one that stores their events.
@@ -290,12 +276,7 @@ class RunWorkflow:
         await self._watchers.tell(self._run_news())
         state = self._machine.state
         result = RunResult(status=state.status, termination_reason=state.termination_reason)
-        ending = run_ending(result, run_line(state))  # its patch asked in this task, whatever follows
-        # Its last act: a local write still in flight would be dropped (workflows/run_records.py).
-        await workflow.wait_condition(self._writes.ended)
-        if isinstance(ending, ApplicationError):
-            raise ending
-        return ending
+        return end_run(result, run_line(state))
 
     async def _wait_for_news(self) -> None:
         """Sleep until a job reports, a stop arrives, or a pending backoff ends (a durable timer)."""
@@ -395,20 +376,40 @@ class RunWorkflow:
             workflow.upsert_search_attributes([SA_STATUS.value_set(status)])
             self._published_status = status
 
-    async def _flush(self, again: bool = False) -> None:
-        """The step's news to the store, with all that no write heard to end carried
-        (workflows/run_records.py); `again`: even with no news."""
+    async def _flush(self) -> None:
         state = self._machine.state
-        start = self._sent
+        start = self._flushed
         new = self._events[start - self._first_seq :]
         jobs, self._job_news = self._job_news, []
         self._publish_status()
-        if not new and not jobs and not again:
+        if not new and not jobs:
             return
-        self._sent = start + len(new)
-        unwritten = self._events[self._writes.written - self._first_seq :]
-        record = self._writes.record(self._input, state, unwritten, jobs)
-        await self._writes.write(record, self._input.configuration)
+        # The run row's one writer after its submission (docs/runs.md#the-store): a configuration re-applied
+        # in place (`ferry apply` of a changed service or schedule), and a priority set since the last flush.
+        configuration = self._input.configuration
+        reconfigured = configuration is not self._recorded_configuration
+        reprioritised = any(event.name == "priority" for event in new)
+        record = RecordRun(
+            run_id=self._input.run_id,
+            status=state.status,
+            termination_reason=state.termination_reason,
+            status_message=status_message(state),
+            start_seq=start,
+            events=new,
+            finished_at=state.status_since if state.status.is_finished() else None,
+            jobs=jobs,
+            configuration=configuration.model_dump_json() if reconfigured else None,
+            priority=state.priority if reprioritised else None,
+        )
+        # A regular activity, not a local one: activities/records.py says why.
+        await workflow.execute_activity(
+            activity_stubs.record_run,
+            record,
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=retry_policies.QUICK,
+        )
+        self._flushed = start + len(new)
+        self._recorded_configuration = configuration
         await self._notifier.send(self._input, new, start, state)  # docs/runs.md#notifications
 
     # --- continue-as-new --------------------------------------------------------------------------
@@ -433,13 +434,9 @@ class RunWorkflow:
     def _carry(self) -> RunInput:
         carry = RunCarry(
             machine=self._machine,
-            next_seq=self._writes.written,
+            next_seq=self._flushed,
             watchers=self._watchers.ids(),
             elements_batched=self._batched,
-            execution=self._writes.execution + 1,
-            unwritten=self._events[self._writes.written - self._first_seq :],
-            unwritten_jobs=self._writes.unwritten_jobs,
-            configuration_written=self._writes.configuration is self._input.configuration,
         )
         return self._input.model_copy(update={"carry": carry})
 

@@ -15,7 +15,6 @@ from core.eventlog import Event
 from core.runs.machine import RunMachine
 from core.runs.state_machine import RunState
 from core.wire.base import Message
-from core.wire.messages import RecordJob
 from core.wire.run_messages import DependencyTarget
 from core.wire.workflow_ids import LOCAL_FLEET
 
@@ -27,12 +26,6 @@ class RunCarry(Message):
     next_seq: int  # the run eventlog's next sequence number (earlier events are in the store)
     watchers: list[str] = Field(default_factory=list)  # the runs waiting for this one (workflow ids)
     elements_batched: bool = False  # an array's elements share one workflow (workflows/run_elements.py)
-    execution: int = 0  # how many executions of the run came before this one (RecordRun.order)
-    # Written by local activities whose ends the previous execution had not heard (docs/runs.md#the-store):
-    # this one writes them again. The run's events from next_seq on, and its jobs' news.
-    unwritten: list[Event] = Field(default_factory=list)
-    unwritten_jobs: list[RecordJob] = Field(default_factory=list)
-    configuration_written: bool = True  # the run's configuration is in the store's run row
 
 
 class RunInput(Message):

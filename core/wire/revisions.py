@@ -12,8 +12,4 @@ from __future__ import annotations
 # hold without being asked: `retry-window` (the run), `short-job-history` and `local-hot-path` (the job).
 LAST_WORDS = 1
 
-# The run's store writes are local activities, each telling its place among the run's writes
-# (docs/runs.md#the-store).
-LOCAL_RECORDS = 2
-
-CURRENT = LOCAL_RECORDS  # what a submission of this release says
+CURRENT = LAST_WORDS  # what a submission of this release says
