@@ -81,19 +81,31 @@ class WorkerProcesses:
             "FERRY_TEMPORAL_ADDRESS": temporal_address,
         }
         self.started: list[subprocess.Popen[str]] = []
+        # Each worker's stderr, for a test to show when the worker did not end as it should.
+        self._stderr_dir = ferry_home / "worker-stderr"
+        self._stderr: dict[int, Path] = {}
+
+    def stderr_of(self, proc: subprocess.Popen[str], limit: int = 4000) -> str:
+        """The end of what `proc` wrote to its stderr."""
+        text = self._stderr[proc.pid].read_text(errors="replace")
+        return text[-limit:]
 
     def start(self, queue: str, *, broken_release: bool = False) -> subprocess.Popen[str]:
         """A new worker on `queue`, once it polls (`broken_release`: see tests.lifecycle.worker_process)."""
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.lifecycle.worker_process", queue]
-            + (["--broken-release"] if broken_release else []),
-            cwd=REPO,
-            env=self._env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
+        self._stderr_dir.mkdir(exist_ok=True)
+        stderr = self._stderr_dir / f"{len(self.started)}.txt"
+        with stderr.open("w") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.lifecycle.worker_process", queue]
+                + (["--broken-release"] if broken_release else []),
+                cwd=REPO,
+                env=self._env,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
         self.started.append(proc)
+        self._stderr[proc.pid] = stderr
         assert proc.stdout is not None
         deadline = time.monotonic() + WORKER_START_LIMIT
         while True:
@@ -102,7 +114,7 @@ class WorkerProcesses:
             readable, _, _ = select.select([proc.stdout], [], [], remaining)
             if readable:
                 line = proc.stdout.readline()
-                assert line, f"the worker exited with status {proc.wait()}"
+                assert line, f"the worker exited with status {proc.wait()}: {self.stderr_of(proc)}"
                 if line.strip() == READY:
                     return proc
 

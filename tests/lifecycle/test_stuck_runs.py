@@ -129,7 +129,7 @@ async def _running_under_a_broken_release(
     await eventually("the job to run", lambda: _printed(ferry, record, b"started\n"))
     await eventually("the job RUNNING in the store", lambda: _job_running(ferry, record))
     os.kill(good.pid, signal.SIGTERM)
-    assert good.wait(15) == 0
+    assert good.wait(15) == 0, worker_processes.stderr_of(good)  # its stderr, when it did not end well
     return record, await asyncio.to_thread(worker_processes.start, ferry.task_queue, broken_release=True)
 
 
