@@ -1,11 +1,13 @@
 """Store writes for the workflows: a run's new events and status, and its jobs', flushed as they happen.
 
-Run as regular activities, not local ones: a local activity runs inside a workflow task, and when the
-server rejects that task (a signal or a child's end arriving as the run completes, or a worker dying
-before it reports) the task is redone, with new timestamps and possibly other events at the same sequence
-numbers, while the store keeps the first write. A regular activity runs only once the server has accepted
-the task that scheduled it, so what it writes is what the history holds. Idempotent: a retried flush
-re-sends its events with the same sequence numbers and the store ignores the ones it has.
+A run's writes are regular activities, but its last one, since the revision LOCAL_LAST_WRITE, is a local
+activity (docs/runs.md#the-store): a regular activity runs only once the server has accepted the task that
+scheduled it, so what it writes is what the history holds. A local one runs inside its workflow task, and
+when the server refuses that task (a signal arriving as the run completes, or a worker dying before it
+reports) the task is redone with new timestamps and possibly other events at the same sequence numbers;
+so the last write says its place among the run's writes (`RecordRun.order`), and the store keeps the
+events of the latest. Idempotent: a retried flush re-sends its events with the same sequence numbers and
+the store ignores the ones it has.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def store_run_changes(store: Store, record: RecordRun) -> None:
         fields,
         (record.start_seq, _rows(record.events)),
         [(job_submission_record(job), job.start_seq, _rows(job.events)) for job in record.jobs],
+        order=record.order,
     )
 
 

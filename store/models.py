@@ -52,6 +52,10 @@ class RunRecord(SQLModel, table=True):
     # a run is listed and found only through its pipeline.
     pipeline_id: str | None = Field(default=None, index=True)
     task_num: int | None = None
+    # The place among the run workflow's writes of the last one that stored its events, when it writes from
+    # its workflow task (Store.record_changes, docs/runs.md#the-store): a later write replaces what an
+    # earlier one stored from its first event on, and an earlier one arriving late changes nothing.
+    write_order: int | None = Field(default=None, sa_type=BigInteger)
 
     def configuration_data(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.configuration)

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import Connection, Engine, Table, func, update
+from sqlalchemy import Connection, Engine, Table, delete, func, update
 from sqlmodel import Session, col, select
 
 from core.status import WAITING_FOR_CAPACITY, JobStatus, RunStatus
@@ -237,15 +237,26 @@ class Store(
         run_fields: dict[str, Any],
         run_events: tuple[int, Sequence[EventRow]],
         jobs: Sequence[tuple[JobSubmissionRecord, int, Sequence[EventRow]]] = (),
+        order: int | None = None,
     ) -> None:
         """A run's news in one transaction: its new events from seq run_events[0] and these fields, and
         each job submission's record and new events (the same submission may come more than once: the
-        last copy wins). Idempotent, as append_events and put_job_submission are."""
+        last copy wins). Idempotent, as append_events and put_job_submission are.
+
+        `order`: the write's place among its run workflow's writes, for one made from a workflow task
+        (docs/runs.md#the-store). A task the server refused is redone, later in the history, and may
+        have other run events from the same seq on: a write of a higher order than the stored one
+        replaces the run's events from its first seq on, one of a lower order (the refused task's,
+        arriving late) changes nothing, and one of the same order (its retry) is idempotent."""
         rows = _event_rows(run_id, None, *run_events)
         for record, start_seq, events in jobs:
             rows += _event_rows(run_id, record.id, start_seq, events)
         run_fields.setdefault("updated_at", time.time())
         with self._writer.begin() as connection:
+            if order is not None:
+                if not _takes_write(connection, run_id, order, run_events[0]):
+                    return
+                run_fields["write_order"] = order
             if rows:
                 insert_ignore(connection, _EVENTS, rows, _EVENT_KEY)
             _put_jobs(connection, [record for record, _, _ in jobs])
@@ -419,6 +430,26 @@ def _event_rows(
         }
         for index, (timestamp, name, context) in enumerate(events)
     ]
+
+
+def _takes_write(connection: Connection, run_id: str, order: int, start_seq: int) -> bool:
+    """Whether a run's write of `order` goes on (Store.record_changes); a later one's run events from
+    `start_seq` on are deleted first, to be written again."""
+    query = select(_RUNS.c.write_order).where(_RUNS.c.id == run_id)
+    if connection.dialect.name == "postgresql":
+        query = query.with_for_update()  # two workers' writes for one run: one after the other
+    stored = connection.execute(query).scalar()
+    if stored is not None and order < stored:
+        return False
+    if stored is None or order > stored:
+        connection.execute(
+            delete(_EVENTS).where(
+                _EVENTS.c.run_id == run_id,
+                _EVENTS.c.job_submission_id == RUN_EVENTLOG,
+                _EVENTS.c.seq >= start_seq,
+            )
+        )
+    return True
 
 
 def _update_row(connection: Connection, table: Table, record_id: str, fields: dict[str, Any]) -> None:

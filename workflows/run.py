@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import FailureError
+from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from core.configuration import RunConfiguration
@@ -63,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run_loads import LoadWatches
     from workflows.run_watchers import DEPENDENCY_NEWS, Watchers, watch_run
     from workflows.search_attributes import SA_STATUS
-    from workflows.web_ui import end_run, show_run
+    from workflows.web_ui import end_run, run_ending, show_run
 
 
 # A scheduled run takes a re-applied configuration in any active status but TERMINATING by the user (a
@@ -87,6 +87,7 @@ class RunWorkflow:
         self._priorities: list[int] = []  # `ferry set-priority`, not yet logged
         self._job_news: list[RecordJob] = []  # heard from the jobs, to store with the next flush
         revised = inp.revision >= revisions.LAST_WORDS  # it takes the patches before, unasked
+        self._last_write_local = inp.revision >= revisions.LOCAL_LAST_WRITE  # docs/runs.md#the-store
         self._last_words = LastWords(revised, lambda update: self._updates.append(update))
         self._loads = LoadWatches(inp.run_id)
         self._news: list[RunNews] = []  # from the runs this one waits for (docs/dependencies.md)
@@ -262,8 +263,11 @@ class RunWorkflow:
             self._job_news += [update.record for update in inbox.updates]
             self._take(advance(self._machine, inbox, workflow.now().timestamp()))
             self._take_next_cycle()
-            # In one workflow task: the store write and the new children need not wait for each other.
-            await asyncio.gather(self._flush(), self._carry_out())
+            if self._machine.done and self._last_write_local:
+                await self._carry_out()  # its last write is its last act, below
+            else:
+                # In one workflow task: the store write and the new children need not wait for each other.
+                await asyncio.gather(self._flush(), self._carry_out())
             await self._watchers.tell(self._run_news())
             self._loads.follow(self._machine, self._stop is not None)
             if self._can_continue_as_new() and self._last_words.awaited:
@@ -276,7 +280,13 @@ class RunWorkflow:
         await self._watchers.tell(self._run_news())
         state = self._machine.state
         result = RunResult(status=state.status, termination_reason=state.termination_reason)
-        return end_run(result, run_line(state))
+        if not self._last_write_local:
+            return end_run(result, run_line(state))
+        ending = run_ending(result, run_line(state))  # its patch asked before the write, whatever follows
+        await self._flush(last=True)
+        if isinstance(ending, ApplicationError):
+            raise ending
+        return ending
 
     async def _wait_for_news(self) -> None:
         """Sleep until a job reports, a stop arrives, or a pending backoff ends (a durable timer)."""
@@ -376,7 +386,9 @@ class RunWorkflow:
             workflow.upsert_search_attributes([SA_STATUS.value_set(status)])
             self._published_status = status
 
-    async def _flush(self) -> None:
+    async def _flush(self, *, last: bool = False) -> None:
+        """The run's new events and status to the store; `last`: its last write, a local activity that
+        nothing follows but the run's end (docs/runs.md#the-store)."""
         state = self._machine.state
         start = self._flushed
         new = self._events[start - self._first_seq :]
@@ -401,7 +413,20 @@ class RunWorkflow:
             configuration=configuration.model_dump_json() if reconfigured else None,
             priority=state.priority if reprioritised else None,
         )
-        # A regular activity, not a local one: activities/records.py says why.
+        if last:
+            # Its notifications first: no command may follow a local activity in the same step (a replay
+            # may hear its end at another point, docs/scaling.md#the-hot-path). Its place among the
+            # run's writes, for a task the server refuses and a redo writes again: the history's length.
+            await self._notifier.send(self._input, new, start, state)  # docs/runs.md#notifications
+            order = workflow.info().get_current_history_length()
+            await workflow.execute_local_activity(
+                activity_stubs.record_run,
+                record.model_copy(update={"order": order}),
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=retry_policies.QUICK,
+            )
+            return
+        # A regular activity: activities/records.py says why.
         await workflow.execute_activity(
             activity_stubs.record_run,
             record,
@@ -429,6 +454,8 @@ class RunWorkflow:
             and not self._news
             and not self._watchers.untold(self._run_news())
             and workflow.all_handlers_finished()
+            # Its last write is still to come, after the loop (docs/runs.md#the-store).
+            and not (self._machine.done and self._last_write_local)
         )
 
     def _carry(self) -> RunInput:

@@ -40,9 +40,17 @@ def show_job(state: JobState) -> None:
 
 def end_run(result: RunResult, message: str) -> RunResult:
     """`result`, or for a FAILED run a RunFailed failure (its message `message`, its details `result`)."""
+    ending = run_ending(result, message)
+    if isinstance(ending, ApplicationError):
+        raise ending
+    return ending
+
+
+def run_ending(result: RunResult, message: str) -> RunResult | ApplicationError:
+    """What `end_run` ends with, decided now (the patch asked in this workflow task), ended with later."""
     if result.status != RunStatus.FAILED or not workflow.patched(FAILS_VISIBLY):
         return result
-    raise ApplicationError(message, result, type=RUN_FAILED, non_retryable=True)
+    return ApplicationError(message, result, type=RUN_FAILED, non_retryable=True)
 
 
 def end_job(outcome: JobEnding, message: str) -> JobEnding:

@@ -12,4 +12,7 @@ from __future__ import annotations
 # hold without being asked: `retry-window` (the run), `short-job-history` and `local-hot-path` (the job).
 LAST_WORDS = 1
 
-CURRENT = LAST_WORDS  # what a submission of this release says
+# The run's last store write is a local activity, its last act (docs/runs.md#the-store).
+LOCAL_LAST_WRITE = 2
+
+CURRENT = LOCAL_LAST_WRITE  # what a submission of this release says

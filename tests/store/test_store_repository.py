@@ -190,6 +190,36 @@ def test_many_submissions_recorded_at_once_keep_their_logs_sizes(store: Store) -
     assert [event.name for event in store.read_events("r1", late.id)] == ["state"]
 
 
+def test_a_run_workflows_writes_in_their_order(store: Store) -> None:
+    """docs/runs.md#the-store: a write from a workflow task the server refused (a lower order) and the
+    write of that task redone (a higher one, with other events from the same seq on); the redone write
+    replaces the run's events from its first seq on, and the refused one arriving late changes nothing.
+    A retried write (the same order) adds nothing twice; a write of no order is the regular activity's."""
+    store.put_run(_run("r1"))
+    first = [(1.0, "submit", {}), (1.0, "status", {"status": "running"})]
+    store.record_changes("r1", {"status": RunStatus.RUNNING}, (0, first), order=17)
+    refused = [(2.0, "job-status", {"status": "running"}), (2.0, "job-serving", {"state": "ready"})]
+    store.record_changes("r1", {"status": RunStatus.RUNNING}, (2, refused), order=31)
+    redone = [(3.0, "job-finish", {"status": "failed"}), (3.0, "status", {"status": "failed"})]
+    redone.append((3.0, "clean", {}))
+    store.record_changes("r1", {"status": RunStatus.FAILED}, (2, redone), order=35)
+    store.record_changes("r1", {"status": RunStatus.FAILED}, (2, redone[:2]), order=35)  # its retry
+    store.record_changes("r1", {"status": RunStatus.RUNNING}, (2, refused), order=31)  # arriving late
+    stored = store.read_events("r1", None)
+    assert [(e.seq, e.timestamp, e.name) for e in stored] == [
+        (0, 1.0, "submit"),
+        (1, 1.0, "status"),
+        (2, 3.0, "job-finish"),
+        (3, 3.0, "status"),
+        (4, 3.0, "clean"),
+    ]
+    assert _stored_run(store, "r1").status == RunStatus.FAILED
+    # The next execution of the run (continued as new) writes after all of them, from a shorter history.
+    store.record_changes("r1", {}, (5, [(4.0, "retry", {})]), order=1_000_004)
+    store.record_changes("r1", {}, (6, [(5.0, "submit", {})]))  # a regular activity's: no order
+    assert [e.name for e in store.read_events("r1", None, after_seq=4)] == ["retry", "submit"]
+
+
 # Eventlogs
 
 

@@ -14,7 +14,7 @@ from workflows.run import RunWorkflow
 class RunWorkflowThatForgetsTheStore(RunWorkflow):
     """A release that stopped flushing the run's events, without `workflow.patched`."""
 
-    async def _flush(self) -> None:
+    async def _flush(self, *, last: bool = False) -> None:
         return None
 
     @workflow.run

@@ -106,6 +106,19 @@ class Log:
     reason: str | None = None
     configurations: list[str] = field(default_factory=list)  # a run's, each time it recorded a new one
     priorities: list[int] = field(default_factory=list)
+    order: int | None = None  # the place of the last write that stored a run's events (RecordRun.order)
+
+    def takes(self, order: int | None, start_seq: int) -> bool:
+        """Store.record_changes's rule: a later write replaces the run's events from its first seq on, an
+        earlier one (a refused workflow task's) changes nothing."""
+        if order is None:
+            return True
+        if self.order is not None and order < self.order:
+            return False
+        if self.order is None or order > self.order:
+            self.events = {seq: event for seq, event in self.events.items() if seq < start_seq}
+        self.order = order
+        return True
 
     def append(self, start_seq: int, events: list[Event]) -> None:
         for n, event in enumerate(events, start=start_seq):
@@ -133,6 +146,9 @@ class FakeBackend(ServiceDoubles):
         self.cancelled: list[tuple[str, Key]] = []
         self.runs: dict[str, Log] = {}
         self.jobs: dict[Key, Log] = {}
+        # The seconds each of the next local record_run calls takes (workflows/run_records.py), in order.
+        self.slow_local_writes: list[float] = []
+        self.local_writes = 0
         self._ends: dict[Key, asyncio.Event] = {}
         self._outcomes: dict[Key, JobOutcome] = {}
         # SSH fleets: the hosts' slots by index (an error string: that host fails to deploy).
@@ -193,13 +209,20 @@ class FakeBackend(ServiceDoubles):
 
     @activity.defn(name=names.RECORD_RUN)
     async def record_run(self, record: RecordRun) -> None:
+        if activity.info().is_local:
+            self.local_writes += 1
+            if self.slow_local_writes:
+                await asyncio.sleep(self.slow_local_writes.pop(0))
         log = self.runs.setdefault(record.run_id, Log())
+        if not log.takes(record.order, record.start_seq):
+            return
         log.append(record.start_seq, record.events)
         log.status = record.status.value
         log.reason = record.termination_reason.value if record.termination_reason else None
-        if record.configuration is not None:
+        # A field set again to what it holds changes nothing (a write may carry an unended one's).
+        if record.configuration is not None and log.configurations[-1:] != [record.configuration]:
             log.configurations.append(record.configuration)
-        if record.priority is not None:
+        if record.priority is not None and log.priorities[-1:] != [record.priority]:
             log.priorities.append(record.priority)
         for job in record.jobs:
             self._record_job(job)

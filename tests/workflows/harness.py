@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -219,7 +220,7 @@ class Harness:
         described = await self.describe(handle)
         stored = self.run_events()
         assert described.first_seq == 0
-        assert described.events == stored
+        assert described.events == stored, _differences(described.events, stored)
         assert replay_run(stored) == described.state
         for key, log in self.backend.jobs.items():
             job = await self.describe_job(handle, key)
@@ -236,3 +237,15 @@ class Harness:
         handles += [self.fleet(name) for name in sorted(self.fleets)]
         for h in handles:
             await replayer.replay_workflow(await h.fetch_history())
+
+
+def _differences(replayed: list[Event], stored: list[Event]) -> str:
+    """Where a replayed eventlog and the stored one part (a failed check's message)."""
+    lines = difflib.unified_diff(
+        [e.model_dump_json() for e in replayed],
+        [e.model_dump_json() for e in stored],
+        "replayed",
+        "stored",
+        lineterm="",
+    )
+    return "\n".join(lines)

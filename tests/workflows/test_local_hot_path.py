@@ -37,7 +37,7 @@ async def test_a_jobs_and_its_fleets_signals_go_by_local_activity(harness: Harne
     run, job = await histories(harness, handle.id)
     # None by the job itself: its last word comes with its result (docs/jobs.md#the-last-word).
     assert signals_sent(job) == [] and activities_in(job) == [names.PREPARE_AND_START]
-    assert activities_in(run) == [names.RECORD_RUN, names.RECORD_RUN]  # the store's writes stay regular
+    assert activities_in(run) == [names.RECORD_RUN]  # the last write is local (revisions.LOCAL_LAST_WRITE)
     fleet = await harness.fleet().fetch_history()
     assert signals_sent(fleet) == []
     # The store heard everything all the same: the run's and the job's eventlogs replay to their statuses.

@@ -111,6 +111,7 @@ async def test_a_re_applied_scheduled_run_takes_its_new_configuration_between_cy
 
     await harness.stop(handle)
     assert await second.result() == "terminated"
+    await harness.result(handle)  # the run's last write is its last act (docs/runs.md#the-store)
     deploys = named(harness.run_events(), "deploy")
     assert [e.context["changed"] for e in deploys] == [["schedule"], ["commands"]]
     await harness.check_eventlogs_replay(handle)
