@@ -68,7 +68,8 @@ class StackError(RuntimeError):
 
 
 class PortTaken(StackError):
-    """A process of the stack exited because another took the port chosen for it (free when chosen)."""
+    """A process of the stack exited because another took a port chosen for it, or by it (free when
+    chosen): it is started again."""
 
 
 class StackNotRunning(StackError):
@@ -328,6 +329,7 @@ class Stack(StackFiles):
     ) -> subprocess.Popen[bytes]:
         # The child keeps its own copy of the descriptor.
         with open(self.log(name), "ab", opener=private_opener) as log:
+            self._log_starts[name] = log.tell()  # where this start's lines begin (`_bind_refused`)
             return subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
@@ -352,10 +354,22 @@ class Stack(StackFiles):
             if proc.poll() is not None:
                 failure = f"the {name} exited with status {proc.returncode}{self._last_words(name)}"
                 taken = any(port is not None and not port_free(port) for port in ports)
+                taken = taken or self._bind_refused(name)
                 raise PortTaken(failure) if taken else StackError(failure)
             if time.monotonic() > deadline:
                 raise StackError(f"the {name} did not start in time; see {self.log(name)}")
             time.sleep(0.02)
+
+    def _bind_refused(self, name: str) -> bool:
+        """Whether the process's log since its start says a port it bound was taken: the dev server
+        chooses its internal services' ports itself, and another process may take one before it binds it
+        (it then panics: `Failed to start gRPC listener ... address already in use`)."""
+        try:
+            with open(self.log(name), "rb") as log:
+                log.seek(self._log_starts.get(name, 0))
+                return b"address already in use" in log.read()
+        except OSError:
+            return False
 
     def _last_words(self, name: str) -> str:
         """`: <its last log line> (see <log>)`, for an error message."""

@@ -35,6 +35,7 @@ class StackFiles:
     def __init__(self, home: Path, env: dict[str, str] | None = None) -> None:
         self.home = home
         self.dir = home / "stack"
+        self._log_starts: dict[str, int] = {}  # by process name: its log's size when it was last spawned
         # The stack is plain TCP on loopback: TEMPORAL_TLS_* and TEMPORAL_API_KEY, for a remote server, are
         # not its processes' (docs/deployment.md#the-embedded-stack).
         self._env = without_security(os.environ if env is None else env)

@@ -12,11 +12,12 @@ import os
 import signal
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from embedded.processes import listens_on
-from embedded.stack import Stack
+from embedded.stack import Stack, StackError
 from tests.chaos.stream import LIMIT, stack_process, until
 from tests.e2e.conftest import Ferry, ferry_env, stack_of, task
 
@@ -87,3 +88,47 @@ def test_a_port_another_takes_between_choice_and_bind_is_not_mistaken_for_the_de
             assert chosen[0] == taken
         finally:
             stack.stop()
+
+
+def test_a_dev_server_whose_own_internal_port_was_taken_is_started_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dev server chooses its internal services' ports itself, and panics when another process binds
+    one first (`Failed to start gRPC listener ... bind: address already in use`, seen once in CI): the
+    stack starts it again rather than failing the command. Here the first start is made to fail so."""
+    home = tmp_path / "home"
+    home.mkdir()
+    stack = Stack(home, ferry_env(home))
+    command = Stack._temporal_command
+    starts: list[list[str]] = []
+
+    def failing_first(self: Stack, state: Any) -> list[str]:
+        real = command(self, state)
+        starts.append(real)
+        if len(starts) > 1:
+            return real
+        words = "Failed to start gRPC listener: listen tcp 127.0.0.1:1: bind: address already in use"
+        return ["sh", "-c", f'echo "{words}"; echo "panic: runtime error"; exit 2']
+
+    monkeypatch.setattr(Stack, "_temporal_command", failing_first)
+    try:
+        status = stack.start(timeout=LIMIT)
+        assert status.running and len(starts) == 2
+        assert "address already in use" in (home / "stack" / "temporal.log").read_text()
+    finally:
+        stack.stop()
+
+
+def test_a_dev_server_that_fails_otherwise_fails_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any other early exit is not retried: the command says why, with the log's last line."""
+    home = tmp_path / "home"
+    home.mkdir()
+    stack = Stack(home, ferry_env(home))
+    monkeypatch.setattr(Stack, "_temporal_command", lambda self, state: ["sh", "-c", "echo broken; exit 3"])
+    try:
+        with pytest.raises(StackError, match="the temporal exited with status 3: broken"):
+            stack.start(timeout=LIMIT)
+    finally:
+        stack.stop()
