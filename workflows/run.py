@@ -63,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run_loads import LoadWatches
     from workflows.run_watchers import DEPENDENCY_NEWS, Watchers, watch_run
     from workflows.search_attributes import SA_STATUS
-    from workflows.web_ui import end_run, run_ending, show_run
+    from workflows.web_ui import run_ending, show_run
 
 
 # A scheduled run takes a re-applied configuration in any active status but TERMINATING by the user (a
@@ -280,10 +280,9 @@ class RunWorkflow:
         await self._watchers.tell(self._run_news())
         state = self._machine.state
         result = RunResult(status=state.status, termination_reason=state.termination_reason)
-        if not self._last_write_local:
-            return end_run(result, run_line(state))
-        ending = run_ending(result, run_line(state))  # its patch asked before the write, whatever follows
-        await self._flush(last=True)
+        ending = run_ending(result, run_line(state))  # its patch asked before the last write, if any
+        if self._last_write_local:
+            await self._flush(last=True)
         if isinstance(ending, ApplicationError):
             raise ending
         return ending

@@ -61,9 +61,8 @@ class RecordRun(Message):
     # The run's configuration (JSON), when re-applied in place since the last flush; its priority, when set.
     configuration: str | None = None
     priority: int | None = None
-    # Written from the run's workflow task (its last write, a local activity): the task's place among the
-    # run's writes, its execution's number then its history's length (docs/runs.md#the-store). None: a
-    # regular activity's.
+    # Written from the run's workflow task (its last write, a local activity): its place among the run's
+    # writes, the history's length then (docs/runs.md#the-store). None: a regular activity's.
     order: int | None = None
 
 
