@@ -3,7 +3,7 @@
 Every decision is `core.runs.lifecycle`'s (`submit_run`, then `advance` at each step, on the frozen
 `RunMachine` this workflow keeps and continues as new with). This workflow hears its jobs and the user,
 waits (a pending backoff is a durable timer), carries out each step's effects — start JobWorkflow children,
-signal jobs and the fleet — and stores the run's and its jobs' events (one activity per step).
+signal jobs and the fleet — and stores the run's and its jobs' events (workflows/run_records.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ with workflow.unsafe.imports_passed_through():
     from core.runs.lifecycle import Inbox, advance, plan_of, submit_run
     from core.runs.machine import RunMachine, Step, StopKind, stronger_stop
     from core.runs.scaling import SCALES_IN
-    from core.runs.status_words import status_message
     from core.runs.submissions import job_input
     from core.runs.watching import run_news
     from core.runs.workflow_messages import RunCarry, RunDescription, RunInput
@@ -43,7 +42,6 @@ with workflow.unsafe.imports_passed_through():
     from core.wire import revisions
     from core.wire.element_messages import RUN_JOB_UPDATES, JobUpdates
     from core.wire.job_messages import JobUpdate
-    from core.wire.messages import RecordJob, RecordRun
     from core.wire.run_messages import (
         CycleTrigger,
         DeployReply,
@@ -56,13 +54,12 @@ with workflow.unsafe.imports_passed_through():
         WatchRequest,
     )
     from core.wire.workflow_ids import job_workflow_id
-    from workflows import activity_stubs, patches, retry_policies, run_effects, run_elements, run_schedule
+    from workflows import patches, run_effects, run_elements, run_schedule
     from workflows.job import JobWorkflow
     from workflows.last_words import LastWords
-    from workflows.notify import Notifier
     from workflows.run_loads import LoadWatches
+    from workflows.run_records import RunRecords
     from workflows.run_watchers import DEPENDENCY_NEWS, Watchers, watch_run
-    from workflows.search_attributes import SA_STATUS
     from workflows.web_ui import run_ending, show_run
 
 
@@ -85,7 +82,6 @@ class RunWorkflow:
         self._updates: list[JobUpdate] = []
         self._heard: dict[str, int] = {}  # by element: how many of its events it has heard (core.runs.arrays)
         self._priorities: list[int] = []  # `ferry set-priority`, not yet logged
-        self._job_news: list[RecordJob] = []  # heard from the jobs, to store with the next flush
         revised = inp.revision >= revisions.LAST_WORDS  # it takes the patches before, unasked
         self._last_write_local = inp.revision >= revisions.LOCAL_LAST_WRITE  # docs/runs.md#the-store
         self._last_words = LastWords(revised, lambda update: self._updates.append(update))
@@ -97,8 +93,6 @@ class RunWorkflow:
         self._next_cycle: tuple[RunConfiguration, list[str], str | None] | None = None
         self._stop_by: str | None = None  # who asked for the stop (an API caller), for its event
         self._triggers: list[CycleTrigger] = []  # a scheduled run's schedule fired (workflows/cycle.py)
-        # The configuration the store's run row has: the run writes it there once another replaces it.
-        self._recorded_configuration = inp.configuration
         if inp.carry is None:
             # STEP 1 in the constructor: a stop sent with the run's start finds the run already logged.
             restarts = not patches.taken(RETRY_WINDOW, revised)
@@ -114,15 +108,11 @@ class RunWorkflow:
             self._machine = step.machine
             self._events = list(step.events)
             self._effects = list(step.effects)
-            self._first_seq = self._flushed = 0
-            self._published_status = RunStatus.SUBMITTED.value  # FerryStatus as `ferry apply` starts it
         else:
             self._batched = inp.carry.elements_batched
             self._machine = _carried_machine(inp.carry)
-            self._first_seq = self._flushed = inp.carry.next_seq
-            self._published_status = self._machine.state.status.value  # continue-as-new keeps it
         self._stop = self._machine.stop  # the stop asked for so far; the machine hears it at its next step
-        self._notifier = Notifier(None if inp.carry is None else self._machine.state.status)
+        self._records = RunRecords(inp, self._machine.state)
         show_run(self._input, self._machine.state)
 
     def _shares_one_workflow(self, machine: RunMachine) -> bool:
@@ -226,7 +216,7 @@ class RunWorkflow:
             run_id=self._input.run_id,
             state=self._machine.state,
             events=list(self._events),
-            first_seq=self._first_seq,
+            first_seq=self._records.first_seq,
         )
 
     # --- the lifecycle ----------------------------------------------------------------------------
@@ -260,7 +250,7 @@ class RunWorkflow:
                 news=self._news,
             )
             self._updates, self._priorities, self._deploy, self._triggers, self._news = [], [], None, [], []
-            self._job_news += [update.record for update in inbox.updates]
+            self._records.job_news += [update.record for update in inbox.updates]
             self._take(advance(self._machine, inbox, workflow.now().timestamp()))
             self._take_next_cycle()
             if self._machine.done and self._last_write_local:
@@ -377,64 +367,9 @@ class RunWorkflow:
 
     # --- the store --------------------------------------------------------------------------------
 
-    def _publish_status(self) -> None:
-        """FerryStatus follows the status at each flush (not each event: a workflow task that goes through
-        TERMINATING to DONE updates it once)."""
-        status = self._machine.state.status.value
-        if status != self._published_status:
-            workflow.upsert_search_attributes([SA_STATUS.value_set(status)])
-            self._published_status = status
-
     async def _flush(self, *, last: bool = False) -> None:
-        """The run's new events and status to the store; `last`: its last write, a local activity that
-        nothing follows but the run's end (docs/runs.md#the-store)."""
-        state = self._machine.state
-        start = self._flushed
-        new = self._events[start - self._first_seq :]
-        jobs, self._job_news = self._job_news, []
-        self._publish_status()
-        if not new and not jobs:
-            return
-        # The run row's one writer after its submission (docs/runs.md#the-store): a configuration re-applied
-        # in place (`ferry apply` of a changed service or schedule), and a priority set since the last flush.
-        configuration = self._input.configuration
-        reconfigured = configuration is not self._recorded_configuration
-        reprioritised = any(event.name == "priority" for event in new)
-        record = RecordRun(
-            run_id=self._input.run_id,
-            status=state.status,
-            termination_reason=state.termination_reason,
-            status_message=status_message(state),
-            start_seq=start,
-            events=new,
-            finished_at=state.status_since if state.status.is_finished() else None,
-            jobs=jobs,
-            configuration=configuration.model_dump_json() if reconfigured else None,
-            priority=state.priority if reprioritised else None,
-        )
-        if last:
-            # Its notifications first: no command may follow a local activity in the same step (a replay
-            # may hear its end at another point, docs/scaling.md#the-hot-path). Its place among the
-            # run's writes, for a task the server refuses and a redo writes again: the history's length.
-            await self._notifier.send(self._input, new, start, state)  # docs/runs.md#notifications
-            order = workflow.info().get_current_history_length()
-            await workflow.execute_local_activity(
-                activity_stubs.record_run,
-                record.model_copy(update={"order": order}),
-                start_to_close_timeout=timedelta(seconds=10),
-                retry_policy=retry_policies.QUICK,
-            )
-            return
-        # A regular activity: activities/records.py says why.
-        await workflow.execute_activity(
-            activity_stubs.record_run,
-            record,
-            start_to_close_timeout=timedelta(seconds=10),
-            retry_policy=retry_policies.QUICK,
-        )
-        self._flushed = start + len(new)
-        self._recorded_configuration = configuration
-        await self._notifier.send(self._input, new, start, state)  # docs/runs.md#notifications
+        """The run's new events and status to the store (workflows/run_records.py)."""
+        await self._records.write(self._input, self._machine.state, self._events, last=last)
 
     # --- continue-as-new --------------------------------------------------------------------------
 
@@ -445,7 +380,7 @@ class RunWorkflow:
             and self._stop == self._machine.stop
             and not self._priorities
             and not self._effects
-            and not self._job_news
+            and not self._records.job_news
             and not self._loads.changes
             and self._deploy is None
             and self._next_cycle is None
@@ -460,7 +395,7 @@ class RunWorkflow:
     def _carry(self) -> RunInput:
         carry = RunCarry(
             machine=self._machine,
-            next_seq=self._flushed,
+            next_seq=self._records.flushed,
             watchers=self._watchers.ids(),
             elements_batched=self._batched,
         )
