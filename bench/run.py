@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    burst_sections,
     containers_bench,
     logs_section,
     recovery,
@@ -42,6 +43,7 @@ SECTIONS = (
     "containers",
     "throughput",
     "slots",
+    "workers",
     "array",
     "skeleton",
     "logs",
@@ -52,7 +54,6 @@ SECTIONS = (
     "slurm-backend",
 )
 DEFAULT_PEERS = REPO_ROOT.parent / "shared" / "peers"
-ARRAY_SLOTS = 64  # the array section's elements at once: Slurm's `tuned_os32` job slots
 
 
 @dataclass
@@ -121,25 +122,6 @@ def header(report: Report) -> None:
     report.put("python", platform.python_version())
 
 
-def burst_figures(report: Report, prefix: str, count: int, result: BurstResult) -> None:
-    report.put(f"{prefix}_runs", count)
-    report.put(f"{prefix}_submit_s", result.submit_s)
-    report.put(f"{prefix}_submit_rate_runs_per_s", count / result.submit_s, 1)
-    report.put(f"{prefix}_all_done_s", result.all_done_s)
-    report.put(f"{prefix}_completion_rate_runs_per_s", result.completed / result.all_done_s, 1)
-    report.put(f"{prefix}_completed_ok", result.completed)
-    report.put(f"{prefix}_failed", result.failed)
-    if result.per_run_s:
-        report.put(f"{prefix}_slowest_submit_to_done_s", max(result.per_run_s))
-        report.distribution(f"{prefix}_submit_to_done", "s", result.per_run_s)
-    for name, used in result.cpu_s.items():
-        report.put(f"{prefix}_cpu_{name}_s", used, 1)
-    if result.cpu_s:  # Slurm's side measures none
-        report.put(f"{prefix}_cpu_per_run_ms", sum(result.cpu_s.values()) / count * 1000, 1)
-    if result.temporal_written_mb is not None:
-        report.put(f"{prefix}_temporal_written_mb", result.temporal_written_mb, 1)
-
-
 class Bench:
     def __init__(self, plan: Plan, report: Report, work: Path) -> None:
         self.plan = plan
@@ -162,10 +144,11 @@ class Bench:
             self.exits.callback(self._postgres.stop)
         self.ferry = self.side("ferry-home", report)
 
-    def side(self, name: str, report: Report) -> FerrySide:
-        """A stack in `work/name`; with `--store postgres`, its store is a database of its own there."""
+    def side(self, name: str, report: Report, workers: int | None = None) -> FerrySide:
+        """A stack in `work/name` (with `workers`, else `--workers`); with `--store postgres`, its store is
+        a database of its own there."""
         url = None if self._postgres is None else self._postgres.create_database(name.replace("-", "_"))
-        return FerrySide(self.work / name, report, self.plan.workers, url)
+        return FerrySide(self.work / name, report, workers or self.plan.workers, url)
 
     def wants(self, section: str) -> bool:
         return section in self.plan.sections
@@ -229,9 +212,11 @@ class Bench:
             runs = self.plan.containers_runs
             await self.section("containers", containers_bench.measure(self.ferry, r, runs))
         if self.wants("throughput"):
-            await self.section("throughput", self.throughput())
+            await self.section("throughput", burst_sections.throughput(self))
+        if self.wants("workers"):
+            await self.section("workers", burst_sections.workers(self))
         if self.wants("array"):
-            await self.section("array", self.arrays())
+            await self.section("array", burst_sections.arrays(self))
         if self.wants("skeleton"):
             await asyncio.to_thread(
                 skeleton_section.measure, self.ferry, r, self.plan.peers, self.plan.skeleton_runs
@@ -303,59 +288,26 @@ class Bench:
             r.distribution("slurm_latency_submit_to_process_start", "ms", [s[0] for s in slurm], 1000)
             r.distribution("slurm_latency_submit_to_completed", "ms", [s[1] for s in slurm], 1000)
 
-    async def throughput(self) -> None:
-        """The burst: Ferry's (no slot limit) and Slurm's (16 job slots, `tuned`); then, with `slots`,
-        smaller bursts at Slurm's concurrency: Ferry's jobs each ask 1/16 (1/64) of the instance's memory
-        so that at most 16 (64) run at once, and Slurm's with 16 (`tuned`) and 64 (`tuned_os32`) slots."""
-        r, n = self.report, self.plan.burst
-        burst_figures(r, "throughput", n, await self.burst_alone("throughput", n))
-        # The same burst submitted through Ferry's API (issue 42: >= 0.95x the direct path's rate).
-        burst_figures(r, "api_throughput", n, await self.burst_alone("api_throughput", n, through_api=True))
-        direct = r.figures.get("throughput_completion_rate_runs_per_s")
-        through = r.figures.get("api_throughput_completion_rate_runs_per_s")
-        ratio = (
-            through / direct
-            if isinstance(direct, float | int) and isinstance(through, float | int) and direct
-            else "n/a"
-        )
-        r.put("ratio_api_over_direct_completion_rate", ratio, 2)
-        r.put("throughput_ferry_concurrency", "unlimited (0-resource jobs share the local instance)")
-        slurm = self.slurm
-        if slurm is not None:
-            burst = await asyncio.to_thread(slurm.burst, n)
-            burst_figures(r, f"slurm_throughput_{slurm.job_slots()}slots", n, burst)
-        if self.wants("slots"):
-            m = self.plan.slots_burst
-            if slurm is not None:
-                burst_figures(r, "slurm_slots_16slots", m, await asyncio.to_thread(slurm.burst, m))
-            await self.slotted_burst(16)
-            if slurm is not None and self.start_slurm("tuned_os32"):
-                burst_figures(r, "slurm_slots_64slots", m, await asyncio.to_thread(slurm.burst, m))
-            await self.slotted_burst(64)
-            self.queued_over_unqueued()
-        self.stop_slurm()
-
-    async def slotted_burst(self, slots: int) -> None:
-        """The burst with each job asking 1/slots of the instance's memory: at most `slots` at once."""
-        memory = await self.ferry.slot_memory(slots)
-        n = self.plan.slots_burst
-        result = await self.burst_alone(f"slots{slots}", n, memory=memory)
-        burst_figures(self.report, f"slots_{slots}slots", n, result)
-
     async def burst_alone(
-        self, label: str, count: int, *, through_api: bool = False, **resources: str
+        self,
+        label: str,
+        count: int,
+        *,
+        through_api: bool = False,
+        workers: int | None = None,
+        **resources: str,
     ) -> BurstResult:
         """A burst on a stack of its own, the main one idle beside it: a stack's Temporal slows as its
         closed runs accumulate (three identical bursts of 500 in a row on one stack: 8.8, 8.4, 7.6 runs/s),
         so bursts compared must each start on a fresh one, warmed up alike."""
-        async with self.fresh_side(label) as side:
+        async with self.fresh_side(label, workers) as side:
             with self.profile(label, side):
                 return await side.burst(count, label, through_api=through_api, **resources)
 
     @contextlib.asynccontextmanager
-    async def fresh_side(self, label: str) -> AsyncIterator[FerrySide]:
+    async def fresh_side(self, label: str, workers: int | None = None) -> AsyncIterator[FerrySide]:
         """A stack of its own, started and warmed up by two runs (its start unsaid); stopped after."""
-        side = self.side(f"ferry-home-{label}", Report(out=io.StringIO()))
+        side = self.side(f"ferry-home-{label}", Report(out=io.StringIO()), workers)
         try:
             await asyncio.to_thread(side.start)
             await side.connect()
@@ -365,35 +317,6 @@ class Bench:
         finally:
             await side.close_http()
             await asyncio.to_thread(side.stop)
-
-    async def arrays(self) -> None:
-        """An array of `true` (1,000 elements, 64 at once) on a stack of its own, beside Slurm's `sbatch
-        --array` of as many at 64 job slots (`tuned_os32`), as bench.sh's arrayN (issue 44)."""
-        r, n = self.report, self.plan.array
-        async with self.fresh_side("array") as side:
-            with self.profile("array", side):
-                burst_figures(r, "array_64slots", n, await side.array(n, ARRAY_SLOTS))
-        if self.start_slurm("tuned_os32"):
-            assert self.slurm is not None
-            burst_figures(r, "slurm_array_64slots", n, await asyncio.to_thread(self.slurm.array, n))
-            self.stop_slurm()
-        ferry, slurm = (
-            r.figures.get("array_64slots_completion_rate_runs_per_s"),
-            r.figures.get("slurm_array_64slots_completion_rate_runs_per_s"),
-        )
-        if isinstance(ferry, float | int) and isinstance(slurm, float | int) and slurm:
-            r.put("ratio_array_64slots_ferry_over_slurm", ferry / slurm, 2)
-        r.note("goal: an array of 1,000 `true` at >= 1.0x Slurm's `sbatch --array` rate, 64 slots (issue 44)")
-
-    def queued_over_unqueued(self) -> None:
-        """Each slotted burst's completion rate over the unqueued burst's: a queue must cost no speed."""
-        r, f = self.report, self.report.figures
-        r.note("goal: a queued burst completes at >= 0.9x the unqueued burst's rate (same size, issue 19)")
-        unqueued = f.get("throughput_completion_rate_runs_per_s")
-        for slots in (16, 64):
-            queued = f.get(f"slots_{slots}slots_completion_rate_runs_per_s")
-            name = f"ratio_slots_{slots}slots_over_throughput_completion_rate"
-            r.put(name, queued / unqueued if queued is not None and unqueued else "n/a", 2)
 
     def ratios(self) -> None:
         r, f = self.report, self.report.figures
