@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from bench import temporal_counters
 from bench.common import Report
 from bench.ferry_side import BurstResult
 
@@ -36,6 +37,7 @@ def burst_figures(report: Report, prefix: str, count: int, result: BurstResult) 
         report.put(f"{prefix}_cpu_per_run_ms", sum(result.cpu_s.values()) / count * 1000, 1)
     if result.temporal_written_mb is not None:
         report.put(f"{prefix}_temporal_written_mb", result.temporal_written_mb, 1)
+    temporal_counters.put_per_run(report, prefix, result.temporal_counts, count)
 
 
 def _ratio(report: Report, name: str, numerator: str, denominator: str) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 import sqlalchemy as sa
 
+from bench import temporal_counters
 from bench.common import (
     Clock,
     Report,
@@ -61,6 +62,7 @@ class BurstResult:
     per_run_s: list[float] = field(default_factory=list)
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU time each process used meanwhile
     temporal_written_mb: float | None = None  # what Temporal's process wrote to storage meanwhile
+    temporal_counts: dict[str, float] | None = None  # Temporal's counters' growth (temporal_counters)
 
 
 def _stack_env(home: Path) -> dict[str, str]:
@@ -280,6 +282,7 @@ class FerrySide:
 
         cpu = self.cpu_times()
         written = self.temporal_written()
+        counters = await asyncio.to_thread(temporal_counters.read, self.metrics_url())
         t0 = time.time()
         await asyncio.gather(*(one(i) for i in range(count)))
         t1 = time.time()
@@ -299,7 +302,12 @@ class FerrySide:
             per_run_s=per_run,
             cpu_s={name: self.cpu_times()[name] - used for name, used in cpu.items()},
             temporal_written_mb=_minus(self.temporal_written(), written),
+            temporal_counts=await asyncio.to_thread(temporal_counters.since, counters, self.metrics_url()),
         )
+
+    def metrics_url(self) -> str | None:
+        """Where the stack's dev server serves its Prometheus counters."""
+        return self.stack.status().metrics_url
 
     def temporal_written(self) -> float | None:
         """MB that Temporal's process has written to storage so far (its SQLite database and journal)."""

@@ -11,6 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import temporal_counters
 from bench.common import Clock, Report
 from bench.ferry_side import FerrySide
 
@@ -26,6 +27,7 @@ def measure(ferry: FerrySide, report: Report, peers: Path, runs_asked: int) -> N
     clock = Clock()
     temporal_before = ferry.cpu_times()["temporal"]
     written_before = ferry.temporal_written()
+    counters = temporal_counters.read(ferry.metrics_url())
     done, skeleton_cpu_s = _run_with_cpu(
         [sys.executable, str(script), ferry.address, str(runs_asked)], timeout=600
     )
@@ -44,6 +46,8 @@ def measure(ferry: FerrySide, report: Report, peers: Path, runs_asked: int) -> N
     report.put("skeleton_cpu_temporal_s", temporal_s, 1)
     report.put("skeleton_cpu_worker_s", skeleton_cpu_s, 1)
     runs = int(found.group(2)) + SKELETON_LATENCY_RUNS
+    grown = temporal_counters.since(counters, ferry.metrics_url())
+    temporal_counters.put_per_run(report, "skeleton", grown, runs)
     report.put("skeleton_cpu_per_run_ms", (temporal_s + skeleton_cpu_s) / runs * 1000, 1)
     written_after = ferry.temporal_written()
     if written_before is not None and written_after is not None:

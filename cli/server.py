@@ -38,6 +38,8 @@ def status_table(ctx: Context, status: StackStatus) -> Table:
             process.log,
         )
     table.add_row("web ui", "", "", status.ui_url or "-", "")
+    if status.metrics_url is not None:
+        table.add_row("temporal metrics", "", "", status.metrics_url, "")
     if status.stuck_runs is not None:
         stuck = f"[red]{status.stuck_runs}[/] (`ferry ps` says why)" if status.stuck_runs else "0"
         table.add_row("stuck runs", "", "", stuck, "")

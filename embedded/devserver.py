@@ -36,8 +36,13 @@ def temporal_binary() -> str:
     return found
 
 
-def dev_server_command(*, port: int, ui_port: int | None, db_file: Path | None) -> list[str]:
+def dev_server_command(
+    *, port: int, ui_port: int | None, db_file: Path | None, metrics_port: int | None = None
+) -> list[str]:
+    """`metrics_port`: where Temporal serves its Prometheus `/metrics` (None: a random free port)."""
     command = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port)]
+    if metrics_port is not None:
+        command += ["--metrics-port", str(metrics_port)]
     command += ["--log-level", "warn", *TUNING_ARGS]
     command += ["--headless"] if ui_port is None else ["--ui-port", str(ui_port)]
     if db_file is not None:

@@ -114,6 +114,7 @@ class Stack(StackFiles):
                     proxy_pid=state.proxy_pid if state else None,
                     api_port=state.api_port if state else None,
                     api_pid=state.api_pid if state else None,
+                    metrics_port=self._choose_port(state.metrics_port if state else None, None),
                 )
                 if state is not None and moved.port != state.port:
                     # Its port was taken while it was down: the worker, the proxy and the API know it by its
@@ -146,7 +147,7 @@ class Stack(StackFiles):
                 self._start_agent(timeout)  # while the worker imports; the worker then finds it running
             deadline = time.monotonic() + timeout
             if temporal is not None:
-                ports = (state.port, state.ui_port)
+                ports = (state.port, state.ui_port, state.metrics_port)
                 # Its own listener, not merely an open port: another stack's may have won the port.
                 pid = temporal.pid
                 self._wait("temporal", temporal, lambda: listens_on(pid, state.port), deadline, ports)
@@ -280,7 +281,7 @@ class Stack(StackFiles):
         for change in changes:
             print(f"ferry: {change}", file=sys.stderr, flush=True)
 
-    def _choose_port(self, recorded: int | None, default: int) -> int:
+    def _choose_port(self, recorded: int | None, default: int | None) -> int:
         """The port this home used before, else the default, else any free one."""
         for candidate in (recorded, default):
             if candidate is not None and port_free(candidate):
@@ -288,7 +289,9 @@ class Stack(StackFiles):
         return free_port()
 
     def _temporal_command(self, state: StackState) -> list[str]:
-        return dev_server_command(port=state.port, ui_port=state.ui_port, db_file=self.db_file)
+        return dev_server_command(
+            port=state.port, ui_port=state.ui_port, db_file=self.db_file, metrics_port=state.metrics_port
+        )
 
     def _worker_command(self, state: StackState) -> list[str]:
         return worker_command(self.ready_file)

@@ -195,6 +195,11 @@ class StackFiles:
             ),
             address=f"127.0.0.1:{state.port}" if state and temporal_up else None,
             ui_url=f"http://127.0.0.1:{state.ui_port}" if state and temporal_up else None,
+            metrics_url=(
+                f"http://127.0.0.1:{state.metrics_port}/metrics"
+                if state and temporal_up and state.metrics_port is not None
+                else None
+            ),
             processes=processes,
         )
 

@@ -20,6 +20,9 @@ class StackState(BaseModel):
     proxy_pid: int | None = None
     api_port: int | None = None  # None: a stack.json of a Ferry before the API (docs/teams.md); one is chosen
     api_pid: int | None = None
+    # Temporal's Prometheus `/metrics` (docs/deployment.md#the-embedded-stack); None: a stack.json of a
+    # Ferry before it: one is chosen at Temporal's next start.
+    metrics_port: int | None = None
 
 
 class AgentFile(BaseModel):
@@ -45,6 +48,7 @@ class StackStatus(BaseModel):
     running: bool  # every process alive
     address: str | None  # the Temporal gRPC address, host:port
     ui_url: str | None
+    metrics_url: str | None = None  # Temporal's Prometheus metrics
     task_queue: str = TASK_QUEUE
     processes: list[ProcessStatus]
     stuck_runs: int | None = None  # runs whose workflow cannot go on (cli/stuck.py); None: not asked

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import urllib.request
 from pathlib import Path
 
 from cli.exit_codes import NOT_FOUND
@@ -88,12 +89,13 @@ def test_every_socket_of_the_embedded_stack_listens_on_loopback(tmp_path: Path) 
             f"pid {pid}: {address}:{port}" for pid, address, port in sockets if not is_loopback(address)
         )
         assert wide == []
-        # The test sees the sockets it must: Temporal's gRPC and Web UI, the proxy's, the agent's and Ferry's
-        # APIs.
+        # The test sees the sockets it must: Temporal's gRPC, Web UI and metrics, the proxy's, the agent's and
+        # Ferry's APIs.
         ports = {port for _, _, port in sockets}
         expected = {
             int(status["address"].rsplit(":", 1)[1]),
             int(status["ui_url"].rsplit(":", 1)[1]),
+            int(status["metrics_url"].rsplit(":", 1)[1].split("/")[0]),
             *(
                 int(p["address"].rsplit(":", 1)[1])
                 for p in status["processes"]
@@ -101,6 +103,9 @@ def test_every_socket_of_the_embedded_stack_listens_on_loopback(tmp_path: Path) 
             ),
         }
         assert expected <= ports, (expected, sockets)
+        # Temporal's counters are where the status says (docs/deployment.md#the-embedded-stack).
+        with urllib.request.urlopen(status["metrics_url"], timeout=10) as answer:
+            assert b"\npersistence_requests{" in answer.read()
         # A run command goes through the stack's API and sends the key nowhere (docs/teams.md#one-way-in).
         listed = ferry("ps")
         assert listed.returncode == 0, listed.stderr

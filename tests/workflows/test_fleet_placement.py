@@ -138,7 +138,11 @@ async def test_a_host_that_fails_to_deploy_is_left_out_and_a_task_too_big_is_ref
     handle = await harness.start(configuration(nodes=2), fleet=FLEET)
     result = await harness.result(handle)
     assert (result.status, result.termination_reason) == (RunStatus.FAILED, RunTerminationReason.JOB_FAILED)
-    assert {log.reason for log in harness.backend.jobs.values()} == {"failed_to_start_due_to_no_capacity"}
+    # Both jobs are refused in one step of the fleet's; the run, hearing the first, stops the other, which
+    # under load may hear that before its own refusal (seen once in CI).
+    reasons = [log.reason for log in harness.backend.jobs.values()]
+    assert "failed_to_start_due_to_no_capacity" in reasons, reasons
+    assert set(reasons) <= {"failed_to_start_due_to_no_capacity", "terminated_by_server"}, reasons
     described = await harness.describe_fleet(FLEET)
     assert described.pending == {"lab-1": "cannot connect"} and described.idle
     await check_logs(harness, handle)
