@@ -246,6 +246,7 @@ class Bench:
                         "slurm_backend", slurm_backend_section.measure(self.ferry, work, tasks)
                     )
         self.ratios()
+        await self.ferry.close_http()
 
     async def section(self, name: str, body: Coroutine[Any, Any, None]) -> None:
         clock = Clock()

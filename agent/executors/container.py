@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from requests.exceptions import RequestException
@@ -216,7 +217,14 @@ class ContainerExecutor(Executor):
         engine = self._api()
         container_id = paths.container_id.read_text()
         try:
-            engine.api.start(container_id)
+            try:
+                engine.api.start(container_id)
+            except _ENGINE_ERRORS as exc:
+                # Podman 4.3 may answer the start of a container that ran and ended at once with an error
+                # (`read /proc/<pid>/cgroup: no such process`): the container's own state decides.
+                if not ran_despite_error(engine.api.inspect_container(container_id)):
+                    raise
+                logger.info("container %s ran, though its start said: %s", container_id, one_line(str(exc)))
             details = engine.api.inspect_container(container_id)
         except _ENGINE_ERRORS as exc:
             raise _engine_error("could not start the container", exc) from exc
@@ -237,7 +245,7 @@ class ContainerExecutor(Executor):
             return None
         except _ENGINE_ERRORS:
             return JobHandle(None, None)
-        if details["State"].get("StartedAt", "").startswith("0001-"):
+        if not _has_run(details):
             with contextlib.suppress(*_ENGINE_ERRORS):
                 engine.api.remove_container(container_id, force=True)
             return None  # created, never started
@@ -391,3 +399,19 @@ def published_ports(details: dict[str, object]) -> dict[int, int]:
         if protocol in ("", "tcp") and bindings[0].get("HostPort"):
             mapped[int(port)] = int(bindings[0]["HostPort"])
     return mapped
+
+
+def ran_despite_error(details: dict[str, Any]) -> bool:
+    """After the engine answered a container's start with an error: whether the container ran anyway (it
+    says it started, or its process ran and ended). Podman 4.3 reads the cgroup of the container's process
+    after starting it, and fails the start when a quick command has ended already (a race of its own,
+    podman issue 16383): the job then ended, and its exit status and output are the engine's to tell."""
+    state = details.get("State") or {}
+    started = bool(state.get("StartedAt")) and _has_run(details)
+    return started or state.get("Status") in ("running", "exited", "stopped")
+
+
+def _has_run(details: dict[str, Any]) -> bool:
+    """Whether the engine's inspection of a container says it was started (it may have ended since): a
+    container never started has the zero time as its StartedAt."""
+    return not str((details.get("State") or {}).get("StartedAt", "")).startswith("0001-")

@@ -16,6 +16,7 @@ from agent.containers.config import (
     gpu_devices,
     host_ulimits,
 )
+from agent.executors.container import ran_despite_error
 from agent.records import TaskPaths, TaskRecord
 from core.wire.agent_api import ContainerSpec, JobSpec, Resources, VolumeMount
 
@@ -131,3 +132,16 @@ def test_ulimits_stay_within_the_agent_s_own() -> None:
         assert limits["nofile"]["Hard"] == nofile_hard and limits["nofile"]["Soft"] <= nofile_hard
     pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
     assert limits["nproc"]["Soft"] <= limits["nproc"]["Hard"] <= pid_max
+
+
+def test_a_start_answered_with_an_error_counts_as_run_only_if_the_container_ran() -> None:
+    """Podman 4.3 can fail the start of a container whose quick command ended at once (it reads the
+    process's cgroup after it is gone); the container's state, as Podman's inspection says it, decides."""
+    never = "0001-01-01T00:00:00Z"
+    # As Podman left a container whose command was not found (runc create failed): never started.
+    assert not ran_despite_error({"State": {"Status": "created", "StartedAt": never, "Pid": 0}})
+    # Its process ran and ended before Podman read its cgroup.
+    assert ran_despite_error({"State": {"Status": "exited", "StartedAt": never, "ExitCode": 0}})
+    assert ran_despite_error({"State": {"Status": "exited", "StartedAt": "2026-12-01T03:21:50.7Z"}})
+    assert ran_despite_error({"State": {"Status": "running", "StartedAt": "2026-12-01T03:21:50.7Z"}})
+    assert not ran_despite_error({})
