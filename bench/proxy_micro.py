@@ -1,19 +1,21 @@
 """The proxy alone, for working on its hot path: `python -m bench.proxy_micro [--replica uvicorn] ...`.
 
-No stack: a SQLite store in a temporary directory holds one public service run and its one replica (a
-process on 127.0.0.1: bench.services_parts' stdlib or uvicorn replica, started with this interpreter),
-and `python -m gateway` serves it. The load (services_parts.closed_load, from this process) goes to the
-replica directly and through the proxy, in alternating rounds; it prints requests/s, latency and the
-proxy's CPU µs per request. `--compare DIR` runs a second proxy beside it, `python -m gateway` started in
-DIR (so DIR/gateway, e.g. a copy of the package before a change, is the one imported; it also finds the
-replica's URL in FERRY_BENCH_REPLICA_URL), measured in the same rounds: an A/B comparison under the same
-noise. `--floor` runs a third beside them, FLOOR_RELAY: a relay that passes bytes both ways on the same
-event loop and does nothing else, the CPU any Python proxy on uvloop spends on the kernel's reads and
-writes. `--workers N` gives the proxy N processes (gateway.workers), `--compare-workers N` runs another
-proxy beside them with N processes (its CPU: the supervisor's and its workers'). Beside each target's
-figures, the client's (this process) and the replica's CPU µs per request. `--profile FILE` runs the first
-proxy under cProfile and writes its stats there (the profiler inflates the CPU figures; with `--workers 1`
-only). Takes seconds.
+No stack: a SQLite store in a temporary directory holds one public service run and its one replica (a process
+on 127.0.0.1: bench.services_parts' stdlib or uvicorn replica, started with this interpreter), and `python -m
+gateway` serves it. The load (services_parts.closed_load, from this process) goes to the replica directly and
+through the proxy, in alternating rounds; it prints requests/s, latency and the proxy's CPU µs per request.
+`--compare DIR` runs a second proxy beside it, `python -m gateway` started in DIR (so DIR/gateway, e.g. a copy
+of the package before a change, is the one imported; it also finds the replica's URL in
+FERRY_BENCH_REPLICA_URL), measured in the same rounds: an A/B comparison under the same noise. `--floor` runs
+a third beside them, FLOOR_RELAY: a relay that passes bytes both ways on the same event loop and does nothing
+else, the CPU any Python proxy on uvloop spends on the kernel's reads and writes. `--nginx` runs nginx beside
+them too (bench.services_parts.Nginx, the services section's configuration): the peer, in the same rounds, and
+each proxy's requests/s over nginx's. `--workers N` gives the proxy N processes (gateway.workers),
+`--compare-workers N` runs another proxy beside them with N processes (its CPU: the supervisor's and its
+workers').
+Beside each target's figures, the client's (this process) and the replica's CPU µs per request. `--profile
+FILE` runs the first proxy under cProfile and writes its stats there (the profiler inflates the CPU figures;
+with `--workers 1` only). Takes seconds.
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ from bench.services_parts import (
     REPLICA,
     UVICORN_REPLICA,
     LoadResult,
+    Nginx,
     _ms,
     closed_load,
     free_port,
+    nginx_binary,
     process_tree,
 )
 from store.models import RunRecord, ServiceReplicaRecord
@@ -172,6 +176,7 @@ async def _measure(args: argparse.Namespace, work: Path, report: Report) -> None
     ports = {name: free_port() for name in dirs}
     env = {**os.environ, "FERRY_BENCH_REPLICA_URL": f"http://127.0.0.1:{replica_port}"}
     gateways: dict[str, subprocess.Popen[bytes]] = {}
+    nginx = None
     try:  # each started inside: one that fails to start leaves none behind (the finally stops them)
         for name in dirs:
             command = [*commands[name], "--port", str(ports[name]), "--database-url", db]
@@ -187,6 +192,13 @@ async def _measure(args: argparse.Namespace, work: Path, report: Report) -> None
             _wait_listening(ports[name], proc)
         targets = {"direct": f"http://127.0.0.1:{replica_port}/"}
         targets.update({n: f"http://127.0.0.1:{p}/proxy/services/bench/micro/" for n, p in ports.items()})
+        if args.nginx:
+            binary = nginx_binary()
+            if binary is None:
+                raise SystemExit("--nginx: no nginx here (Debian's nginx-light)")
+            (work / "nginx").mkdir()
+            nginx = Nginx(binary, work / "nginx")
+            targets["nginx"] = nginx.start(f"127.0.0.1:{replica_port}", "/proxy/services/bench/micro/")
         for url in targets.values():
             await closed_load(url, 300, args.concurrency)
             await closed_load(url, 50, 1)
@@ -199,6 +211,8 @@ async def _measure(args: argparse.Namespace, work: Path, report: Report) -> None
         for i in range(args.rounds):
             for target in list(targets) if i % 2 == 0 else reversed(targets):
                 pids = process_tree(gateways[target].pid) if target in gateways else []
+                if target == "nginx" and nginx is not None:
+                    pids = nginx.pids()
                 before = sum(cpu_seconds(pid) or 0.0 for pid in pids)
                 side_before = {side: cpu_seconds(pid) or 0.0 for side, pid in sides.items()}
                 done = await closed_load(targets[target], args.requests // args.rounds, args.concurrency)
@@ -218,12 +232,18 @@ async def _measure(args: argparse.Namespace, work: Path, report: Report) -> None
             if done.failed or alone[target].failed:
                 report.note(f"{target}: failures {dict(done.failures + alone[target].failures)}")
         f = report.figures
-        for name in gateways:
+        for name in [*gateways, *(["nginx"] if nginx is not None else [])]:
             report.put(f"{name}_rps_over_direct", f[f"{name}_requests_per_s"] / f["direct_requests_per_s"], 2)
             added = f[f"{name}_sequential_p50_ms"] - f["direct_sequential_p50_ms"]
             report.put(f"{name}_added_p50_ms", added, 3)
             report.put(f"{name}_cpu_us_per_request", cpu[name] / loaded[name].sent * 1e6, 1)
+        if nginx is not None:
+            for name in gateways:
+                ratio = f[f"{name}_requests_per_s"] / f["nginx_requests_per_s"]
+                report.put(f"{name}_rps_over_nginx", ratio, 2)
     finally:
+        if nginx is not None:
+            nginx.stop()
         for proc in gateways.values():
             _stop(proc)
         _stop(replica)
@@ -243,6 +263,7 @@ def main() -> None:
     parser.add_argument("--profile", default=None, help="cProfile the proxies into this file")
     parser.add_argument("--compare", default=None, help="a directory with another gateway/ package")
     parser.add_argument("--floor", action="store_true", help="a bare relay beside: the CPU floor")
+    parser.add_argument("--nginx", action="store_true", help="nginx beside: the peer")
     parser.add_argument("--workers", type=int, default=1, help="the proxy's processes (gateway --workers)")
     parser.add_argument(
         "--compare-workers", type=int, default=0, help="a second proxy beside, with this many processes"
