@@ -38,24 +38,27 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
         env = await WorkflowEnvironment.start_time_skipping(
             data_converter=pydantic_data_converter, test_server_existing_path=str(TEST_SERVER)
         )
+        # RunWorkflow keeps FerryStatus up to date; the test server needs it registered.
+        await env.client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=env.client.namespace,
+                search_attributes={
+                    key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in SEARCH_ATTRIBUTES
+                },
+            )
+        )
     else:
         # The test server fails a workflow task that cancels an activity completing in the same task
         # (ACTIVITY_UNKNOWN, then the workflow is stuck); the real server takes it. A test whose cancels
-        # race completions under load runs here.
+        # race completions under load runs here. Its search attributes are given at its start, as the
+        # embedded stack's are: with its caches on (TUNING_ARGS), one added later is seen only once they
+        # refresh, seconds later (docs/deployment.md#the-embedded-stack).
         env = await WorkflowEnvironment.start_local(
             data_converter=pydantic_data_converter,
             dev_server_existing_path=temporal_binary(),
             dev_server_extra_args=list(TUNING_ARGS),
+            search_attributes=SEARCH_ATTRIBUTES,
         )
-    # RunWorkflow keeps FerryStatus up to date; like the dev server, the test server needs it registered.
-    await env.client.operator_service.add_search_attributes(
-        AddSearchAttributesRequest(
-            namespace=env.client.namespace,
-            search_attributes={
-                key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in SEARCH_ATTRIBUTES
-            },
-        )
-    )
     backend = FakeBackend()
     backend.client = env.client
     queue = f"wf-{uuid.uuid4().hex[:8]}"
