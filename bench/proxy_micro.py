@@ -12,10 +12,9 @@ else, the CPU any Python proxy on uvloop spends on the kernel's reads and writes
 them too (bench.services_parts.Nginx, the services section's configuration): the peer, in the same rounds, and
 each proxy's requests/s over nginx's. `--workers N` gives the proxy N processes (gateway.workers),
 `--compare-workers N` runs another proxy beside them with N processes (its CPU: the supervisor's and its
-workers').
-Beside each target's figures, the client's (this process) and the replica's CPU µs per request. `--profile
-FILE` runs the first proxy under cProfile and writes its stats there (the profiler inflates the CPU figures;
-with `--workers 1` only). Takes seconds.
+workers'). Beside each target's figures, the client's (this process) and the replica's CPU µs per request.
+`--profile FILE` runs the first proxy under cProfile and writes its stats there (the profiler inflates the
+CPU figures; with `--workers 1` only). Takes seconds.
 """
 
 from __future__ import annotations

@@ -407,8 +407,7 @@ def ran_despite_error(details: dict[str, Any]) -> bool:
     after starting it, and fails the start when a quick command has ended already (a race of its own,
     podman issue 16383): the job then ended, and its exit status and output are the engine's to tell."""
     state = details.get("State") or {}
-    started = not str(state.get("StartedAt") or "0001-").startswith("0001-")  # the zero time: never
-    return started or state.get("Status") in ("running", "exited", "stopped")
+    return bool(state) and (_has_run(details) or state.get("Status") in ("running", "exited", "stopped"))
 
 
 def _has_run(details: dict[str, Any]) -> bool:
